@@ -1,0 +1,22 @@
+"""The `kairos` command: one typer application, one module per command group."""
+
+from __future__ import annotations
+
+import logging
+
+import typer
+
+from kairos.cli import dev
+
+app = typer.Typer(
+    name="kairos",
+    help="Kairos: every scheduled run happens — late, never lost, never fired twice.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+app.add_typer(dev.app, name="dev")
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    app()

@@ -1,0 +1,1 @@
+"""The pure domain of Kairos: no I/O, every function takes `now` explicitly."""

@@ -1,0 +1,10 @@
+"""Kairos: a distributed job scheduler on Kafka.
+
+Every scheduled run happens: late, never lost, and never fired twice.
+
+`kairos.core` holds the pure domain (calendar math, policies, run ids), `kairos.streams` the thin
+Kafka, Avro and RocksDB plumbing, `kairos.services` the long-running processes built from both,
+and `kairos.cli` the `kairos` command.
+"""
+
+__version__ = "0.1.0"

@@ -1,0 +1,1 @@
+"""Long-running Kairos processes: thin loops around `kairos.core` and `kairos.streams`."""
