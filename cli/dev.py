@@ -10,21 +10,27 @@ import typer
 from kairos.services.local_kafka import DEFAULT_DATA_DIR, LocalKafka, LocalKafkaError
 
 app = typer.Typer(help="Run Kairos locally on its embedded defaults.", no_args_is_help=True)
-kafka_app = typer.Typer(help="A real single-node Kafka broker on loopback (KRaft, no Docker).",
-                        no_args_is_help=True)
+kafka_app = typer.Typer(
+    help="A real single-node Kafka broker on loopback (KRaft, no Docker).", no_args_is_help=True
+)
 app.add_typer(kafka_app, name="kafka")
 
 DataDirOption = Annotated[
     Path,
-    typer.Option("--data-dir", envvar="KAIROS_KAFKA_DATA_DIR",
-                 help="Where the broker keeps its storage, config, pid and logs."),
+    typer.Option(
+        "--data-dir",
+        envvar="KAIROS_KAFKA_DATA_DIR",
+        help="Where the broker keeps its storage, config, pid and logs.",
+    ),
 ]
 
 
 @kafka_app.command("start")
 def kafka_start(
     data_dir: DataDirOption = DEFAULT_DATA_DIR,
-    port: Annotated[int | None, typer.Option(help="Listener port; a free one when omitted.")] = None,
+    port: Annotated[
+        int | None, typer.Option(help="Listener port; a free one when omitted.")
+    ] = None,
 ) -> None:
     """Start the broker (resolving its jars from Maven Central once) and print its address."""
     broker = LocalKafka(data_dir=data_dir, port=port)

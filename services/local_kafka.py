@@ -165,7 +165,9 @@ class LocalKafka:
 
     def ensure_artifacts(self) -> None:
         """Resolve the broker's jars with Maven once; later calls reuse the cache."""
-        _require_tool("java", "Install a Java 17+ runtime (Debian: `apt-get install openjdk-17-jre`).")
+        _require_tool(
+            "java", "Install a Java 17+ runtime (Debian: `apt-get install openjdk-17-jre`)."
+        )
         if self.artifacts_cached():
             return
         mvn = _require_tool("mvn", "Install Apache Maven (Debian: `apt-get install maven`).")
@@ -181,8 +183,14 @@ class LocalKafka:
         logger.info("resolving Kafka %s from Maven Central into %s", KAFKA_VERSION, self.libs_dir)
         result = subprocess.run(
             [
-                mvn, "-q", "-B", "-f", str(pom), "dependency:copy-dependencies",
-                f"-DoutputDirectory={staging}", "-DincludeScope=runtime",
+                mvn,
+                "-q",
+                "-B",
+                "-f",
+                str(pom),
+                "dependency:copy-dependencies",
+                f"-DoutputDirectory={staging}",
+                "-DincludeScope=runtime",
             ],
             capture_output=True,
             text=True,
@@ -228,9 +236,16 @@ class LocalKafka:
         with (log_dir / "stdout.log").open("ab") as out:
             process = subprocess.Popen(
                 [
-                    "java", "-Xms256m", "-Xmx1g", "-XX:+UseG1GC", "-Djava.awt.headless=true",
+                    "java",
+                    "-Xms256m",
+                    "-Xmx1g",
+                    "-XX:+UseG1GC",
+                    "-Djava.awt.headless=true",
                     f"-Dlog4j2.configurationFile={log_dir / 'log4j2.properties'}",
-                    "-cp", f"{self.libs_dir}/*", "kafka.Kafka", str(config),
+                    "-cp",
+                    f"{self.libs_dir}/*",
+                    "kafka.Kafka",
+                    str(config),
                 ],
                 stdout=out,
                 stderr=subprocess.STDOUT,
@@ -250,7 +265,9 @@ class LocalKafka:
                     f"see {log_dir / 'server.log'} and {log_dir / 'stdout.log'}"
                 )
             if broker_answers(bootstrap, timeout_s=1.0):
-                logger.info("local Kafka %s answers at %s (pid %d)", KAFKA_VERSION, bootstrap, process.pid)
+                logger.info(
+                    "local Kafka %s answers at %s (pid %d)", KAFKA_VERSION, bootstrap, process.pid
+                )
                 return BrokerStatus(True, bootstrap, process.pid, self.data_dir), True
             time.sleep(0.2)
         self.stop()
@@ -295,8 +312,10 @@ class LocalKafka:
             port = previous if previous is not None and _port_is_free(previous) else _free_port()
         # The KRaft voter set remembers the controller's endpoint, so keep its port across restarts.
         previous_controller = self._read_state().get("controller_port")
-        if previous_controller is not None and previous_controller != port and _port_is_free(
-            previous_controller
+        if (
+            previous_controller is not None
+            and previous_controller != port
+            and _port_is_free(previous_controller)
         ):
             return port, previous_controller
         controller_port = _free_port()
@@ -342,8 +361,16 @@ class LocalKafka:
             return
         result = subprocess.run(
             [
-                "java", "-cp", f"{self.libs_dir}/*", "kafka.tools.StorageTool", "format",
-                "--cluster-id", _cluster_id(), "--config", str(config), "--standalone",
+                "java",
+                "-cp",
+                f"{self.libs_dir}/*",
+                "kafka.tools.StorageTool",
+                "format",
+                "--cluster-id",
+                _cluster_id(),
+                "--config",
+                str(config),
+                "--standalone",
             ],
             capture_output=True,
             text=True,

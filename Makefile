@@ -1,0 +1,30 @@
+# One entry point for people and CI. Everything it needs is installed by these targets.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+
+.PHONY: setup run test check bench clean
+
+$(BIN)/kairos: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e ".[dev]"
+	touch $@
+
+setup: $(BIN)/kairos
+
+## Start the embedded local deployment (broker, topics, ticker, executor, a sample schedule).
+run: setup
+	$(BIN)/kairos dev kafka start
+
+## The whole test suite: unit tests and broker tests against a real local Kafka.
+test: setup
+	$(BIN)/pytest
+
+## Lint and types.
+check: setup
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
