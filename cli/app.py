@@ -7,6 +7,7 @@ import logging
 import typer
 
 from kairos.cli import dev
+from kairos.cli import topics
 
 app = typer.Typer(
     name="kairos",
@@ -15,6 +16,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.add_typer(dev.app, name="dev")
+app.add_typer(topics.app, name="topics")
 
 
 def main() -> None:

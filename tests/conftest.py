@@ -10,7 +10,7 @@ from pathlib import Path
 import docker
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
-from testcontainers.kafka import KafkaContainer
+from testcontainers.community.kafka import KafkaContainer
 
 from kairos.services.local_kafka import LocalKafka
 from tests.helpers import unique_name

@@ -1,0 +1,52 @@
+"""Options every command that talks to Kafka shares, with their environment defaults."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from kairos.streams.settings import KafkaSettings
+
+BootstrapOption = Annotated[
+    str,
+    typer.Option(
+        "--bootstrap-servers",
+        envvar="KAIROS_BOOTSTRAP_SERVERS",
+        help="Kafka bootstrap servers, host:port[,host:port].",
+    ),
+]
+TopicPrefixOption = Annotated[
+    str,
+    typer.Option(
+        "--topic-prefix", envvar="KAIROS_TOPIC_PREFIX", help="Prefix of every topic name."
+    ),
+]
+PartitionsOption = Annotated[
+    int,
+    typer.Option(
+        "--schedules-partitions",
+        envvar="KAIROS_SCHEDULES_PARTITIONS",
+        min=1,
+        help="Partitions of the schedules topic: the granularity of ticker ownership.",
+    ),
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
+
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+
+
+def kafka_settings(
+    bootstrap_servers: str, topic_prefix: str, schedules_partitions: int = 12
+) -> KafkaSettings:
+    return KafkaSettings(
+        bootstrap_servers=bootstrap_servers,
+        topic_prefix=topic_prefix,
+        schedules_partitions=schedules_partitions,
+    )
+
+
+def fail(message: str, code: int = 1) -> typer.Exit:
+    """Print an error the way every command does and return the exit to raise."""
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(code)
