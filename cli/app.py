@@ -6,8 +6,7 @@ import logging
 
 import typer
 
-from kairos.cli import dev
-from kairos.cli import topics
+from kairos.cli import dev, topics
 
 app = typer.Typer(
     name="kairos",
