@@ -1,0 +1,239 @@
+"""What a ticker decides about one schedule: its state, schedule changes, and due occurrences.
+
+Pure: every function takes `now` and returns the new state with the decisions it made. The
+ticker service persists the state and publishes the decisions in one Kafka transaction, so a
+decision is either fully committed (run requested, progress saved) or not at all.
+
+Rules (docs/defaults.md states them for users):
+
+- A schedule owes the occurrences whose nominal instant is at or after the moment it was created
+  or resumed (`owed_from`, the change's `changed_at`), and before it was paused or deleted.
+- Each occurrence is decided once: `FIRE` (a `RunRequested`) or `SKIP` (a recorded skip with its
+  reason). Decisions are strictly increasing in nominal instant per schedule, so a run id is
+  never decided twice, even when a change rewrites the definition.
+- A change first decides the occurrences the old definition owed before the change, so editing a
+  schedule never loses a run that was due under the version in force at the time.
+- Misfires: an occurrence decided more than `MISFIRE_GRACE` after its fire instant was missed
+  (downtime, failover). `all` fires it late, `skip` records it skipped, `latest` fires only the
+  most recent of a backlog. An occurrence older than `catchup_window` is skipped whatever the
+  policy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from enum import StrEnum
+
+from kairos.core.calendar import fire_instant_with_jitter, next_fire
+from kairos.core.run_id import run_id
+from kairos.core.schedule import MisfirePolicy, Schedule
+
+MISFIRE_GRACE = timedelta(seconds=60)
+"""How late an occurrence may be decided and still count as on time (Quartz uses the same)."""
+
+_JUST_BEFORE = timedelta(microseconds=1)
+
+
+class Action(StrEnum):
+    FIRE = "fire"
+    SKIP = "skip"
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """One occurrence decided: fired as a run, or skipped with the reason."""
+
+    run_id: str
+    schedule_id: str
+    nominal: datetime
+    fire_at: datetime
+    action: Action
+    reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleState:
+    """A ticker's view of one schedule.
+
+    `version` is the schedules-topic offset of the change that produced this definition;
+    `next_nominal` is the first occurrence not yet decided (`None`: it never fires again).
+    """
+
+    schedule: Schedule
+    version: int
+    paused: bool
+    owed_from: datetime
+    next_nominal: datetime | None
+    last_decided_nominal: datetime | None = None
+
+    @property
+    def due_at(self) -> datetime | None:
+        """When the ticker must look at this schedule next; `None` when nothing is pending."""
+        if self.paused or self.next_nominal is None:
+            return None
+        return fire_instant_with_jitter(self.schedule, self.next_nominal)
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """A new state (`None`: the schedule is gone) and the decisions that led to it."""
+
+    state: ScheduleState | None
+    decisions: list[Decision]
+
+
+def _first_owed(schedule: Schedule, owed_from: datetime, floor: datetime | None) -> datetime | None:
+    # Never at or before an occurrence already decided: its run id must not be reused.
+    after = owed_from - _JUST_BEFORE
+    if floor is not None and floor > after:
+        after = floor
+    fire = next_fire(schedule, after)
+    return fire.nominal if fire is not None else None
+
+
+def upserted(
+    state: ScheduleState | None,
+    schedule: Schedule,
+    version: int,
+    changed_at: datetime,
+    now: datetime,
+) -> Outcome:
+    """A created or updated definition, in force from `changed_at`."""
+    changed_at = min(changed_at, now)
+    decisions: list[Decision] = []
+    floor: datetime | None = None
+    paused = schedule.paused
+    if state is not None:
+        settled = _settle_before(state, changed_at, now)
+        decisions = settled.decisions
+        floor = settled.state.last_decided_nominal if settled.state else None
+        # A definition's own `paused` flag wins only on creation; afterwards pause and resume
+        # events are the switch, so an edit does not silently resume a paused schedule.
+        paused = state.paused or schedule.paused
+    new_state = ScheduleState(
+        schedule=schedule,
+        version=version,
+        paused=paused,
+        owed_from=changed_at,
+        next_nominal=_first_owed(schedule, changed_at, floor),
+        last_decided_nominal=floor,
+    )
+    return Outcome(new_state, decisions)
+
+
+def paused(state: ScheduleState, changed_at: datetime, now: datetime) -> Outcome:
+    """Runs stop from `changed_at`; occurrences owed before it are still decided."""
+    changed_at = min(changed_at, now)
+    settled = _settle_before(state, changed_at, now)
+    assert settled.state is not None
+    return Outcome(replace(settled.state, paused=True), settled.decisions)
+
+
+def resumed(state: ScheduleState, changed_at: datetime, now: datetime) -> Outcome:
+    """Runs start again with the first occurrence at or after `changed_at`.
+
+    Occurrences that fell in the pause are not owed: pausing means "do not run these".
+    """
+    if not state.paused:
+        return Outcome(state, [])
+    changed_at = min(changed_at, now)
+    return Outcome(
+        replace(
+            state,
+            paused=False,
+            owed_from=changed_at,
+            next_nominal=_first_owed(state.schedule, changed_at, state.last_decided_nominal),
+        ),
+        [],
+    )
+
+
+def deleted(state: ScheduleState, changed_at: datetime, now: datetime) -> Outcome:
+    """The schedule is gone from `changed_at`; occurrences owed before it are still decided."""
+    changed_at = min(changed_at, now)
+    return Outcome(None, _settle_before(state, changed_at, now).decisions)
+
+
+def _settle_before(state: ScheduleState, changed_at: datetime, now: datetime) -> Outcome:
+    """Decide every occurrence the current definition owes before `changed_at` (<= `now`).
+
+    Bounded on the nominal instant, not the jittered one: an occurrence owed under the old
+    definition is decided now even if its jitter would have started it after the change.
+    """
+    return _decide(state, changed_at - _JUST_BEFORE, now, limit=None, jittered=False)
+
+
+def decide_due(
+    state: ScheduleState,
+    until: datetime,
+    now: datetime,
+    limit: int | None,
+) -> Outcome:
+    """Decide the occurrences whose fire instant is at or before `until`, oldest first.
+
+    `limit` bounds how many are decided in one call, so one schedule's backlog cannot hold up
+    everyone else's on-time fires; the rest stay pending in the returned state.
+    """
+    return _decide(state, until, now, limit, jittered=True)
+
+
+def _decide(
+    state: ScheduleState, until: datetime, now: datetime, limit: int | None, *, jittered: bool
+) -> Outcome:
+    schedule = state.schedule
+    if state.paused:
+        return Outcome(state, [])
+    decisions: list[Decision] = []
+    nominal = state.next_nominal
+    last = state.last_decided_nominal
+    while nominal is not None and (limit is None or len(decisions) < limit):
+        fire_at = fire_instant_with_jitter(schedule, nominal)
+        if (fire_at if jittered else nominal) > until:
+            break
+        following = next_fire(schedule, nominal)
+        next_nominal = following.nominal if following is not None else None
+        reason = _skip_reason(
+            schedule,
+            nominal=nominal,
+            fire_at=fire_at,
+            next_nominal=next_nominal,
+            until=until,
+            now=now,
+        )
+        decisions.append(
+            Decision(
+                run_id=run_id(schedule.id, nominal),
+                schedule_id=schedule.id,
+                nominal=nominal,
+                fire_at=fire_at,
+                action=Action.SKIP if reason else Action.FIRE,
+                reason=reason,
+            )
+        )
+        last = nominal
+        nominal = next_nominal
+    return Outcome(replace(state, next_nominal=nominal, last_decided_nominal=last), decisions)
+
+
+def _skip_reason(
+    schedule: Schedule,
+    *,
+    nominal: datetime,
+    fire_at: datetime,
+    next_nominal: datetime | None,
+    until: datetime,
+    now: datetime,
+) -> str | None:
+    window = schedule.catchup_window
+    if window is not None and now - nominal > window:
+        return f"missed by more than catchup_window {window}"
+    if now - fire_at <= MISFIRE_GRACE:
+        return None
+    if schedule.misfire is MisfirePolicy.SKIP:
+        return "missed (misfire policy skip)"
+    if schedule.misfire is MisfirePolicy.LATEST and next_nominal is not None:
+        following_at = fire_instant_with_jitter(schedule, next_nominal)
+        if following_at <= until:
+            return "superseded by a later missed occurrence (misfire policy latest)"
+    return None
