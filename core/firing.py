@@ -56,16 +56,20 @@ class Decision:
 class ScheduleState:
     """A ticker's view of one schedule.
 
-    `version` is the schedules-topic offset of the change that produced this definition;
-    `next_nominal` is the first occurrence not yet decided (`None`: it never fires again).
+    `schedule` is the definition in force, its `paused` flag set by pause and resume events;
+    `version` is the schedules-topic offset of the change that produced it; `next_nominal` is the
+    first occurrence not yet decided (`None`: it never fires again).
     """
 
     schedule: Schedule
     version: int
-    paused: bool
-    owed_from: datetime
     next_nominal: datetime | None
     last_decided_nominal: datetime | None = None
+
+    @property
+    def paused(self) -> bool:
+        # Pause and resume events set the definition's own flag, so the state has one switch.
+        return self.schedule.paused
 
     @property
     def due_at(self) -> datetime | None:
@@ -103,19 +107,17 @@ def upserted(
     changed_at = min(changed_at, now)
     decisions: list[Decision] = []
     floor: datetime | None = None
-    paused = schedule.paused
     if state is not None:
         settled = _settle_before(state, changed_at, now)
         decisions = settled.decisions
         floor = settled.state.last_decided_nominal if settled.state else None
         # A definition's own `paused` flag wins only on creation; afterwards pause and resume
         # events are the switch, so an edit does not silently resume a paused schedule.
-        paused = state.paused or schedule.paused
+        if state.paused and not schedule.paused:
+            schedule = schedule.model_copy(update={"paused": True})
     new_state = ScheduleState(
         schedule=schedule,
         version=version,
-        paused=paused,
-        owed_from=changed_at,
         next_nominal=_first_owed(schedule, changed_at, floor),
         last_decided_nominal=floor,
     )
@@ -127,7 +129,8 @@ def paused(state: ScheduleState, changed_at: datetime, now: datetime) -> Outcome
     changed_at = min(changed_at, now)
     settled = _settle_before(state, changed_at, now)
     assert settled.state is not None
-    return Outcome(replace(settled.state, paused=True), settled.decisions)
+    schedule = settled.state.schedule.model_copy(update={"paused": True})
+    return Outcome(replace(settled.state, schedule=schedule), settled.decisions)
 
 
 def resumed(state: ScheduleState, changed_at: datetime, now: datetime) -> Outcome:
@@ -141,8 +144,7 @@ def resumed(state: ScheduleState, changed_at: datetime, now: datetime) -> Outcom
     return Outcome(
         replace(
             state,
-            paused=False,
-            owed_from=changed_at,
+            schedule=state.schedule.model_copy(update={"paused": False}),
             next_nominal=_first_owed(state.schedule, changed_at, state.last_decided_nominal),
         ),
         [],

@@ -26,6 +26,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         relative = Path(str(item.fspath)).relative_to(_TESTS_DIR)
         if relative.parts[0] == "unit":
             item.add_marker(pytest.mark.unit)
+        elif relative.parts[0] == "local":
+            item.add_marker(pytest.mark.local)
         elif relative.parts[0] == "broker":
             item.add_marker(pytest.mark.broker)
 

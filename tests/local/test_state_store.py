@@ -1,0 +1,65 @@
+"""The ticker's RocksDB store: time-ordered due index, atomic batches, reopen, one owner."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kairos.streams.state_store import PartitionStore, StateStoreError, StateWrite
+
+
+def test_due_index_iterates_in_time_order_and_respects_bounds(tmp_path: Path) -> None:
+    store = PartitionStore(tmp_path / "p0")
+    writes = [
+        StateWrite("late", b"v1", 3_000),
+        StateWrite("early", b"v2", 1_000),
+        StateWrite("middle-b", b"v3", 2_000),
+        StateWrite("middle-a", b"v4", 2_000),
+        # Far apart in magnitude: big-endian fixed width keeps numeric order.
+        StateWrite("far", b"v5", 1_893_456_000_000),
+        StateWrite("idle", b"v6", None),
+    ]
+    store.apply(writes, changelog_offset=6)
+    assert store.due(0, 2_500, limit=10) == [
+        (1_000, "early"),
+        (2_000, "middle-a"),
+        (2_000, "middle-b"),
+    ]
+    assert store.due(1_500, 10**13, limit=2) == [(2_000, "middle-a"), (2_000, "middle-b")]
+    assert store.next_due_ms() == 1_000
+    assert sorted(store.schedule_ids()) == sorted(w.schedule_id for w in writes)
+    store.close()
+
+
+def test_updates_move_the_due_entry_and_deletes_remove_it(tmp_path: Path) -> None:
+    store = PartitionStore(tmp_path / "p0")
+    store.apply([StateWrite("a", b"v1", 1_000), StateWrite("b", b"v1", 2_000)], 2)
+    store.apply([StateWrite("a", b"v2", 5_000), StateWrite("b", None, None)], 4)
+    assert store.due(0, 10_000, 10) == [(5_000, "a")]
+    assert store.get("a") == b"v2"
+    assert store.get("b") is None
+    store.apply([StateWrite("a", b"v3", None)], 5)
+    assert store.due(0, 10_000, 10) == []
+    assert store.get("a") == b"v3"
+    store.close()
+
+
+def test_state_and_changelog_offset_survive_reopen(tmp_path: Path) -> None:
+    store = PartitionStore(tmp_path / "p0")
+    assert store.changelog_offset is None
+    store.apply([StateWrite("a", b"v1", 1_000)], changelog_offset=42)
+    store.close()
+    reopened = PartitionStore(tmp_path / "p0")
+    assert reopened.changelog_offset == 42
+    assert reopened.get("a") == b"v1"
+    assert reopened.due(0, 2_000, 10) == [(1_000, "a")]
+    reopened.destroy()
+    assert PartitionStore(tmp_path / "p0").changelog_offset is None
+
+
+def test_a_second_opener_gets_a_clear_error(tmp_path: Path) -> None:
+    store = PartitionStore(tmp_path / "p0")
+    with pytest.raises(StateStoreError, match="another ticker"):
+        PartitionStore(tmp_path / "p0")
+    store.close()
