@@ -6,7 +6,7 @@ import logging
 
 import typer
 
-from kairos.cli import dev, topics
+from kairos.cli import dev, preview, ticker, topics
 
 app = typer.Typer(
     name="kairos",
@@ -15,7 +15,9 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.add_typer(dev.app, name="dev")
+app.command("preview")(preview.preview)
 app.add_typer(topics.app, name="topics")
+app.command("ticker")(ticker.ticker)
 
 
 def main() -> None:

@@ -6,7 +6,8 @@ Keys are bytes with a one-letter family prefix:
 - `x<schedule id>` → its due instant (be64 ms), so an update finds the index entry to replace;
 - `d<be64 due ms><schedule id>` → empty: the due index, which RocksDB keeps in time order
   because the instant is fixed-width big-endian;
-- `m:changelog` → be64 of the next changelog offset the store has not applied.
+- `m:changelog` → be64 of the next changelog offset the store has not applied;
+- `m:count` → be64 of the number of schedules held (counting keys would scan them all).
 
 Every change, including the changelog offset it reflects, is written in one `WriteBatch`, so
 after a crash the store and its offset never disagree: restore replays the changelog from that
@@ -29,6 +30,7 @@ _STATE = b"s"
 _DUE_OF = b"x"
 _DUE = b"d"
 _CHANGELOG_OFFSET = b"m:changelog"
+_COUNT = b"m:count"
 
 
 class StateStoreError(KairosError):
@@ -80,15 +82,19 @@ class PartitionStore:
     def apply(self, writes: Iterable[StateWrite], changelog_offset: int) -> None:
         """Apply `writes` and record `changelog_offset`, atomically."""
         batch = WriteBatch(raw_mode=True)
+        count = self.count
         for write in writes:
             key = write.schedule_id.encode()
+            existed = self._db.get(_STATE + key) is not None
             old_due = self._db.get(_DUE_OF + key)
             if old_due is not None:
                 batch.delete(_DUE + old_due + key)
             if write.value is None:
+                count -= existed
                 batch.delete(_STATE + key)
                 batch.delete(_DUE_OF + key)
                 continue
+            count += not existed
             batch.put(_STATE + key, write.value)
             if write.due_ms is None:
                 batch.delete(_DUE_OF + key)
@@ -97,7 +103,14 @@ class PartitionStore:
                 batch.put(_DUE_OF + key, due)
                 batch.put(_DUE + due + key, b"")
         batch.put(_CHANGELOG_OFFSET, _BE64.pack(changelog_offset))
+        batch.put(_COUNT, _BE64.pack(count))
         self._db.write(batch)
+
+    @property
+    def count(self) -> int:
+        """How many schedules the store holds."""
+        raw = self._db.get(_COUNT)
+        return 0 if raw is None else int(_BE64.unpack(raw)[0])
 
     def due(self, from_ms: int, until_ms: int, limit: int) -> list[tuple[int, str]]:
         """Up to `limit` (due ms, schedule id) with `from_ms <= due <= until_ms`, oldest first."""

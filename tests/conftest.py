@@ -13,6 +13,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from testcontainers.community.kafka import KafkaContainer
 
 from kairos.services.local_kafka import LocalKafka
+from kairos.streams.settings import KafkaSettings
+from kairos.streams.topics import create_topics
 from tests.helpers import unique_name
 
 logger = logging.getLogger(__name__)
@@ -79,3 +81,15 @@ def create_topic(admin: AdminClient) -> Callable[..., str]:
         return name
 
     return create
+
+
+@pytest.fixture
+def kafka_settings(kafka_bootstrap: str, admin: AdminClient) -> KafkaSettings:
+    """A deployment of its own: unique topic prefix, topics created, 4 schedules partitions."""
+    settings = KafkaSettings(
+        bootstrap_servers=kafka_bootstrap,
+        topic_prefix=unique_name("kairos") + ".",
+        schedules_partitions=4,
+    )
+    create_topics(admin, settings.layout)
+    return settings

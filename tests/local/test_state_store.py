@@ -29,6 +29,7 @@ def test_due_index_iterates_in_time_order_and_respects_bounds(tmp_path: Path) ->
     assert store.due(1_500, 10**13, limit=2) == [(2_000, "middle-a"), (2_000, "middle-b")]
     assert store.next_due_ms() == 1_000
     assert sorted(store.schedule_ids()) == sorted(w.schedule_id for w in writes)
+    assert store.count == len(writes)
     store.close()
 
 
@@ -39,6 +40,7 @@ def test_updates_move_the_due_entry_and_deletes_remove_it(tmp_path: Path) -> Non
     assert store.due(0, 10_000, 10) == [(5_000, "a")]
     assert store.get("a") == b"v2"
     assert store.get("b") is None
+    assert store.count == 1
     store.apply([StateWrite("a", b"v3", None)], 5)
     assert store.due(0, 10_000, 10) == []
     assert store.get("a") == b"v3"

@@ -1,0 +1,81 @@
+"""`kairos ticker`: run one ticker process until SIGTERM or Ctrl-C."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from pathlib import Path
+from types import FrameType
+from typing import Annotated
+
+import typer
+
+from kairos.cli.options import (
+    DEFAULT_BOOTSTRAP,
+    BootstrapOption,
+    PartitionsOption,
+    TopicPrefixOption,
+    fail,
+    kafka_settings,
+)
+from kairos.core.errors import KairosError
+from kairos.services.ticker.service import Ticker, TickerSettings
+
+
+def ticker(
+    instance: Annotated[
+        str, typer.Option(envvar="KAIROS_TICKER_INSTANCE", help="This ticker's unique name.")
+    ],
+    state_dir: Annotated[
+        Path,
+        typer.Option(
+            envvar="KAIROS_STATE_DIR", help="Where the RocksDB stores of owned partitions live."
+        ),
+    ],
+    bootstrap_servers: BootstrapOption = DEFAULT_BOOTSTRAP,
+    topic_prefix: TopicPrefixOption = "kairos.",
+    schedules_partitions: PartitionsOption = 12,
+    group_id: Annotated[
+        str, typer.Option(envvar="KAIROS_TICKER_GROUP", help="Consumer group of the tickers.")
+    ] = "kairos-tickers",
+    session_timeout_ms: Annotated[
+        int,
+        typer.Option(
+            envvar="KAIROS_SESSION_TIMEOUT_MS",
+            help="How long a silent ticker keeps its partitions before another takes over.",
+        ),
+    ] = 10_000,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(envvar="KAIROS_METRICS_PORT", help="Serve Prometheus metrics on this port."),
+    ] = None,
+    log_level: Annotated[str, typer.Option(envvar="KAIROS_LOG_LEVEL")] = "INFO",
+) -> None:
+    """Own schedules partitions and fire their due occurrences in fenced transactions."""
+    logging.getLogger().setLevel(log_level.upper())
+    try:
+        settings = TickerSettings(
+            instance=instance,
+            state_dir=state_dir,
+            group_id=group_id,
+            session_timeout_ms=session_timeout_ms,
+            metrics_port=metrics_port,
+        )
+        service = Ticker(
+            kafka_settings(bootstrap_servers, topic_prefix, schedules_partitions), settings
+        )
+    except (ValueError, KairosError) as error:
+        raise fail(str(error)) from error
+    stop = threading.Event()
+
+    def request_stop(signum: int, _: FrameType | None) -> None:
+        logging.getLogger(__name__).info("signal %d: stopping after the open transaction", signum)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGINT, request_stop)
+    try:
+        service.run(stop)
+    except KairosError as error:
+        raise fail(str(error)) from error

@@ -1,0 +1,1 @@
+"""The ticker: owns schedules partitions and fires their due occurrences in fenced transactions."""

@@ -1,0 +1,148 @@
+"""One owned schedules partition: its RocksDB store, restored from the changelog.
+
+Restore reads the changelog `read_committed`, so records of a transaction that did not commit
+are never applied. A warm store replays only the changelog records after the offset it
+recorded; an empty store replays the whole (compacted) changelog.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from datetime import datetime
+
+from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+from kairos.core.errors import KairosError
+from kairos.core.firing import ScheduleState
+from kairos.streams.codec import Codec
+from kairos.streams.records import state_from_record
+from kairos.streams.state_store import PartitionStore, StateWrite
+
+logger = logging.getLogger(__name__)
+
+_RESTORE_BATCH = 5_000
+
+
+class RestoreError(KairosError):
+    def __init__(self, partition: int, reason: str) -> None:
+        super().__init__(f"restoring partition {partition} from the changelog failed: {reason}")
+        self.partition = partition
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class RestoreReport:
+    partition: int
+    mode: str
+    """`warm` (delta from the store's offset) or `cold` (whole changelog)."""
+    from_offset: int
+    records: int
+    seconds: float
+
+
+def due_ms(state: ScheduleState | None) -> int | None:
+    if state is None:
+        return None
+    due = state.due_at
+    return None if due is None else int(due.timestamp() * 1000)
+
+
+def to_ms(instant: datetime) -> int:
+    return int(instant.timestamp() * 1000)
+
+
+class OwnedPartition:
+    """A schedules partition this ticker owns, with the offsets its state reflects."""
+
+    def __init__(self, partition: int, store: PartitionStore, codec: Codec) -> None:
+        self.partition = partition
+        self.store = store
+        self._codec = codec
+        self.committed_offset = -1
+        """The schedules-topic offset the last committed transaction recorded (next to read)."""
+        self.next_offset = -1
+        """The schedules-topic offset after the last message taken into the open work."""
+
+    def state(self, schedule_id: str) -> ScheduleState | None:
+        value = self.store.get(schedule_id)
+        if value is None:
+            return None
+        return state_from_record(self._codec.decode(value))
+
+    def restore(self, consumer: Consumer, changelog_topic: str, timeout_s: float) -> RestoreReport:
+        """Bring the store up to the changelog's last committed record."""
+        started = time.monotonic()
+        stored = self.store.changelog_offset
+        low, high = consumer.get_watermark_offsets(
+            TopicPartition(changelog_topic, self.partition), timeout=timeout_s
+        )
+        if stored is not None and not low <= stored <= high:
+            # The changelog was recreated or truncated under us: the store cannot be trusted.
+            logger.warning(
+                "partition %d: store offset %d outside changelog [%d, %d]; restoring cold",
+                self.partition,
+                stored,
+                low,
+                high,
+            )
+            self.store.destroy()
+            self.store = PartitionStore(self.store.path)
+            stored = None
+        start = low if stored is None else stored
+        mode = "cold" if stored is None else "warm"
+        records = 0
+        if start < high:
+            records = self._replay(consumer, changelog_topic, start, timeout_s)
+        elif stored is None:
+            self.store.apply([], changelog_offset=start)
+        report = RestoreReport(self.partition, mode, start, records, time.monotonic() - started)
+        logger.info(
+            "partition %d restored %s: %d changelog records from offset %d in %.3fs",
+            self.partition,
+            mode,
+            records,
+            start,
+            report.seconds,
+        )
+        return report
+
+    def _replay(self, consumer: Consumer, topic: str, start: int, timeout_s: float) -> int:
+        consumer.assign([TopicPartition(topic, self.partition, start)])
+        deadline = time.monotonic() + timeout_s
+        applied = 0
+        try:
+            while True:
+                if time.monotonic() > deadline:
+                    raise RestoreError(self.partition, f"no end of changelog after {timeout_s}s")
+                messages = consumer.consume(num_messages=_RESTORE_BATCH, timeout=0.5)
+                writes: list[StateWrite] = []
+                reached_end = False
+                next_offset: int | None = None
+                for message in messages:
+                    error = message.error()
+                    if error is not None:
+                        if error.code() == KafkaError._PARTITION_EOF:
+                            reached_end = True
+                            continue
+                        raise RestoreError(self.partition, error.str())
+                    key = message.key()
+                    assert key is not None, "changelog records are keyed by schedule id"
+                    value = message.value()
+                    state = None if value is None else state_from_record(self._codec.decode(value))
+                    writes.append(StateWrite(key.decode(), value, due_ms(state)))
+                    offset = message.offset()
+                    assert offset is not None
+                    next_offset = offset + 1
+                    applied += 1
+                if next_offset is not None:
+                    self.store.apply(writes, changelog_offset=next_offset)
+                if reached_end:
+                    # Past the last record there may be a transaction marker; start there next time.
+                    position = consumer.position([TopicPartition(topic, self.partition)])[0].offset
+                    if position >= 0:
+                        self.store.apply([], changelog_offset=position)
+                    return applied
+        finally:
+            consumer.unassign()

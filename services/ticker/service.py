@@ -1,0 +1,545 @@
+"""The ticker process: owns schedules partitions, fires due occurrences in fenced transactions.
+
+One loop, one thread. Each turn consumes schedule changes, decides what is due (pure logic in
+`kairos.core.firing`), and sends everything in one Kafka transaction together with the offsets
+of every owned partition and the consumer's group metadata. Rebalance callbacks run only inside
+`consume`, between transactions, so no transaction is ever open across an ownership change.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from pydantic import BaseModel, ConfigDict, Field
+
+from kairos.core.errors import KairosError
+from kairos.core.firing import (
+    MISFIRE_GRACE,
+    ScheduleState,
+    decide_due,
+    deleted,
+    paused,
+    resumed,
+    upserted,
+)
+from kairos.services.ticker.metrics import TickerMetrics
+from kairos.services.ticker.partition import OwnedPartition, due_ms, to_ms
+from kairos.services.ticker.work import TransactionWork
+from kairos.streams.codec import Codecs, DecodeError, make_codecs
+from kairos.streams.records import (
+    run_requested_record,
+    schedule_from_definition,
+    skipped_run_event_record,
+    state_record,
+)
+from kairos.streams.settings import KafkaSettings
+from kairos.streams.state_store import PartitionStore, StateWrite
+from kairos.streams.topics import TopicRole
+
+logger = logging.getLogger(__name__)
+
+Clock = Callable[[], datetime]
+
+_PER_SCHEDULE_LIMIT = 100
+"""Occurrences one schedule may decide per transaction; the rest of a backlog waits a turn."""
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+class TickerSettings(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    instance: str = Field(min_length=1, pattern=r"^[A-Za-z0-9._-]+$")
+    state_dir: Path
+    group_id: str = "kairos-tickers"
+    session_timeout_ms: int = Field(default=10_000, ge=500)
+    transaction_timeout_ms: int = Field(default=10_000, ge=1_000)
+    max_decisions_per_transaction: int = Field(default=20_000, ge=1)
+    catchup_per_transaction: int = Field(default=2_000, ge=1)
+    max_wait_s: float = Field(default=0.1, gt=0)
+    restore_timeout_s: float = Field(default=300, gt=0)
+    metrics_port: int | None = None
+
+
+class SchedulePayloadError(KairosError):
+    """A schedule event that cannot be applied; it is dead-lettered with this reason."""
+
+
+class Ticker:
+    def __init__(
+        self,
+        kafka: KafkaSettings,
+        settings: TickerSettings,
+        clock: Clock = utc_now,
+        codecs: Codecs | None = None,
+    ) -> None:
+        self.kafka = kafka
+        self.settings = settings
+        self.clock = clock
+        self.codecs = codecs or make_codecs()
+        self.metrics = TickerMetrics()
+        layout = kafka.layout
+        self.schedules_topic = layout.name(TopicRole.SCHEDULES)
+        self.changelog_topic = layout.name(TopicRole.CHANGELOG)
+        self.runs_topic = layout.name(TopicRole.RUNS)
+        self.run_events_topic = layout.name(TopicRole.RUN_EVENTS)
+        self.dead_letters_topic = layout.name(TopicRole.DEAD_LETTERS)
+        self.owned: dict[int, OwnedPartition] = {}
+        self._consumer: Consumer | None = None
+        self._producer: Producer | None = None
+        self._restorer: Consumer | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def run(self, stop: threading.Event) -> None:
+        """Fire until `stop` is set; then leave the group and close the stores cleanly."""
+        if self.settings.metrics_port is not None:
+            self.metrics.serve(self.settings.metrics_port)
+        self._connect()
+        try:
+            while not stop.is_set():
+                try:
+                    self.turn()
+                except _FencedError as fenced:
+                    logger.error(
+                        "instance=%s fenced (%s); dropping partitions and rejoining",
+                        self.settings.instance,
+                        fenced,
+                    )
+                    self._disconnect()
+                    self._connect()
+        finally:
+            self._disconnect()
+
+    def _connect(self) -> None:
+        s = self.settings
+        self._producer = Producer(
+            self.kafka.client_config(
+                **{
+                    "transactional.id": f"kairos-ticker-{s.instance}",
+                    "transaction.timeout.ms": s.transaction_timeout_ms,
+                    "linger.ms": 5,
+                    "queue.buffering.max.messages": 2_000_000,
+                    "queue.buffering.max.kbytes": 1_048_576,
+                }
+            )
+        )
+        self._producer.init_transactions(30)
+        self._restorer = Consumer(
+            self.kafka.consumer_config(
+                **{
+                    "group.id": f"kairos-restore-{s.instance}",
+                    "enable.auto.commit": False,
+                    "isolation.level": "read_committed",
+                    "enable.partition.eof": True,
+                }
+            )
+        )
+        self._consumer = Consumer(
+            self.kafka.consumer_config(
+                **{
+                    "group.id": s.group_id,
+                    "client.id": s.instance,
+                    "enable.auto.commit": False,
+                    "auto.offset.reset": "earliest",
+                    # Also makes the offset fetch at assignment wait for a pending transaction of
+                    # the previous owner (KIP-447 require_stable): see _on_assign.
+                    "isolation.level": "read_committed",
+                    "session.timeout.ms": s.session_timeout_ms,
+                    "heartbeat.interval.ms": max(100, s.session_timeout_ms // 5),
+                    "partition.assignment.strategy": "cooperative-sticky",
+                }
+            )
+        )
+        self._consumer.subscribe(
+            [self.schedules_topic],
+            on_assign=self._on_assign,
+            on_revoke=self._on_revoke,
+            on_lost=self._on_lost,
+        )
+
+    def _disconnect(self) -> None:
+        if self._consumer is not None:
+            # Leaves the group (on_revoke closes the stores) so a survivor takes over at once.
+            self._consumer.close()
+            self._consumer = None
+        for owned in self.owned.values():
+            owned.store.close()
+        self.owned.clear()
+        if self._restorer is not None:
+            self._restorer.close()
+            self._restorer = None
+        if self._producer is not None:
+            self._producer.flush(10)
+            self._producer = None
+
+    # -- rebalance ---------------------------------------------------------------------------
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        assert self._restorer is not None
+        # 1. Stable committed offsets: with read_committed, the fetch waits while a transaction
+        #    of the previous owner is pending, so its outcome is settled before we restore.
+        committed = consumer.committed(partitions, timeout=self.settings.restore_timeout_s)
+        starts = []
+        for tp in committed:
+            # 2. Restore the store from the changelog, which now holds every committed fire.
+            path = self.settings.state_dir / self.schedules_topic / str(tp.partition)
+            owned = OwnedPartition(tp.partition, PartitionStore(path), self.codecs.ticker_state)
+            report = owned.restore(
+                self._restorer, self.changelog_topic, self.settings.restore_timeout_s
+            )
+            self.metrics.restore_seconds.labels(report.mode).observe(report.seconds)
+            self.metrics.restored_records.labels(report.mode).inc(report.records)
+            start = tp.offset
+            if start < 0:
+                low, _ = consumer.get_watermark_offsets(tp, timeout=30)
+                start = low
+            # A valid offset for every owned partition, always: librdkafka sends no offset commit
+            # (and so no fencing) in a transaction whose offsets are all invalid.
+            owned.committed_offset = owned.next_offset = start
+            self.owned[tp.partition] = owned
+            starts.append(TopicPartition(self.schedules_topic, tp.partition, start))
+            logger.info(
+                "handover event=assigned instance=%s partition=%d offset=%d restore=%s "
+                "records=%d seconds=%.3f",
+                self.settings.instance,
+                tp.partition,
+                start,
+                report.mode,
+                report.records,
+                report.seconds,
+            )
+        # 3. Consume from exactly the offsets the restored state reflects.
+        consumer.incremental_assign(starts)
+        self.metrics.owned_partitions.set(len(self.owned))
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        # Callbacks run between transactions, so nothing is in flight to commit here.
+        self._release(consumer, partitions, "revoked")
+
+    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._release(consumer, partitions, "lost")
+
+    def _release(self, consumer: Consumer, partitions: list[TopicPartition], event: str) -> None:
+        try:
+            consumer.incremental_unassign(partitions)
+        finally:
+            for tp in partitions:
+                owned = self.owned.pop(tp.partition, None)
+                if owned is not None:
+                    # The store stays on disk: a later assignment restarts warm from it.
+                    owned.store.close()
+                    logger.info(
+                        "handover event=%s instance=%s partition=%d",
+                        event,
+                        self.settings.instance,
+                        tp.partition,
+                    )
+            self.metrics.owned_partitions.set(len(self.owned))
+
+    # -- one turn ----------------------------------------------------------------------------
+
+    def turn(self) -> None:
+        """Consume, decide, and commit one transaction (if there is anything to commit)."""
+        consumer = self._consumer
+        assert consumer is not None
+        messages = consumer.consume(num_messages=10_000, timeout=self._wait_s())
+        now = self.clock()
+        work = TransactionWork()
+        for message in messages:
+            self._take_change(message, now, work)
+        self._decide_due(now, work)
+        if not work.empty:
+            self._commit(work)
+
+    def _wait_s(self) -> float:
+        nearest: int | None = None
+        for owned in self.owned.values():
+            due = owned.store.next_due_ms()
+            if due is not None and (nearest is None or due < nearest):
+                nearest = due
+        if nearest is None:
+            return self.settings.max_wait_s
+        until = (nearest - to_ms(self.clock())) / 1000
+        return min(self.settings.max_wait_s, max(0.0, until))
+
+    def _take_change(self, message: Message, now: datetime, work: TransactionWork) -> None:
+        error = message.error()
+        if error is not None:
+            logger.warning("instance=%s consumer error: %s", self.settings.instance, error.str())
+            return
+        partition = message.partition()
+        offset = message.offset()
+        assert partition is not None and offset is not None
+        owned = self.owned.get(partition)
+        if owned is None:
+            return
+        owned.next_offset = offset + 1
+        work.consumed += 1
+        try:
+            self._apply_change(owned, message, offset, now, work)
+        except (DecodeError, SchedulePayloadError) as problem:
+            self._dead_letter(message, problem, now, work)
+
+    def _apply_change(
+        self,
+        owned: OwnedPartition,
+        message: Message,
+        offset: int,
+        now: datetime,
+        work: TransactionWork,
+    ) -> None:
+        raw_key = message.key()
+        if raw_key is None:
+            raise SchedulePayloadError("a schedule event must be keyed by its schedule id")
+        schedule_id = raw_key.decode("utf-8", errors="replace")
+        value = message.value()
+        state = work.current(owned, schedule_id)
+        if value is None:
+            # A tombstone: compaction's delete marker, published after a ScheduleDeleted event.
+            if state is not None:
+                _, timestamp = message.timestamp()
+                changed_at = datetime.fromtimestamp(timestamp / 1000, UTC)
+                work.record(owned.partition, schedule_id, deleted(state, changed_at, now), state)
+            return
+        event = self.codecs.schedule_event.decode(value)
+        if event["schedule_id"] != schedule_id:
+            raise SchedulePayloadError(
+                f"key {schedule_id!r} does not match the event's schedule_id "
+                f"{event['schedule_id']!r}; key each event by its schedule id"
+            )
+        change, changed_at = event["change"], event["changed_at"]
+        if change == "upserted":
+            try:
+                schedule = schedule_from_definition(event["definition"])
+            except (ValueError, TypeError, KeyError) as invalid:
+                raise SchedulePayloadError(f"invalid definition: {invalid}") from invalid
+            if schedule.id != schedule_id:
+                raise SchedulePayloadError(
+                    f"definition id {schedule.id!r} differs from the key {schedule_id!r}"
+                )
+            outcome = upserted(state, schedule, offset, changed_at, now)
+        elif state is None:
+            logger.info("schedule=%s %s ignored: no such schedule", schedule_id, change)
+            return
+        elif change == "paused":
+            outcome = paused(state, changed_at, now)
+        elif change == "resumed":
+            outcome = resumed(state, changed_at, now)
+        elif change == "deleted":
+            outcome = deleted(state, changed_at, now)
+        else:
+            raise SchedulePayloadError(f"unknown change {change!r}: upgrade this ticker")
+        work.record(owned.partition, schedule_id, outcome, state)
+
+    def _dead_letter(
+        self, message: Message, problem: KairosError, now: datetime, work: TransactionWork
+    ) -> None:
+        partition, offset = message.partition(), message.offset()
+        logger.warning(
+            "dead-lettering schedules partition=%s offset=%s: %s", partition, offset, problem
+        )
+        record: dict[str, Any] = {
+            "source_topic": message.topic(),
+            "source_partition": partition,
+            "source_offset": offset,
+            "key": message.key(),
+            "value": message.value(),
+            "reason": str(problem),
+            "error_class": type(problem).__name__,
+            "dead_lettered_at": now,
+            "dead_lettered_by": f"ticker:{self.settings.instance}",
+        }
+        work.dead_letters.append(self.codecs.dead_letter.encode(record))
+
+    def _decide_due(self, now: datetime, work: TransactionWork) -> None:
+        now_ms = to_ms(now)
+        on_time_from = now_ms - int(MISFIRE_GRACE.total_seconds() * 1000)
+        budget = self.settings.max_decisions_per_transaction
+        # On-time occurrences first; then a bounded slice of the backlog, so a catch-up after
+        # downtime never delays the fires that are due right now.
+        lanes = [(on_time_from, budget), (0, self.settings.catchup_per_transaction)]
+        for owned in list(self.owned.values()):
+            for changed in work.changed_due_by(owned.partition, now):
+                self._decide(owned, changed, now, work)
+        for lane_from, lane_limit in lanes:
+            for owned in list(self.owned.values()):
+                room = min(lane_limit, budget - work.decisions)
+                if room <= 0:
+                    return
+                for _, schedule_id in owned.store.due(lane_from, now_ms, room):
+                    pending = work.current(owned, schedule_id)
+                    if pending is not None and pending.due_at is not None and pending.due_at <= now:
+                        self._decide(owned, pending, now, work)
+
+    def _decide(
+        self, owned: OwnedPartition, state: ScheduleState, now: datetime, work: TransactionWork
+    ) -> None:
+        outcome = decide_due(state, until=now, now=now, limit=_PER_SCHEDULE_LIMIT)
+        work.record(owned.partition, state.schedule.id, outcome, state)
+
+    # -- the transaction ---------------------------------------------------------------------
+
+    def _commit(self, work: TransactionWork) -> None:
+        producer, consumer = self._producer, self._consumer
+        assert producer is not None and consumer is not None
+        fired_at = self.clock()
+        changelog_ends: dict[int, int] = {}
+
+        def on_changelog_delivery(error: KafkaError | None, message: Message) -> None:
+            if error is None:
+                offset, partition = message.offset(), message.partition()
+                assert offset is not None and partition is not None
+                changelog_ends[partition] = max(changelog_ends.get(partition, -1), offset)
+
+        state_writes = {
+            partition: [self._state_write(sid, state) for sid, state in states.items()]
+            for partition, states in work.states.items()
+        }
+        started = time.monotonic()
+        try:
+            producer.begin_transaction()
+            # 1. The runs, keyed by run id.
+            for decision, owed_by, partition in work.runs:
+                record = run_requested_record(
+                    decision,
+                    owed_by,
+                    fired_at=fired_at,
+                    partition=partition,
+                    ticker_instance=self.settings.instance,
+                )
+                self._produce(
+                    self.runs_topic, decision.run_id, self.codecs.run_requested.encode(record)
+                )
+            # 2. Skipped misfires, so an audit can tell a skip from a loss.
+            for decision in work.skips:
+                record = skipped_run_event_record(
+                    decision, decided_at=fired_at, ticker_instance=self.settings.instance
+                )
+                self._produce(
+                    self.run_events_topic, decision.run_id, self.codecs.run_event.encode(record)
+                )
+            for value in work.dead_letters:
+                self._produce(self.dead_letters_topic, None, value)
+            # 3. The changelog, co-partitioned with the schedules topic.
+            for partition, writes in state_writes.items():
+                for write in writes:
+                    self._produce(
+                        self.changelog_topic,
+                        write.schedule_id,
+                        write.value,
+                        partition,
+                        on_changelog_delivery,
+                    )
+            producer.flush(self.settings.transaction_timeout_ms / 1000)
+            # 4. The offsets of every owned partition with the group metadata: the fence.
+            offsets = [
+                TopicPartition(self.schedules_topic, p, owned.next_offset)
+                for p, owned in self.owned.items()
+            ]
+            producer.send_offsets_to_transaction(offsets, consumer.consumer_group_metadata(), 30)
+            # 5. Commit.
+            self._commit_with_retries(producer)
+        except KafkaException as failure:
+            self._abort(failure)
+            return
+        self.metrics.commit_seconds.observe(time.monotonic() - started)
+        # 6. Only now does the local store move, with the changelog offset it reflects.
+        committed_at = self.clock()
+        for partition, writes in state_writes.items():
+            self.owned[partition].store.apply(
+                writes, changelog_offset=changelog_ends[partition] + 1
+            )
+        for owned in self.owned.values():
+            owned.committed_offset = owned.next_offset
+        for decision, _, _ in work.runs:
+            self.metrics.lateness.observe(
+                max(0.0, (committed_at - decision.fire_at).total_seconds())
+            )
+        self.metrics.fires.inc(len(work.runs))
+        self.metrics.skips.inc(len(work.skips))
+        self.metrics.dead_letters.inc(len(work.dead_letters))
+
+    def _state_write(self, schedule_id: str, state: ScheduleState | None) -> StateWrite:
+        # The store holds exactly the changelog's bytes, so restore is a plain copy.
+        if state is None:
+            return StateWrite(schedule_id, None, None)
+        return StateWrite(
+            schedule_id, self.codecs.ticker_state.encode(state_record(state)), due_ms(state)
+        )
+
+    def _produce(
+        self,
+        topic: str,
+        key: str | None,
+        value: bytes | None,
+        partition: int | None = None,
+        on_delivery: Callable[[KafkaError | None, Message], None] | None = None,
+    ) -> None:
+        producer = self._producer
+        assert producer is not None
+        kwargs: dict[str, Any] = {"key": key, "value": value}
+        if partition is not None:
+            kwargs["partition"] = partition
+        if on_delivery is not None:
+            kwargs["on_delivery"] = on_delivery
+        while True:
+            try:
+                producer.produce(topic, **kwargs)
+                return
+            except BufferError:
+                # The local queue is full: let deliveries drain, then try again.
+                producer.poll(0.05)
+
+    def _commit_with_retries(self, producer: Producer) -> None:
+        while True:
+            try:
+                producer.commit_transaction(self.settings.transaction_timeout_ms / 1000)
+                return
+            except KafkaException as failure:
+                error: KafkaError = failure.args[0]
+                if error.retriable() and not error.txn_requires_abort() and not error.fatal():
+                    logger.warning("commit retriable error, retrying: %s", error.str())
+                    time.sleep(0.2)
+                    continue
+                raise
+
+    def _abort(self, failure: KafkaException) -> None:
+        error: KafkaError = failure.args[0]
+        reason = error.name()
+        self.metrics.aborts.labels(reason).inc()
+        if error.fatal():
+            raise _FencedError(error.str()) from failure
+        logger.warning(
+            "instance=%s transaction aborted (%s); resuming from the last commit",
+            self.settings.instance,
+            error.str(),
+        )
+        producer, consumer = self._producer, self._consumer
+        assert producer is not None and consumer is not None
+        try:
+            producer.abort_transaction(30)
+        except KafkaException as abort_failure:
+            if abort_failure.args[0].fatal():
+                raise _FencedError(abort_failure.args[0].str()) from abort_failure
+            raise
+        # The store never saw this transaction; only the consumer positions must go back.
+        for owned in self.owned.values():
+            owned.next_offset = owned.committed_offset
+            consumer.seek(
+                TopicPartition(self.schedules_topic, owned.partition, owned.committed_offset)
+            )
+        time.sleep(0.2)
+
+
+class _FencedError(Exception):
+    """The producer is fenced or failed fatally: drop everything and rejoin the group."""

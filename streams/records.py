@@ -1,0 +1,166 @@
+"""Between the domain (`kairos.core`) and the Avro records of `schemas/`: one mapping each way.
+
+Records are the plain dicts the codecs in `kairos.streams.codec` encode; instants are aware
+UTC datetimes (Avro `timestamp-millis`), durations are milliseconds.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from kairos.core.firing import Decision, ScheduleState
+from kairos.core.schedule import JobSpec, Schedule
+
+_MS = timedelta(milliseconds=1)
+
+
+def _ms(value: timedelta | None) -> int | None:
+    return None if value is None else value // _MS
+
+
+def _duration(ms: int | None) -> timedelta | None:
+    return None if ms is None else timedelta(milliseconds=ms)
+
+
+def _utc(value: datetime | None) -> datetime | None:
+    return None if value is None else value.astimezone(UTC)
+
+
+def job_record(job: JobSpec) -> dict[str, Any]:
+    params = job.model_dump(mode="json", exclude={"kind"})
+    return {"kind": job.kind, "params_json": json.dumps(params, sort_keys=True)}
+
+
+def job_from_record(record: dict[str, Any]) -> JobSpec:
+    return JobSpec.model_validate({**json.loads(record["params_json"]), "kind": record["kind"]})
+
+
+def definition_record(schedule: Schedule) -> dict[str, Any]:
+    return {
+        "id": schedule.id,
+        "cron": schedule.cron,
+        "at": _utc(schedule.at),
+        "every_ms": _ms(schedule.every),
+        "timezone": schedule.timezone,
+        "start_at": _utc(schedule.start_at),
+        "end_at": _utc(schedule.end_at),
+        "jitter_ms": _ms(schedule.jitter),
+        "misfire": schedule.misfire.value,
+        "catchup_window_ms": _ms(schedule.catchup_window),
+        "overlap": schedule.overlap.value,
+        "dst_gap": schedule.dst_gap.value,
+        "dst_repeat": schedule.dst_repeat.value,
+        "paused": schedule.paused,
+        "job": job_record(schedule.job),
+        "max_attempts": schedule.max_attempts,
+        "timeout_ms": _ms(schedule.timeout),
+        "retry_backoff_ms": _ms(schedule.retry_backoff),
+        "owner": schedule.owner,
+        "labels": dict(schedule.labels),
+        "description": schedule.description,
+    }
+
+
+def schedule_from_definition(record: dict[str, Any]) -> Schedule:
+    """The schedule a definition record describes, validated like any other input.
+
+    A definition written by a newer producer may carry an enum symbol this version does not
+    know; Avro resolves it to `unknown`, and validation then rejects it with the field named.
+    """
+    fields: dict[str, Any] = {
+        "id": record["id"],
+        "cron": record["cron"],
+        "at": record["at"],
+        "every": _duration(record["every_ms"]),
+        "timezone": record["timezone"],
+        "start_at": record["start_at"],
+        "end_at": record["end_at"],
+        "jitter": _duration(record["jitter_ms"]),
+        "misfire": record["misfire"],
+        "catchup_window": _duration(record["catchup_window_ms"]),
+        "overlap": record["overlap"],
+        "dst_gap": record["dst_gap"],
+        "dst_repeat": record["dst_repeat"],
+        "paused": record["paused"],
+        "job": job_from_record(record["job"]),
+        "max_attempts": record["max_attempts"],
+        "timeout": _duration(record["timeout_ms"]),
+        "retry_backoff": _duration(record["retry_backoff_ms"]),
+        "owner": record["owner"],
+        "labels": record["labels"],
+        "description": record["description"],
+    }
+    return Schedule.model_validate({k: v for k, v in fields.items() if v is not None})
+
+
+def state_record(state: ScheduleState) -> dict[str, Any]:
+    """The changelog value of a schedule's state (a deleted schedule's value is a tombstone)."""
+    return {
+        "schedule_id": state.schedule.id,
+        "definition": definition_record(state.schedule),
+        "schedule_offset": state.version,
+        "last_fired_nominal_at": state.last_decided_nominal,
+        "next_due_at": state.next_nominal,
+    }
+
+
+def state_from_record(record: dict[str, Any]) -> ScheduleState | None:
+    definition = record["definition"]
+    if definition is None:
+        return None
+    return ScheduleState(
+        schedule=schedule_from_definition(definition),
+        version=record["schedule_offset"],
+        next_nominal=record["next_due_at"],
+        last_decided_nominal=record["last_fired_nominal_at"],
+    )
+
+
+def run_requested_record(
+    decision: Decision,
+    state: ScheduleState,
+    *,
+    fired_at: datetime,
+    partition: int,
+    ticker_instance: str,
+) -> dict[str, Any]:
+    schedule = state.schedule
+    return {
+        "run_id": decision.run_id,
+        "schedule_id": decision.schedule_id,
+        "nominal_at": decision.nominal,
+        "due_at": decision.fire_at,
+        "fired_at": fired_at,
+        "lateness_ms": max(0, (fired_at - decision.fire_at) // _MS),
+        "job": job_record(schedule.job),
+        "attempt": 1,
+        "max_attempts": schedule.max_attempts,
+        "timeout_ms": _ms(schedule.timeout),
+        "retry_backoff_ms": _ms(schedule.retry_backoff),
+        "overlap": schedule.overlap.value,
+        "schedules_partition": partition,
+        "schedule_offset": state.version,
+        "ticker_instance": ticker_instance,
+        "owner": schedule.owner,
+    }
+
+
+def skipped_run_event_record(
+    decision: Decision, *, decided_at: datetime, ticker_instance: str
+) -> dict[str, Any]:
+    """A misfire the policy chose not to run, recorded so that an audit can tell it from a loss."""
+    return {
+        "run_id": decision.run_id,
+        "schedule_id": decision.schedule_id,
+        "kind": "skipped",
+        "attempt": 0,
+        "executor_instance": ticker_instance,
+        "nominal_at": decision.nominal,
+        "fired_at": decided_at,
+        "started_at": None,
+        "finished_at": decided_at,
+        "reason": decision.reason,
+        "next_attempt_at": None,
+    }
