@@ -1,0 +1,386 @@
+"""Every record type through every wire format, and every way bytes can be bad."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import io
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+from fastavro import schemaless_reader
+from fastavro.schema import load_schema
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import kairos.schemas
+from kairos.streams.avro_schemas import RecordType, compile_schema_json, load_catalog
+from kairos.streams.codec import (
+    SINGLE_OBJECT_MARKER,
+    Codec,
+    CorruptRecordError,
+    DecodeError,
+    DecodeFailure,
+    EncodeError,
+    IncompatibleSchemaError,
+    SingleObjectCodec,
+    UnknownSchemaError,
+)
+
+pytestmark = pytest.mark.unit
+
+
+def _registry_codec_module() -> ModuleType | None:
+    try:
+        return importlib.import_module("kairos.streams.registry_codec")
+    except ImportError:  # confluent-kafka installed without its [schemaregistry] extra
+        return None
+
+
+registry = _registry_codec_module()
+
+T0 = datetime(2027, 3, 14, 7, 0, tzinfo=UTC)
+T1 = datetime(2027, 3, 14, 7, 0, 2, 345000, tzinfo=UTC)
+
+DEFINITION: dict[str, Any] = {
+    "id": "billing.nightly-invoice",
+    "cron": "0 7 * * *",
+    "at": None,
+    "every_ms": None,
+    "timezone": "Europe/Paris",
+    "start_at": T0,
+    "end_at": None,
+    "jitter_ms": 30_000,
+    "misfire": "latest",
+    "catchup_window_ms": 3_600_000,
+    "overlap": "skip",
+    "dst_gap": "run_at_transition",
+    "dst_repeat": "first",
+    "paused": False,
+    "job": {"kind": "shell", "params_json": '{"command": "bin/invoice --day today"}'},
+    "max_attempts": 3,
+    "timeout_ms": 600_000,
+    "retry_backoff_ms": 10_000,
+    "owner": "billing",
+    "labels": {"tier": "gold", "équipe": "facturation"},
+    "description": "Nightly invoices — every day at 07:00 Paris time",
+}
+ONE_SHOT: dict[str, Any] = {
+    **DEFINITION,
+    "id": "ops.migrate-once",
+    "cron": None,
+    "at": T1,
+    "timezone": "UTC",
+    "start_at": None,
+    "jitter_ms": None,
+    "catchup_window_ms": None,
+    "misfire": "all",
+    "overlap": "queue",
+    "dst_gap": "skip",
+    "dst_repeat": "both",
+    "paused": True,
+    "job": {"kind": "http", "params_json": '{"url": "https://example.invalid/go"}'},
+    "owner": None,
+    "labels": {},
+    "description": None,
+}
+
+
+def _schedule_event(change: str, definition: dict[str, Any] | None, **extra: Any) -> dict[str, Any]:
+    return {
+        "schedule_id": "billing.nightly-invoice",
+        "event_id": uuid.UUID("0b6f2c4e-6a43-4d8e-9a59-5c1f2f9d8e11"),
+        "change": change,
+        "definition": definition,
+        "revision": 4,
+        "changed_by": "alice@example.invalid",
+        "changed_at": T0,
+        "reason": None,
+        **extra,
+    }
+
+
+def _run_event(kind: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "run_id": "billing.nightly-invoice@2027-03-14T07:00:00Z",
+        "schedule_id": "billing.nightly-invoice",
+        "kind": kind,
+        "attempt": 2,
+        "executor_instance": "executor-a",
+        "nominal_at": T0,
+        "fired_at": T1,
+        "started_at": None,
+        "finished_at": None,
+        "reason": None,
+        "next_attempt_at": None,
+        **extra,
+    }
+
+
+SAMPLES: list[tuple[RecordType, str, dict[str, Any]]] = [
+    (RecordType.SCHEDULE_EVENT, "upserted", _schedule_event("upserted", DEFINITION)),
+    (RecordType.SCHEDULE_EVENT, "paused", _schedule_event("paused", ONE_SHOT, reason="freeze")),
+    (RecordType.SCHEDULE_EVENT, "deleted", _schedule_event("deleted", None, reason="retired")),
+    (
+        RecordType.RUN_REQUESTED,
+        "run-requested",
+        {
+            "run_id": "billing.nightly-invoice@2027-03-14T07:00:00Z",
+            "schedule_id": "billing.nightly-invoice",
+            "nominal_at": T0,
+            "due_at": T0,
+            "fired_at": T1,
+            "lateness_ms": 2_345,
+            "job": DEFINITION["job"],
+            "attempt": 1,
+            "max_attempts": 3,
+            "timeout_ms": 600_000,
+            "retry_backoff_ms": 10_000,
+            "overlap": "skip",
+            "schedules_partition": 7,
+            "schedule_offset": 123_456_789_012,
+            "ticker_instance": "ticker-1",
+            "owner": "billing",
+        },
+    ),
+    (RecordType.RUN_EVENT, "started", _run_event("started", started_at=T1)),
+    (RecordType.RUN_EVENT, "succeeded", _run_event("succeeded", started_at=T1, finished_at=T1)),
+    (RecordType.RUN_EVENT, "failed", _run_event("failed", started_at=T1, reason="exit 3")),
+    (RecordType.RUN_EVENT, "retrying", _run_event("retrying", next_attempt_at=T1, reason="503")),
+    (RecordType.RUN_EVENT, "skipped", _run_event("skipped", reason="overlap: skip")),
+    (RecordType.RUN_EVENT, "dead-lettered", _run_event("dead_lettered", reason="3 attempts")),
+    (
+        RecordType.TICKER_STATE,
+        "ticker-state",
+        {
+            "schedule_id": "billing.nightly-invoice",
+            "definition": DEFINITION,
+            "schedule_offset": 41,
+            "last_fired_nominal_at": T0,
+            "next_due_at": T1,
+        },
+    ),
+    (
+        RecordType.TICKER_STATE,
+        "ticker-state-deleted",
+        {
+            "schedule_id": "gone",
+            "definition": None,
+            "schedule_offset": 42,
+            "last_fired_nominal_at": None,
+            "next_due_at": None,
+        },
+    ),
+    (
+        RecordType.DEAD_LETTER,
+        "dead-letter",
+        {
+            "source_topic": "kairos.schedules",
+            "source_partition": 3,
+            "source_offset": 99,
+            "key": b"billing.nightly-invoice",
+            "value": b"\xc3\x01garbage\x00\xff",
+            "reason": "unknown_fingerprint",
+            "error_class": "kairos.streams.codec.UnknownSchemaError",
+            "dead_lettered_at": T1,
+            "dead_lettered_by": "ticker-1",
+        },
+    ),
+]
+SAMPLE_IDS = [sample_id for _, sample_id, _ in SAMPLES]
+
+
+def _single_object(record_type: RecordType) -> Codec:
+    return SingleObjectCodec(record_type)
+
+
+def _registry(record_type: RecordType) -> Codec:
+    assert registry is not None
+    codec: Codec = registry.RegistryCodec(record_type, registry.registry_client("mock://tests"))
+    return codec
+
+
+CODEC_FACTORIES: dict[str, Callable[[RecordType], Codec]] = {
+    "single-object": _single_object,
+    "confluent-registry": _registry,
+}
+HEADER_SIZES = {"single-object": 10, "confluent-registry": 5}
+WIRE_FORMATS = [
+    pytest.param("single-object"),
+    pytest.param(
+        "confluent-registry",
+        marks=pytest.mark.skipif(
+            registry is None, reason="needs confluent-kafka[schemaregistry] installed"
+        ),
+    ),
+]
+
+
+@pytest.mark.parametrize("factory_name", WIRE_FORMATS)
+@pytest.mark.parametrize(("record_type", "record"), [(t, r) for t, _, r in SAMPLES], ids=SAMPLE_IDS)
+def test_every_record_round_trips_through_every_wire_format(
+    factory_name: str, record_type: RecordType, record: dict[str, Any]
+) -> None:
+    codec = CODEC_FACTORIES[factory_name](record_type)
+
+    assert codec.decode(codec.encode(record)) == record
+
+
+@pytest.mark.parametrize("factory_name", WIRE_FORMATS)
+@pytest.mark.parametrize(("record_type", "record"), [(t, r) for t, _, r in SAMPLES], ids=SAMPLE_IDS)
+def test_plain_fastavro_decodes_a_record_with_only_the_avsc_file(
+    factory_name: str, record_type: RecordType, record: dict[str, Any]
+) -> None:
+    encoded = CODEC_FACTORIES[factory_name](record_type).encode(record)
+    avsc = Path(kairos.schemas.__file__).parent / f"{record_type}.avsc"
+
+    payload = io.BytesIO(encoded[HEADER_SIZES[factory_name] :])
+
+    assert schemaless_reader(payload, load_schema(str(avsc))) == record
+
+
+def test_single_object_header_is_marker_then_little_endian_crc64_fingerprint() -> None:
+    codec = SingleObjectCodec(RecordType.RUN_EVENT)
+
+    encoded = codec.encode(SAMPLES[4][2])
+
+    assert encoded[:2] == b"\xc3\x01"
+    assert encoded[2:10] == load_catalog().current[RecordType.RUN_EVENT].fingerprint
+
+
+def test_fingerprint_matches_the_avro_reference_vector() -> None:
+    # Avro's own tests: the single-object header of schema "int" is C3 01 8F 5C 39 3F 1A D5 75 72.
+    assert compile_schema_json('"int"', "test").fingerprint == bytes.fromhex("8f5c393f1ad57572")
+
+
+def _encoded(record_type: RecordType, sample_index: int) -> bytes:
+    return SingleObjectCodec(record_type).encode(SAMPLES[sample_index][2])
+
+
+UPSERT = _encoded(RecordType.SCHEDULE_EVENT, 0)
+# A ScheduleEvent payload starts with schedule_id, event_id (a UUID string) and the change enum.
+_ID_AND_EVENT_ID = UPSERT[:10] + b"\x02a" + b"\x48" + b"0b6f2c4e-6a43-4d8e-9a59-5c1f2f9d8e11"
+BAD_BYTES: list[tuple[str, bytes, type[DecodeError], DecodeFailure]] = [
+    ("empty", b"", CorruptRecordError, DecodeFailure.TRUNCATED),
+    ("marker-only", SINGLE_OBJECT_MARKER, CorruptRecordError, DecodeFailure.TRUNCATED),
+    ("short-fingerprint", UPSERT[:7], CorruptRecordError, DecodeFailure.TRUNCATED),
+    ("json", b'{"schedule_id": "x"}', CorruptRecordError, DecodeFailure.BAD_MARKER),
+    ("confluent-framing", b"\x00\x00\x00\x00\x01" + UPSERT[10:], CorruptRecordError,
+     DecodeFailure.BAD_MARKER),
+    ("wrong-marker-version", b"\xc3\x02" + UPSERT[2:], CorruptRecordError,
+     DecodeFailure.BAD_MARKER),
+    ("unknown-fingerprint", SINGLE_OBJECT_MARKER + bytes(8) + UPSERT[10:], UnknownSchemaError,
+     DecodeFailure.UNKNOWN_FINGERPRINT),
+    ("run-event-on-schedules-topic", _encoded(RecordType.RUN_EVENT, 4), IncompatibleSchemaError,
+     DecodeFailure.WRONG_RECORD_TYPE),
+    ("truncated-payload", UPSERT[:-1], CorruptRecordError, DecodeFailure.TRUNCATED),
+    ("trailing-bytes", UPSERT + b"\x00", CorruptRecordError, DecodeFailure.TRAILING_BYTES),
+    ("header-without-payload", UPSERT[:10], CorruptRecordError, DecodeFailure.TRUNCATED),
+    ("enum-index-out-of-range", _ID_AND_EVENT_ID + b"\xc6\x01", CorruptRecordError,
+     DecodeFailure.MALFORMED),
+    ("invalid-utf8", UPSERT[:10] + b"\x02\xff", CorruptRecordError, DecodeFailure.MALFORMED),
+    ("invalid-uuid", UPSERT[:10] + b"\x02a\x02z", CorruptRecordError, DecodeFailure.MALFORMED),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("data", "error", "reason"), [case[1:] for case in BAD_BYTES], ids=[c[0] for c in BAD_BYTES]
+)
+def test_bad_bytes_raise_a_typed_decode_error_with_the_reason(
+    data: bytes, error: type[DecodeError], reason: DecodeFailure
+) -> None:
+    with pytest.raises(error) as raised:
+        SingleObjectCodec(RecordType.SCHEDULE_EVENT).decode(data)
+
+    assert raised.value.reason is reason
+    assert raised.value.record_type == RecordType.SCHEDULE_EVENT
+    assert reason in str(raised.value)
+
+
+def test_an_unknown_fingerprint_is_named_in_the_error() -> None:
+    fingerprint = bytes.fromhex("0123456789abcdef")
+
+    with pytest.raises(UnknownSchemaError) as raised:
+        SingleObjectCodec(RecordType.SCHEDULE_EVENT).decode(
+            SINGLE_OBJECT_MARKER + fingerprint + UPSERT[10:]
+        )
+
+    assert raised.value.fingerprint == fingerprint
+    assert fingerprint.hex() in str(raised.value)
+
+
+def test_every_truncation_of_a_record_is_a_corrupt_record() -> None:
+    codec = SingleObjectCodec(RecordType.SCHEDULE_EVENT)
+    for cut in range(len(UPSERT)):
+        with pytest.raises(CorruptRecordError):
+            codec.decode(UPSERT[:cut])
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        pytest.param({"owner_team": "billing"}, id="unknown-field"),
+        pytest.param({"changed_by": None}, id="null-in-required-field"),
+        pytest.param({"change": "renamed"}, id="unknown-enum-symbol"),
+        pytest.param({"changed_at": "yesterday"}, id="wrong-type"),
+        pytest.param({"definition": {**DEFINITION, "every": 60}}, id="misspelt-nested-field"),
+    ],
+)
+def test_a_record_that_does_not_match_its_schema_raises_encode_error(
+    change: dict[str, Any],
+) -> None:
+    record = {**SAMPLES[0][2], **change}
+
+    with pytest.raises(EncodeError) as raised:
+        SingleObjectCodec(RecordType.SCHEDULE_EVENT).encode(record)
+
+    assert raised.value.record_type == RecordType.SCHEDULE_EVENT
+
+
+def test_missing_fields_with_defaults_are_filled_in() -> None:
+    codec = SingleObjectCodec(RecordType.SCHEDULE_EVENT)
+    record = {k: v for k, v in SAMPLES[2][2].items() if k not in ("revision", "reason")}
+
+    assert codec.decode(codec.encode(record)) == {**record, "revision": 0, "reason": None}
+
+
+@settings(max_examples=500, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.binary(max_size=200))
+def test_random_bytes_never_raise_anything_but_decode_error(data: bytes) -> None:
+    with pytest.raises(DecodeError):
+        SingleObjectCodec(RecordType.SCHEDULE_EVENT).decode(data)
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(record_type=st.sampled_from(RecordType), payload=st.binary(max_size=300))
+def test_random_payloads_behind_a_valid_header_decode_or_raise_decode_error(
+    record_type: RecordType, payload: bytes
+) -> None:
+    codec = SingleObjectCodec(record_type)
+    header = SINGLE_OBJECT_MARKER + load_catalog().current[record_type].fingerprint
+
+    with contextlib.suppress(DecodeError):
+        assert isinstance(codec.decode(header + payload), dict)
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    sample=st.sampled_from(SAMPLES),
+    position=st.integers(min_value=0, max_value=400),
+    replacement=st.binary(min_size=0, max_size=4),
+)
+def test_damaged_records_decode_or_raise_decode_error(
+    sample: tuple[RecordType, str, dict[str, Any]], position: int, replacement: bytes
+) -> None:
+    record_type, _, _ = sample
+    encoded = _encoded(record_type, SAMPLES.index(sample))
+    cut = position % (len(encoded) + 1)
+    damaged = encoded[:cut] + replacement + encoded[cut + len(replacement) :]
+
+    with contextlib.suppress(DecodeError):
+        assert isinstance(SingleObjectCodec(record_type).decode(damaged), dict)
