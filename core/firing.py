@@ -56,7 +56,7 @@ class Decision:
 class ScheduleState:
     """A ticker's view of one schedule.
 
-    `schedule` is the definition in force, its `paused` flag set by pause and resume events;
+    `schedule` is the definition in force (pause and resume events carry it with `paused` set);
     `version` is the schedules-topic offset of the change that produced it; `next_nominal` is the
     first occurrence not yet decided (`None`: it never fires again).
     """
@@ -68,7 +68,6 @@ class ScheduleState:
 
     @property
     def paused(self) -> bool:
-        # Pause and resume events set the definition's own flag, so the state has one switch.
         return self.schedule.paused
 
     @property
@@ -103,18 +102,21 @@ def upserted(
     changed_at: datetime,
     now: datetime,
 ) -> Outcome:
-    """A created or updated definition, in force from `changed_at`."""
+    """A definition in force from `changed_at`: created, edited, paused or resumed.
+
+    Every schedule event carries the whole definition, `paused` included, so one rule covers
+    them all: occurrences owed before the change are decided under the old definition, and the
+    new one owes its first occurrence at or after the change. Occurrences that fell inside a
+    pause are not owed: pausing means "do not run these".
+    """
     changed_at = min(changed_at, now)
     decisions: list[Decision] = []
     floor: datetime | None = None
     if state is not None:
         settled = _settle_before(state, changed_at, now)
         decisions = settled.decisions
-        floor = settled.state.last_decided_nominal if settled.state else None
-        # A definition's own `paused` flag wins only on creation; afterwards pause and resume
-        # events are the switch, so an edit does not silently resume a paused schedule.
-        if state.paused and not schedule.paused:
-            schedule = schedule.model_copy(update={"paused": True})
+        assert settled.state is not None
+        floor = settled.state.last_decided_nominal
     new_state = ScheduleState(
         schedule=schedule,
         version=version,
@@ -122,33 +124,6 @@ def upserted(
         last_decided_nominal=floor,
     )
     return Outcome(new_state, decisions)
-
-
-def paused(state: ScheduleState, changed_at: datetime, now: datetime) -> Outcome:
-    """Runs stop from `changed_at`; occurrences owed before it are still decided."""
-    changed_at = min(changed_at, now)
-    settled = _settle_before(state, changed_at, now)
-    assert settled.state is not None
-    schedule = settled.state.schedule.model_copy(update={"paused": True})
-    return Outcome(replace(settled.state, schedule=schedule), settled.decisions)
-
-
-def resumed(state: ScheduleState, changed_at: datetime, now: datetime) -> Outcome:
-    """Runs start again with the first occurrence at or after `changed_at`.
-
-    Occurrences that fell in the pause are not owed: pausing means "do not run these".
-    """
-    if not state.paused:
-        return Outcome(state, [])
-    changed_at = min(changed_at, now)
-    return Outcome(
-        replace(
-            state,
-            schedule=state.schedule.model_copy(update={"paused": False}),
-            next_nominal=_first_owed(state.schedule, changed_at, state.last_decided_nominal),
-        ),
-        [],
-    )
 
 
 def deleted(state: ScheduleState, changed_at: datetime, now: datetime) -> Outcome:

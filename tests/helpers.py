@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -40,3 +41,10 @@ def eventually(
             detail = f": {last_error}" if last_error else ""
             raise AssertionError(f"after {timeout_s:.1f}s, {message}{detail}")
         time.sleep(interval_s)
+
+
+def sleep_until(instant: datetime) -> None:
+    """Let wall-clock time reach `instant`: a scheduler's tests wait for time itself to pass."""
+    remaining = (instant - datetime.now(UTC)).total_seconds()
+    if remaining > 0:
+        time.sleep(remaining)

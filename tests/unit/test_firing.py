@@ -12,8 +12,6 @@ from kairos.core.firing import (
     ScheduleState,
     decide_due,
     deleted,
-    paused,
-    resumed,
     upserted,
 )
 from kairos.core.schedule import Schedule
@@ -126,22 +124,15 @@ def test_an_edit_never_reuses_an_already_decided_occurrence() -> None:
 
 def test_pause_stops_runs_and_resume_owes_only_what_follows() -> None:
     state = created(minutely())
-    pause = paused(state, changed_at=at(2, 30), now=at(2, 30))
+    pause = upserted(state, minutely(paused=True), version=2, changed_at=at(2, 30), now=at(2, 30))
     assert [d.nominal for d in pause.decisions] == [at(1), at(2)]
     assert pause.state is not None
     assert pause.state.due_at is None
     assert decide_due(pause.state, until=at(9), now=at(9), limit=None).decisions == []
-    resume = resumed(pause.state, changed_at=at(9, 10), now=at(9, 10))
+    resume = upserted(pause.state, minutely(), version=3, changed_at=at(9, 10), now=at(9, 10))
+    assert resume.decisions == []
     assert resume.state is not None
     assert resume.state.next_nominal == at(10)
-
-
-def test_an_edit_does_not_resume_a_paused_schedule() -> None:
-    state = paused(created(minutely()), changed_at=at(0, 40), now=at(0, 40)).state
-    assert state is not None
-    outcome = upserted(state, minutely(description="new"), version=3, changed_at=at(1), now=at(1))
-    assert outcome.state is not None
-    assert outcome.state.paused
 
 
 def test_delete_decides_what_was_owed_and_forgets_the_schedule() -> None:

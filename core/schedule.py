@@ -1,0 +1,375 @@
+"""The schedule model: the contract every producer app writes, and the schedules-file parser.
+
+Field names are part of the public contract (the Avro `ScheduleDefinition` mirrors them); the
+semantics of each field are stated in docs/defaults.md.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+import yaml
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import ErrorDetails, PydanticCustomError
+
+from kairos.core.cron import parse_cron
+from kairos.core.durations import format_duration, parse_duration
+from kairos.core.errors import KairosError
+
+SCHEDULE_ID_PATTERN = re.compile(r"[A-Za-z0-9._:/-]{1,200}")
+
+_ID_RULE = "1–200 characters of letters, digits and . _ : / -"
+
+
+class MisfirePolicy(StrEnum):
+    """What happens to occurrences found late, for example after the scheduler was down."""
+
+    ALL = "all"
+    """Every missed occurrence fires, late: late, never lost (the default)."""
+    LATEST = "latest"
+    """Only the most recent missed occurrence fires; the older ones are recorded as skipped."""
+    SKIP = "skip"
+    """No missed occurrence fires; each is recorded as skipped, and the next on-time one runs."""
+
+
+class OverlapPolicy(StrEnum):
+    """What an executor does when a run is due while the previous run of the schedule is running."""
+
+    ALLOW = "allow"
+    """Start the new run beside the running one, as cron does (the default)."""
+    SKIP = "skip"
+    """Do not start the new run; record it as skipped (never silently dropped)."""
+    QUEUE = "queue"
+    """Start the new run as soon as the previous one ends; runs keep their order."""
+    REPLACE = "replace"
+    """Cancel the running run, then start the new one."""
+
+
+class DstGapPolicy(StrEnum):
+    """A fixed-time cron job whose wall time does not exist that night (spring forward)."""
+
+    RUN_AT_TRANSITION = "run_at_transition"
+    """Run once, at the first instant after the jump (cronie; the default)."""
+    SKIP = "skip"
+    """No run that day."""
+
+
+class DstRepeatPolicy(StrEnum):
+    """A fixed-time cron job whose wall time occurs twice that night (fall back)."""
+
+    FIRST = "first"
+    """Run once, in the first pass (cronie; the default)."""
+    BOTH = "both"
+    """Run in both passes."""
+    LAST = "last"
+    """Run once, in the second pass."""
+
+
+def _is_zone(name: str) -> bool:
+    try:
+        ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError, OSError):
+        return False
+    return True
+
+
+def _aware_utc(value: datetime) -> datetime:
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValueError(
+            f"{value.isoformat()} has no UTC offset, so it is not an instant; "
+            "add one, such as '2027-03-14T07:00:00Z' or '2027-03-14T03:00:00-04:00'"
+        )
+    if value.microsecond % 1000:
+        # Instants travel as Avro timestamp-millis; a finer one would change on the way and
+        # with it the run ids derived from it.
+        raise ValueError(f"{value.isoformat()} is more precise than a millisecond; "
+                         "round it to whole milliseconds")
+    return value.astimezone(UTC)
+
+
+def _positive(value: timedelta) -> timedelta:
+    if value <= timedelta(0):
+        raise ValueError("must be longer than zero")
+    return value
+
+
+Duration = Annotated[
+    timedelta,
+    BeforeValidator(parse_duration),
+    PlainSerializer(format_duration, return_type=str, when_used="json"),
+]
+"""A duration read by `parse_duration`; serialised to JSON in its canonical short form."""
+
+PositiveDuration = Annotated[Duration, AfterValidator(_positive)]
+
+Instant = Annotated[datetime, AfterValidator(_aware_utc)]
+"""An aware datetime with millisecond precision, normalised to UTC; naive ones are refused."""
+
+
+def _rule(field: str, problem: str) -> PydanticCustomError:
+    # Cross-field rules are checked on the whole model, where pydantic has no field location;
+    # the field travels in the context so that `_problems` can still name it.
+    return PydanticCustomError("schedule_rule", "{field}: {problem}",
+                               {"field": field, "problem": problem})
+
+
+class JobSpec(BaseModel):
+    """What to run: a `kind` and its parameters, opaque to the calendar.
+
+    Example: `{"kind": "shell", "command": "echo hi"}`. Executors interpret the extra fields.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+    kind: str
+
+    @field_validator("kind")
+    @classmethod
+    def _kind_not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("must name the kind of job, such as 'shell' or 'http'")
+        return value
+
+
+class Schedule(BaseModel):
+    """One schedule. Exactly one trigger (`cron`, `at` or `every`) is set."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: str
+    """Unique within a deployment; 1–200 characters of `[A-Za-z0-9._:/-]`."""
+    cron: str | None = None
+    """Five fields or a macro, read on the wall clock of `timezone`."""
+    at: Instant | None = None
+    """One instant."""
+    every: PositiveDuration | None = None
+    """A fixed interval of elapsed time, anchored at `start_at` (which it requires)."""
+    timezone: str = "UTC"
+    """IANA zone name whose wall clock `cron` is read on; also used to display fires."""
+    start_at: Instant | None = None
+    """No fire before this instant; a fire exactly at it counts."""
+    end_at: Instant | None = None
+    """No fire after this instant; a fire exactly at it counts."""
+    jitter: Duration | None = None
+    """Maximum delay added to each run, the same for the same run every time."""
+    misfire: MisfirePolicy = MisfirePolicy.ALL
+    catchup_window: Duration | None = None
+    """Occurrences found later than this are skipped whatever `misfire` says; `None`: no limit."""
+    overlap: OverlapPolicy = OverlapPolicy.ALLOW
+    dst_gap: DstGapPolicy = DstGapPolicy.RUN_AT_TRANSITION
+    """Fixed-time cron jobs only; wildcard jobs and `every` follow real time."""
+    dst_repeat: DstRepeatPolicy = DstRepeatPolicy.FIRST
+    """Fixed-time cron jobs only; wildcard jobs and `every` follow real time."""
+    paused: bool = False
+    """A paused schedule keeps its calendar but starts no runs."""
+    job: JobSpec = Field(default_factory=lambda: JobSpec(kind="noop"))
+    max_attempts: int = Field(default=3, ge=1)
+    """Attempts per run, the first included."""
+    timeout: PositiveDuration = timedelta(hours=1)
+    """Per attempt."""
+    retry_backoff: Duration = timedelta(seconds=10)
+    """Delay before the first retry; it doubles for each further retry."""
+    owner: str | None = None
+    """The team that answers for the schedule."""
+    labels: dict[str, str] = Field(default_factory=dict)
+    description: str | None = None
+
+    @field_validator("id")
+    @classmethod
+    def _valid_id(cls, value: str) -> str:
+        if not SCHEDULE_ID_PATTERN.fullmatch(value):
+            raise ValueError(f"{value!r} is not a valid id; use {_ID_RULE}")
+        return value
+
+    @field_validator("cron")
+    @classmethod
+    def _valid_cron(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        parse_cron(value)
+        # One spelling per expression, so that schedules sharing it share one compiled calendar.
+        return " ".join(value.split())
+
+    @field_validator("timezone")
+    @classmethod
+    def _valid_zone(cls, value: str) -> str:
+        if not _is_zone(value):
+            raise ValueError(f"{value!r} is not a known IANA time zone; use a name such as "
+                             "'UTC', 'Europe/Berlin' or 'America/New_York'")
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Schedule:
+        triggers = [name for name in ("cron", "at", "every") if getattr(self, name) is not None]
+        if not triggers:
+            raise _rule("cron", "no trigger; set exactly one of 'cron', 'at' or 'every'")
+        if len(triggers) > 1:
+            raise _rule(triggers[-1], f"a schedule has exactly one trigger, but "
+                                      f"{' and '.join(map(repr, triggers))} are set; keep one")
+        if self.every is not None and self.start_at is None:
+            raise _rule("start_at", "'every' counts from start_at, so set start_at "
+                                    "(for example '2027-01-01T00:00:00Z')")
+        if self.start_at is not None and self.end_at is not None and self.end_at <= self.start_at:
+            raise _rule("end_at", f"end_at {self.end_at.isoformat()} is not after start_at "
+                                  f"{self.start_at.isoformat()}; move it later or drop it")
+        return self
+
+    @property
+    def zone(self) -> ZoneInfo:
+        return ZoneInfo(self.timezone)
+
+
+class ScheduleValidationError(KairosError):
+    """One problem with one schedule: which schedule, which field, what is wrong.
+
+    `schedule_id` is `None` when the schedule has no usable id; then `index` (its position in
+    the file, from 0) identifies it. `field` is a dotted path such as `cron` or `job.kind`.
+    """
+
+    def __init__(self, *, schedule_id: str | None, index: int | None, field: str,
+                 problem: str) -> None:
+        self.schedule_id = schedule_id
+        self.index = index
+        self.field = field
+        self.problem = problem
+        super().__init__(f"{self.where}: field '{field}': {problem}")
+
+    @property
+    def where(self) -> str:
+        position = f"schedules[{self.index}]" if self.index is not None else None
+        if self.schedule_id is None:
+            return f"schedule {position or '(without id)'}"
+        return f"schedule '{self.schedule_id}'" + (f" ({position})" if position else "")
+
+
+class SchedulesInvalidError(KairosError):
+    """Every problem found in one or more schedules; `errors` lists them all."""
+
+    def __init__(self, errors: list[ScheduleValidationError]) -> None:
+        self.errors = tuple(errors)
+        lines = "\n".join(f"  - {error}" for error in self.errors)
+        count = f"{len(self.errors)} problem{'s' if len(self.errors) != 1 else ''}"
+        super().__init__(f"{count} in the schedules; fix each and try again:\n{lines}")
+
+
+class SchedulesFileFormatError(KairosError):
+    """A schedules file is not YAML/JSON of the shape `{"schedules": [...]}`."""
+
+    def __init__(self, fmt: str, problem: str) -> None:
+        self.fmt = fmt
+        self.problem = problem
+        super().__init__(f"not a valid {fmt.upper()} schedules file: {problem}")
+
+
+def parse_schedule(data: object, *, index: int | None = None) -> Schedule:
+    """Validate one schedule given as a mapping.
+
+    Raises `SchedulesInvalidError` listing every problem; `index` is its position in a file.
+    """
+    try:
+        return Schedule.model_validate(data)
+    except ValidationError as error:
+        raise SchedulesInvalidError(_problems(error, data, index)) from None
+
+
+def load_schedules(text: str, fmt: Literal["yaml", "json"]) -> list[Schedule]:
+    """Parse a schedules file's text, `{"schedules": [ {...}, ... ]}`, in YAML or JSON.
+
+    Every problem in every schedule is collected into one `SchedulesInvalidError`, duplicate ids
+    included. A file that cannot be read as YAML/JSON of that shape raises
+    `SchedulesFileFormatError`. Reading the file is the caller's job, so this stays pure.
+    """
+    document = _decode(text, fmt)
+    if not isinstance(document, Mapping) or set(document) != {"schedules"}:
+        raise SchedulesFileFormatError(
+            fmt, "the top level must be a mapping with exactly one key, 'schedules'")
+    entries = document["schedules"]
+    if not isinstance(entries, list):
+        raise SchedulesFileFormatError(fmt, "'schedules' must be a list of schedules")
+    schedules: list[Schedule] = []
+    errors: list[ScheduleValidationError] = []
+    first_index: dict[str, int] = {}
+    for index, entry in enumerate(entries):
+        try:
+            schedule = parse_schedule(entry, index=index)
+        except SchedulesInvalidError as invalid:
+            errors.extend(invalid.errors)
+            continue
+        if schedule.id in first_index:
+            errors.append(ScheduleValidationError(
+                schedule_id=schedule.id, index=index, field="id",
+                problem=f"duplicate id, also used by schedules[{first_index[schedule.id]}]; "
+                        "ids must be unique"))
+            continue
+        first_index[schedule.id] = index
+        schedules.append(schedule)
+    if errors:
+        raise SchedulesInvalidError(errors)
+    return schedules
+
+
+def _decode(text: str, fmt: str) -> Any:
+    if fmt == "json":
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as error:
+            raise SchedulesFileFormatError(
+                fmt, f"{error.msg} at line {error.lineno}, column {error.colno}") from None
+    if fmt == "yaml":
+        try:
+            return yaml.safe_load(text)
+        except yaml.YAMLError as error:
+            mark = getattr(error, "problem_mark", None)
+            where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+            problem = getattr(error, "problem", None) or str(error)
+            raise SchedulesFileFormatError(fmt, f"{problem}{where}") from None
+    raise SchedulesFileFormatError(fmt, "the format must be 'yaml' or 'json'")
+
+
+def _problems(error: ValidationError, data: object, index: int | None
+              ) -> list[ScheduleValidationError]:
+    schedule_id = None
+    if isinstance(data, Mapping):
+        candidate = data.get("id")
+        if isinstance(candidate, str) and SCHEDULE_ID_PATTERN.fullmatch(candidate):
+            schedule_id = candidate
+    return [
+        ScheduleValidationError(schedule_id=schedule_id, index=index, field=field, problem=problem)
+        for field, problem in (_describe(detail) for detail in error.errors(include_url=False))
+    ]
+
+
+def _describe(detail: ErrorDetails) -> tuple[str, str]:
+    field = ".".join(str(part) for part in detail["loc"])
+    context = detail.get("ctx") or {}
+    kind = detail["type"]
+    if kind == "schedule_rule":
+        return str(context["field"]), str(context["problem"])
+    if kind == "value_error" and "error" in context:
+        return field, str(context["error"])
+    if kind == "missing":
+        return field, "is required"
+    if kind == "extra_forbidden":
+        known = ", ".join(Schedule.model_fields) if len(detail["loc"]) == 1 else ""
+        return field, "unknown field" + (f"; the fields are {known}" if known else "")
+    if kind == "model_type" and not detail["loc"]:
+        return "", "each schedule must be a mapping of fields"
+    shown = detail.get("input")
+    got = f" (got {shown!r})" if isinstance(shown, str | int | float | bool) else ""
+    return field, f"{detail['msg']}{got}"
