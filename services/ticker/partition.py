@@ -8,11 +8,12 @@ recorded; an empty store replays the whole (compacted) changelog.
 from __future__ import annotations
 
 import logging
+import struct
 import time
 from dataclasses import dataclass
 from datetime import datetime
 
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
 from kairos.core.errors import KairosError
 from kairos.core.firing import ScheduleState
@@ -23,6 +24,8 @@ from kairos.streams.state_store import PartitionStore, StateWrite
 logger = logging.getLogger(__name__)
 
 _RESTORE_BATCH = 5_000
+_BE64 = struct.Struct(">q")
+DUE_HEADER = "kairos.due_ms"
 
 
 class RestoreError(KairosError):
@@ -47,6 +50,19 @@ def due_ms(state: ScheduleState | None) -> int | None:
         return None
     due = state.due_at
     return None if due is None else int(due.timestamp() * 1000)
+
+
+def changelog_headers(due: int | None) -> list[tuple[str, bytes]]:
+    """The due instant rides beside each changelog value, so restore never decodes values."""
+    return [] if due is None else [(DUE_HEADER, _BE64.pack(due))]
+
+
+def _due_from_headers(message: Message) -> int | None:
+    for header in message.headers() or []:
+        value = header[1]
+        if header[0] == DUE_HEADER and isinstance(value, bytes):
+            return int(_BE64.unpack(value)[0])
+    return None
 
 
 def to_ms(instant: datetime) -> int:
@@ -129,9 +145,9 @@ class OwnedPartition:
                         raise RestoreError(self.partition, error.str())
                     key = message.key()
                     assert key is not None, "changelog records are keyed by schedule id"
-                    value = message.value()
-                    state = None if value is None else state_from_record(self._codec.decode(value))
-                    writes.append(StateWrite(key.decode(), value, due_ms(state)))
+                    writes.append(
+                        StateWrite(key.decode(), message.value(), _due_from_headers(message))
+                    )
                     offset = message.offset()
                     assert offset is not None
                     next_offset = offset + 1

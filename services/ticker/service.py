@@ -25,12 +25,10 @@ from kairos.core.firing import (
     ScheduleState,
     decide_due,
     deleted,
-    paused,
-    resumed,
     upserted,
 )
 from kairos.services.ticker.metrics import TickerMetrics
-from kairos.services.ticker.partition import OwnedPartition, due_ms, to_ms
+from kairos.services.ticker.partition import OwnedPartition, changelog_headers, due_ms, to_ms
 from kairos.services.ticker.work import TransactionWork
 from kairos.streams.codec import Codecs, DecodeError, make_codecs
 from kairos.streams.records import (
@@ -317,28 +315,24 @@ class Ticker:
                 f"key {schedule_id!r} does not match the event's schedule_id "
                 f"{event['schedule_id']!r}; key each event by its schedule id"
             )
-        change, changed_at = event["change"], event["changed_at"]
-        if change == "upserted":
+        changed_at = event["changed_at"]
+        definition = event["definition"]
+        if definition is None:
+            # Only a delete carries no definition (docs/wire-format.md).
+            if state is None:
+                return
+            outcome = deleted(state, changed_at, now)
+        else:
             try:
-                schedule = schedule_from_definition(event["definition"])
+                schedule = schedule_from_definition(definition)
             except (ValueError, TypeError, KeyError) as invalid:
                 raise SchedulePayloadError(f"invalid definition: {invalid}") from invalid
             if schedule.id != schedule_id:
                 raise SchedulePayloadError(
                     f"definition id {schedule.id!r} differs from the key {schedule_id!r}"
                 )
+            # Created, edited, paused or resumed: the definition says which.
             outcome = upserted(state, schedule, offset, changed_at, now)
-        elif state is None:
-            logger.info("schedule=%s %s ignored: no such schedule", schedule_id, change)
-            return
-        elif change == "paused":
-            outcome = paused(state, changed_at, now)
-        elif change == "resumed":
-            outcome = resumed(state, changed_at, now)
-        elif change == "deleted":
-            outcome = deleted(state, changed_at, now)
-        else:
-            raise SchedulePayloadError(f"unknown change {change!r}: upgrade this ticker")
         work.record(owned.partition, schedule_id, outcome, state)
 
     def _dead_letter(
@@ -408,6 +402,13 @@ class Ticker:
         started = time.monotonic()
         try:
             producer.begin_transaction()
+            logger.debug(
+                "transaction open instance=%s runs=%d skips=%d changes=%d",
+                self.settings.instance,
+                len(work.runs),
+                len(work.skips),
+                len(state_writes),
+            )
             # 1. The runs, keyed by run id.
             for decision, owed_by, partition in work.runs:
                 record = run_requested_record(
@@ -437,8 +438,9 @@ class Ticker:
                         self.changelog_topic,
                         write.schedule_id,
                         write.value,
-                        partition,
-                        on_changelog_delivery,
+                        partition=partition,
+                        on_delivery=on_changelog_delivery,
+                        headers=changelog_headers(write.due_ms),
                     )
             producer.flush(self.settings.transaction_timeout_ms / 1000)
             # 4. The offsets of every owned partition with the group metadata: the fence.
@@ -453,6 +455,9 @@ class Ticker:
             self._abort(failure)
             return
         self.metrics.commit_seconds.observe(time.monotonic() - started)
+        logger.debug(
+            "transaction committed instance=%s runs=%d", self.settings.instance, len(work.runs)
+        )
         # 6. Only now does the local store move, with the changelog offset it reflects.
         committed_at = self.clock()
         for partition, writes in state_writes.items():
@@ -482,12 +487,16 @@ class Ticker:
         topic: str,
         key: str | None,
         value: bytes | None,
+        *,
         partition: int | None = None,
         on_delivery: Callable[[KafkaError | None, Message], None] | None = None,
+        headers: list[tuple[str, bytes]] | None = None,
     ) -> None:
         producer = self._producer
         assert producer is not None
         kwargs: dict[str, Any] = {"key": key, "value": value}
+        if headers:
+            kwargs["headers"] = headers
         if partition is not None:
             kwargs["partition"] = partition
         if on_delivery is not None:

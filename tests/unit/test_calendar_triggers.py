@@ -207,17 +207,25 @@ def test_jitter_spreads_a_herd() -> None:
     assert len(offsets) > 900
 
 
-@pytest.mark.parametrize(("cron", "fields", "count"), [
-    pytest.param("30 2 * * *", {}, 365, id="fixed-daily-once-a-day-all-year"),
-    pytest.param("30 2 * * *", {"dst_gap": "skip"}, 364, id="fixed-daily-gap-skip"),
-    pytest.param("30 1 * * *", {"dst_repeat": "both"}, 366, id="fixed-daily-repeat-both"),
-    pytest.param("*/30 * * * *", {}, 365 * 48, id="wildcard-real-time-all-year"),
-])
+@pytest.mark.parametrize(
+    ("cron", "fields", "count"),
+    [
+        pytest.param("30 2 * * *", {}, 365, id="fixed-daily-once-a-day-all-year"),
+        pytest.param("30 2 * * *", {"dst_gap": "skip"}, 364, id="fixed-daily-gap-skip"),
+        pytest.param("30 1 * * *", {"dst_repeat": "both"}, 366, id="fixed-daily-repeat-both"),
+        pytest.param("*/30 * * * *", {}, 365 * 48, id="wildcard-real-time-all-year"),
+    ],
+)
 def test_a_year_in_new_york(cron: str, fields: dict[str, object], count: int) -> None:
     # 2027 loses two half-hours in March and gains two in November: real time nets out.
     schedule = make(cron=cron, timezone="America/New_York", **fields)
     start = datetime(2027, 1, 1, 5, tzinfo=UTC)
-    year = list(fires_between(schedule, start - timedelta(seconds=1),
-                              datetime(2028, 1, 1, 5, tzinfo=UTC) - timedelta(seconds=1)))
+    year = list(
+        fires_between(
+            schedule,
+            start - timedelta(seconds=1),
+            datetime(2028, 1, 1, 5, tzinfo=UTC) - timedelta(seconds=1),
+        )
+    )
     assert len(year) == count
     assert len({fire.nominal for fire in year}) == count

@@ -1,0 +1,87 @@
+"""Kairos services as real OS processes, so failure tests can kill them with real signals."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from kairos.streams.settings import KafkaSettings
+from tests.helpers import eventually
+
+
+class ServiceProcess:
+    """One `python -m kairos.cli …` process with its log in a file."""
+
+    def __init__(self, args: list[str], log_path: Path, env: dict[str, str] | None = None) -> None:
+        self.log_path = log_path
+        self._log = log_path.open("ab")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "kairos.cli", *args],
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {})},
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def wait_for_log(self, text: str, timeout_s: float = 60.0) -> None:
+        def logged() -> bool:
+            assert self.process.poll() is None, f"process exited:\n{self.log()[-3000:]}"
+            return text in self.log()
+
+        eventually(logged, timeout_s=timeout_s, interval_s=0.2, message=f"no {text!r} in log")
+
+    def signal(self, signum: signal.Signals) -> None:
+        self.process.send_signal(signum)
+
+    def kill(self) -> None:
+        self.process.kill()
+        self.process.wait(timeout=30)
+        self._log.close()
+
+    def stop(self, timeout_s: float = 30.0) -> int:
+        """SIGTERM and wait; returns the exit code."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        code = self.process.wait(timeout=timeout_s)
+        self._log.close()
+        return code
+
+
+def start_ticker(
+    settings: KafkaSettings,
+    instance: str,
+    state_dir: Path,
+    log_dir: Path,
+    *,
+    session_timeout_ms: int = 3000,
+    log_level: str = "INFO",
+) -> ServiceProcess:
+    return ServiceProcess(
+        [
+            "ticker",
+            "--instance",
+            instance,
+            "--state-dir",
+            str(state_dir),
+            "--bootstrap-servers",
+            settings.bootstrap_servers,
+            "--topic-prefix",
+            settings.topic_prefix,
+            "--schedules-partitions",
+            str(settings.schedules_partitions),
+            "--session-timeout-ms",
+            str(session_timeout_ms),
+            "--log-level",
+            log_level,
+        ],
+        log_dir / f"{instance}.log",
+    )
