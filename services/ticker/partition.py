@@ -72,10 +72,14 @@ def to_ms(instant: datetime) -> int:
 class OwnedPartition:
     """A schedules partition this ticker owns, with the offsets its state reflects."""
 
-    def __init__(self, partition: int, store: PartitionStore, codec: Codec) -> None:
+    def __init__(
+        self, partition: int, store: PartitionStore, codec: Codec, owned_since: datetime
+    ) -> None:
         self.partition = partition
         self.store = store
         self._codec = codec
+        self.owned_since = owned_since
+        self.last_fire_lateness_ms: int | None = None
         self.committed_offset = -1
         """The schedules-topic offset the last committed transaction recorded (next to read)."""
         self.next_offset = -1

@@ -9,6 +9,7 @@ of every owned partition and the consumer's group metadata. Rebalance callbacks 
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -31,6 +32,7 @@ from kairos.services.ticker.metrics import TickerMetrics
 from kairos.services.ticker.partition import OwnedPartition, changelog_headers, due_ms, to_ms
 from kairos.services.ticker.work import TransactionWork
 from kairos.streams.codec import Codecs, DecodeError, make_codecs
+from kairos.streams.ownership import OwnershipInfo
 from kairos.streams.records import (
     run_requested_record,
     schedule_from_definition,
@@ -191,7 +193,9 @@ class Ticker:
         for tp in committed:
             # 2. Restore the store from the changelog, which now holds every committed fire.
             path = self.settings.state_dir / self.schedules_topic / str(tp.partition)
-            owned = OwnedPartition(tp.partition, PartitionStore(path), self.codecs.ticker_state)
+            owned = OwnedPartition(
+                tp.partition, PartitionStore(path), self.codecs.ticker_state, self.clock()
+            )
             report = owned.restore(
                 self._restorer, self.changelog_topic, self.settings.restore_timeout_s
             )
@@ -219,6 +223,7 @@ class Ticker:
         # 3. Consume from exactly the offsets the restored state reflects.
         consumer.incremental_assign(starts)
         self.metrics.owned_partitions.set(len(self.owned))
+        self.metrics.schedules_held.set(sum(o.store.count for o in self.owned.values()))
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         # Callbacks run between transactions, so nothing is in flight to commit here.
@@ -445,7 +450,12 @@ class Ticker:
             producer.flush(self.settings.transaction_timeout_ms / 1000)
             # 4. The offsets of every owned partition with the group metadata: the fence.
             offsets = [
-                TopicPartition(self.schedules_topic, p, owned.next_offset)
+                TopicPartition(
+                    self.schedules_topic,
+                    p,
+                    owned.next_offset,
+                    metadata=self._ownership(owned).encode(),
+                )
                 for p, owned in self.owned.items()
             ]
             producer.send_offsets_to_transaction(offsets, consumer.consumer_group_metadata(), 30)
@@ -466,13 +476,26 @@ class Ticker:
             )
         for owned in self.owned.values():
             owned.committed_offset = owned.next_offset
-        for decision, _, _ in work.runs:
-            self.metrics.lateness.observe(
-                max(0.0, (committed_at - decision.fire_at).total_seconds())
-            )
+        self.metrics.schedules_held.set(sum(o.store.count for o in self.owned.values()))
+        for decision, _, partition in work.runs:
+            lateness = max(0.0, (committed_at - decision.fire_at).total_seconds())
+            self.metrics.lateness.observe(lateness)
+            self.owned[partition].last_fire_lateness_ms = int(lateness * 1000)
         self.metrics.fires.inc(len(work.runs))
         self.metrics.skips.inc(len(work.skips))
         self.metrics.dead_letters.inc(len(work.dead_letters))
+
+    def _ownership(self, owned: OwnedPartition) -> OwnershipInfo:
+        next_due = owned.store.next_due_ms()
+        return OwnershipInfo(
+            instance=self.settings.instance,
+            host=socket.gethostname(),
+            since=owned.owned_since,
+            schedules=owned.store.count,
+            next_due=None if next_due is None else datetime.fromtimestamp(next_due / 1000, UTC),
+            last_fire_lateness_ms=owned.last_fire_lateness_ms,
+            changelog_offset=owned.store.changelog_offset,
+        )
 
     def _state_write(self, schedule_id: str, state: ScheduleState | None) -> StateWrite:
         # The store holds exactly the changelog's bytes, so restore is a plain copy.
