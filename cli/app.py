@@ -6,7 +6,7 @@ import logging
 
 import typer
 
-from kairos.cli import dev, preview, ticker, topics
+from kairos.cli import apply, dev, preview, schedules, ticker, topics
 
 app = typer.Typer(
     name="kairos",
@@ -18,6 +18,8 @@ app.add_typer(dev.app, name="dev")
 app.command("preview")(preview.preview)
 app.add_typer(topics.app, name="topics")
 app.command("ticker")(ticker.ticker)
+app.command("apply")(apply.apply)
+app.add_typer(schedules.app, name="schedules")
 
 
 def main() -> None:

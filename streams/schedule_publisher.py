@@ -2,16 +2,20 @@
 
 A producer app needs three lines:
 
-    client = SchedulesClient(KafkaSettings(bootstrap_servers="broker:9092"), changed_by="billing")
-    client.upsert(Schedule(id="settlement-report", cron="0 2 * * *", timezone="America/New_York"))
-    client.close()
+    settings = KafkaSettings(bootstrap_servers="broker:9092")
+    with SchedulesClient(settings, changed_by="billing") as client:
+        client.upsert(Schedule(id="settlement-report", cron="0 2 * * *", timezone="Europe/Paris"))
 """
 
 from __future__ import annotations
 
+import builtins
 import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from functools import partial
+from typing import Any, Literal
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
@@ -19,8 +23,11 @@ from kairos.core.errors import KairosError
 from kairos.core.schedule import Schedule, parse_schedule
 from kairos.streams.codec import Codecs, make_codecs
 from kairos.streams.records import definition_record
+from kairos.streams.schedule_reader import ScheduleReader, StoredSchedule
 from kairos.streams.settings import KafkaSettings
 from kairos.streams.topics import TopicRole
+
+ChangeKind = Literal["upserted", "deleted", "paused", "resumed"]
 
 
 class PublishError(KairosError):
@@ -33,11 +40,60 @@ class PublishError(KairosError):
         self.kafka_error = kafka_error
 
 
-class SchedulesClient:
-    """Publishes schedule events to the compacted schedules topic.
+class ScheduleNotFoundError(KairosError):
+    """No current schedule has this id on the schedules topic."""
 
-    Every call returns only once the broker acknowledged the event (acks=all, idempotent
-    producer), and raises `PublishError` otherwise.
+    def __init__(self, schedule_id: str, topic: str) -> None:
+        super().__init__(
+            f"no schedule {schedule_id!r} on {topic}; `kairos schedules list` shows the schedules"
+        )
+        self.schedule_id = schedule_id
+        self.topic = topic
+
+
+@dataclass(frozen=True)
+class ScheduleChange:
+    """One schedule event to publish, checked against the schedules topic's contract.
+
+    Every change but a delete carries the whole definition after the change, so that the
+    latest record of a key is the schedule's state whatever compaction removed: a `paused`
+    change's definition has `paused` set, a `resumed` one's has it clear. `revision` is the
+    revision read before the change plus one, or 0 when the publisher did not read it.
+    """
+
+    change: ChangeKind
+    schedule_id: str
+    definition: Schedule | None = None
+    revision: int = 0
+
+    def __post_init__(self) -> None:
+        if (self.definition is None) != (self.change == "deleted"):
+            raise ValueError(
+                f"a {self.change} change of {self.schedule_id!r} must "
+                f"{'not ' if self.change == 'deleted' else ''}carry a definition"
+            )
+        if self.definition is None:
+            return
+        if self.definition.id != self.schedule_id:
+            raise ValueError(
+                f"the definition's id {self.definition.id!r} differs from {self.schedule_id!r}"
+            )
+        if self.change in ("paused", "resumed") and self.definition.paused != (
+            self.change == "paused"
+        ):
+            raise ValueError(
+                f"a {self.change} change of {self.schedule_id!r} must carry paused="
+                f"{self.change == 'paused'}"
+            )
+
+
+class SchedulesClient:
+    """Publishes schedule events to the compacted schedules topic, and reads it back.
+
+    Every change is validated before anything is sent, and every call that publishes returns
+    only once the broker acknowledged every event (acks=all, idempotent producer); otherwise it
+    raises `PublishError`. `pause`, `resume`, `delete` and `get` raise `ScheduleNotFoundError`
+    for an id without a current schedule.
     """
 
     def __init__(
@@ -53,6 +109,7 @@ class SchedulesClient:
         self.topic = settings.layout.name(TopicRole.SCHEDULES)
         self._codecs = codecs or make_codecs()
         self._timeout_s = timeout_s
+        self._reader = ScheduleReader(settings, changed_by, self._codecs, timeout_s)
         self._producer = Producer(
             settings.client_config(
                 **{
@@ -66,18 +123,45 @@ class SchedulesClient:
     def upsert(self, schedule: Schedule | dict[str, Any], reason: str | None = None) -> None:
         """Create or replace a schedule (a dict is validated as a `Schedule` first)."""
         valid = schedule if isinstance(schedule, Schedule) else parse_schedule(schedule)
-        self._send(valid.id, "upserted", definition_record(valid), reason)
+        self.publish([ScheduleChange("upserted", valid.id, valid)], reason)
+
+    def upsert_all(self, schedules: Iterable[Schedule], reason: str | None = None) -> None:
+        """Create or replace many schedules with one wait for the broker's acknowledgements."""
+        self.publish([ScheduleChange("upserted", s.id, s) for s in schedules], reason)
 
     def pause(self, schedule_id: str, reason: str | None = None) -> None:
-        self._send(schedule_id, "paused", None, reason)
+        """Publish the current definition with `paused` set: no run fires until `resume`."""
+        self._set_paused(schedule_id, True, reason)
 
     def resume(self, schedule_id: str, reason: str | None = None) -> None:
-        self._send(schedule_id, "resumed", None, reason)
+        """Publish the current definition with `paused` clear."""
+        self._set_paused(schedule_id, False, reason)
 
     def delete(self, schedule_id: str, reason: str | None = None) -> None:
-        """Delete the schedule: a `deleted` event for the audit trail, then a tombstone."""
-        self._send(schedule_id, "deleted", None, reason)
-        self._deliver(schedule_id, None)
+        """Delete a schedule: a `deleted` event for the audit trail, then a tombstone."""
+        current = self.get(schedule_id)
+        deleted = ScheduleChange("deleted", schedule_id, revision=current.revision + 1)
+        self.publish([deleted], reason)
+
+    def get(self, schedule_id: str) -> StoredSchedule:
+        """The schedule's current state, reading only the partition it lives on."""
+        stored = self._reader.read_one(schedule_id)
+        if stored is None:
+            raise ScheduleNotFoundError(schedule_id, self.topic)
+        return stored
+
+    def list(self) -> builtins.list[StoredSchedule]:
+        """Every current schedule, by id."""
+        return sorted(self._reader.read_all().schedules.values(), key=lambda s: s.id)
+
+    def publish(self, changes: Sequence[ScheduleChange], reason: str | None = None) -> None:
+        """Publish prepared changes in order; every one is encoded before the first is sent."""
+        records: builtins.list[tuple[str, bytes | None]] = []
+        for change in changes:
+            records.append((change.schedule_id, self._event(change, reason)))
+            if change.change == "deleted":
+                records.append((change.schedule_id, None))
+        self._deliver_all(records)
 
     def close(self) -> None:
         self._producer.flush(self._timeout_s)
@@ -88,37 +172,64 @@ class SchedulesClient:
     def __exit__(self, *_: object) -> None:
         self.close()
 
-    def _send(
-        self,
-        schedule_id: str,
-        change: str,
-        definition: dict[str, Any] | None,
-        reason: str | None,
-    ) -> None:
+    def _set_paused(self, schedule_id: str, paused: bool, reason: str | None) -> None:
+        # Read-modify-write without a lock: an upsert landing between the read and this event
+        # is overwritten (the last event wins); the revision numbers make that visible.
+        current = self.get(schedule_id)
+        definition = current.schedule.model_copy(update={"paused": paused})
+        change: ChangeKind = "paused" if paused else "resumed"
+        self.publish(
+            [ScheduleChange(change, schedule_id, definition, current.revision + 1)], reason
+        )
+
+    def _event(self, change: ScheduleChange, reason: str | None) -> bytes:
+        definition = change.definition
         event = {
-            "schedule_id": schedule_id,
-            "event_id": str(uuid.uuid4()),
-            "change": change,
-            "definition": definition,
-            "revision": 0,
+            "schedule_id": change.schedule_id,
+            "event_id": uuid.uuid4(),
+            "change": change.change,
+            "definition": None if definition is None else definition_record(definition),
+            "revision": change.revision,
             "changed_by": self.changed_by,
             "changed_at": datetime.now(UTC),
             "reason": reason,
         }
-        self._deliver(schedule_id, self._codecs.schedule_event.encode(event))
+        return self._codecs.schedule_event.encode(event)
 
-    def _deliver(self, schedule_id: str, value: bytes | None) -> None:
-        outcome: list[KafkaError | None] = []
-
-        def delivered(error: KafkaError | None, _: Message) -> None:
-            outcome.append(error)
-
-        try:
-            self._producer.produce(self.topic, key=schedule_id, value=value, on_delivery=delivered)
-        except (BufferError, KafkaException) as error:
-            raise PublishError(schedule_id, str(error)) from error
+    def _deliver_all(self, records: Sequence[tuple[str, bytes | None]]) -> None:
+        outcomes: dict[int, KafkaError | None] = {}
+        for index, (schedule_id, value) in enumerate(records):
+            while True:
+                try:
+                    self._producer.produce(
+                        self.topic,
+                        key=schedule_id.encode("utf-8"),
+                        value=value,
+                        on_delivery=partial(_store_outcome, outcomes, index),
+                    )
+                    break
+                except BufferError:
+                    # The local queue is full: serve delivery reports until it drains.
+                    self._producer.poll(0.1)
+                except KafkaException as refused:
+                    raise PublishError(schedule_id, str(refused)) from refused
         self._producer.flush(self._timeout_s)
-        if not outcome:
-            raise PublishError(schedule_id, f"no acknowledgement within {self._timeout_s}s")
-        if outcome[0] is not None:
-            raise PublishError(schedule_id, outcome[0].str(), outcome[0])
+        # (schedule id, the broker's error, or None when no delivery report came in time)
+        failures: builtins.list[tuple[str, KafkaError | None]] = [
+            (schedule_id, outcomes.get(index))
+            for index, (schedule_id, _) in enumerate(records)
+            if index not in outcomes or outcomes[index] is not None
+        ]
+        if not failures:
+            return
+        schedule_id, error = failures[0]
+        more = f" (and {len(failures) - 1} more events)" if len(failures) > 1 else ""
+        if error is None:
+            raise PublishError(schedule_id, f"no acknowledgement within {self._timeout_s}s{more}")
+        raise PublishError(schedule_id, error.str() + more, error)
+
+
+def _store_outcome(
+    outcomes: dict[int, KafkaError | None], index: int, error: KafkaError | None, _: Message
+) -> None:
+    outcomes[index] = error

@@ -1,0 +1,214 @@
+"""`kairos schedules list|get|delete|pause|resume`: the compacted schedules topic, by hand."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from collections.abc import Callable
+from typing import Annotated, Any
+
+import typer
+import yaml
+
+from kairos.cli.options import (
+    DEFAULT_BOOTSTRAP,
+    BootstrapOption,
+    JsonOption,
+    TopicPrefixOption,
+    fail,
+    kafka_settings,
+)
+from kairos.core.errors import KairosError
+from kairos.core.schedule import Schedule
+from kairos.streams.schedule_publisher import SchedulesClient
+from kairos.streams.schedule_reader import ScheduleReader, ScheduleSnapshot, StoredSchedule
+from kairos.streams.settings import KafkaSettings
+
+ChangedByOption = Annotated[
+    str | None,
+    typer.Option(
+        "--changed-by",
+        envvar="KAIROS_CHANGED_BY",
+        help="Who makes the change, for the audit trail; default $USER@hostname.",
+    ),
+]
+ReasonOption = Annotated[str | None, typer.Option("--reason", help="Why, for the audit trail.")]
+ScheduleIdArgument = Annotated[str, typer.Argument(help="The schedule's id.")]
+
+app = typer.Typer(
+    help="List, show, delete, pause and resume the schedules on the schedules topic.",
+    no_args_is_help=True,
+)
+
+
+def changed_by_or_default(changed_by: str | None) -> str:
+    """`--changed-by`, else `$USER@hostname`: every change names a person or a service."""
+    if changed_by and changed_by.strip():
+        return changed_by.strip()
+    return f"{os.environ.get('USER') or 'unknown'}@{socket.gethostname()}"
+
+
+def reader_for(settings: KafkaSettings, changed_by: str | None = None) -> ScheduleReader:
+    return ScheduleReader(settings, reader_name=f"kairos-cli:{changed_by_or_default(changed_by)}")
+
+
+def warn_rejected(snapshot: ScheduleSnapshot, reader: ScheduleReader) -> None:
+    """Say on stderr that unreadable records were skipped, and where they went."""
+    if not snapshot.rejected:
+        return
+    first = snapshot.rejected[0]
+    typer.echo(
+        f"warning: skipped {len(snapshot.rejected)} unreadable record(s) on {reader.topic} "
+        f"(copied to {reader.dead_letters_topic}); first at partition {first.partition} "
+        f"offset {first.offset}: {first.reason}",
+        err=True,
+    )
+
+
+@app.command("list")
+def list_(
+    owner: Annotated[
+        str | None, typer.Option("--owner", help="Only the schedules of this owner.")
+    ] = None,
+    as_json: JsonOption = False,
+    bootstrap_servers: BootstrapOption = DEFAULT_BOOTSTRAP,
+    topic_prefix: TopicPrefixOption = "kairos.",
+) -> None:
+    """List the current schedules."""
+    reader = reader_for(kafka_settings(bootstrap_servers, topic_prefix))
+    try:
+        snapshot = reader.read_all()
+    except KairosError as error:
+        raise fail(str(error)) from None
+    warn_rejected(snapshot, reader)
+    shown = sorted(
+        (s for s in snapshot.schedules.values() if owner is None or s.schedule.owner == owner),
+        key=lambda s: s.id,
+    )
+    if as_json:
+        typer.echo(json.dumps([_as_json(stored) for stored in shown], indent=2))
+        return
+    rows = [
+        [
+            s.id,
+            _trigger(s.schedule),
+            s.schedule.timezone,
+            "paused" if s.schedule.paused else "active",
+            s.schedule.owner or "-",
+            s.changed_at.isoformat(timespec="seconds"),
+            s.changed_by,
+        ]
+        for s in shown
+    ]
+    header = ["ID", "TRIGGER", "TIMEZONE", "STATE", "OWNER", "CHANGED AT", "CHANGED BY"]
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    for row in [header, *rows]:
+        typer.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)))
+
+
+@app.command("get")
+def get(
+    schedule_id: ScheduleIdArgument,
+    as_json: JsonOption = False,
+    bootstrap_servers: BootstrapOption = DEFAULT_BOOTSTRAP,
+    topic_prefix: TopicPrefixOption = "kairos.",
+) -> None:
+    """Show one schedule's full definition and its last change."""
+    reader = reader_for(kafka_settings(bootstrap_servers, topic_prefix))
+    try:
+        stored = reader.read_one(schedule_id)
+    except KairosError as error:
+        raise fail(str(error)) from None
+    if stored is None:
+        raise fail(f"no schedule {schedule_id!r} on {reader.topic}")
+    if as_json:
+        typer.echo(json.dumps(_as_json(stored), indent=2))
+        return
+    typer.echo(yaml.safe_dump(_as_json(stored), sort_keys=False).rstrip())
+
+
+@app.command("delete")
+def delete(
+    schedule_id: ScheduleIdArgument,
+    reason: ReasonOption = None,
+    changed_by: ChangedByOption = None,
+    bootstrap_servers: BootstrapOption = DEFAULT_BOOTSTRAP,
+    topic_prefix: TopicPrefixOption = "kairos.",
+) -> None:
+    """Delete a schedule: a `deleted` event, then a tombstone."""
+    _change(
+        lambda client: client.delete(schedule_id, reason),
+        changed_by,
+        kafka_settings(bootstrap_servers, topic_prefix),
+    )
+    typer.echo(f"deleted {schedule_id}")
+
+
+@app.command("pause")
+def pause(
+    schedule_id: ScheduleIdArgument,
+    reason: ReasonOption = None,
+    changed_by: ChangedByOption = None,
+    bootstrap_servers: BootstrapOption = DEFAULT_BOOTSTRAP,
+    topic_prefix: TopicPrefixOption = "kairos.",
+) -> None:
+    """Pause a schedule: no run fires until it is resumed."""
+    _change(
+        lambda client: client.pause(schedule_id, reason),
+        changed_by,
+        kafka_settings(bootstrap_servers, topic_prefix),
+    )
+    typer.echo(f"paused {schedule_id}")
+
+
+@app.command("resume")
+def resume(
+    schedule_id: ScheduleIdArgument,
+    reason: ReasonOption = None,
+    changed_by: ChangedByOption = None,
+    bootstrap_servers: BootstrapOption = DEFAULT_BOOTSTRAP,
+    topic_prefix: TopicPrefixOption = "kairos.",
+) -> None:
+    """Resume a paused schedule; occurrences that fell inside the pause do not run."""
+    _change(
+        lambda client: client.resume(schedule_id, reason),
+        changed_by,
+        kafka_settings(bootstrap_servers, topic_prefix),
+    )
+    typer.echo(f"resumed {schedule_id}")
+
+
+def _change(
+    action: Callable[[SchedulesClient], None], changed_by: str | None, settings: KafkaSettings
+) -> None:
+    try:
+        with SchedulesClient(settings, changed_by_or_default(changed_by)) as client:
+            action(client)
+    except KairosError as error:
+        raise fail(str(error)) from None
+
+
+def _trigger(schedule: Schedule) -> str:
+    shown = schedule.model_dump(mode="json")
+    if schedule.cron is not None:
+        return f"cron {schedule.cron}"
+    if schedule.every is not None:
+        return f"every {shown['every']}"
+    return f"at {shown['at']}"
+
+
+def _as_json(stored: StoredSchedule) -> dict[str, Any]:
+    return {
+        "schedule": stored.schedule.model_dump(mode="json"),
+        "last_change": {
+            "change": stored.change,
+            "changed_by": stored.changed_by,
+            "changed_at": stored.changed_at.isoformat(),
+            "reason": stored.reason,
+            "revision": stored.revision,
+            "event_id": str(stored.event_id),
+            "partition": stored.partition,
+            "offset": stored.offset,
+        },
+    }
