@@ -36,6 +36,7 @@ class RecordType(StrEnum):
     RUN_REQUESTED = "io.kairos.v1.RunRequested"
     RUN_EVENT = "io.kairos.v1.RunEvent"
     TICKER_STATE = "io.kairos.v1.TickerStateRecord"
+    TICKER_PROGRESS = "io.kairos.v1.TickerProgress"
     DEAD_LETTER = "io.kairos.v1.DeadLetter"
 
 

@@ -250,6 +250,7 @@ class Codecs:
     run_requested: Codec
     run_event: Codec
     ticker_state: Codec
+    ticker_progress: Codec
     dead_letter: Codec
 
 
@@ -265,6 +266,7 @@ def make_codecs(schema_registry_url: str | None = None) -> Codecs:
             run_requested=SingleObjectCodec(RecordType.RUN_REQUESTED),
             run_event=SingleObjectCodec(RecordType.RUN_EVENT),
             ticker_state=SingleObjectCodec(RecordType.TICKER_STATE),
+            ticker_progress=SingleObjectCodec(RecordType.TICKER_PROGRESS),
             dead_letter=SingleObjectCodec(RecordType.DEAD_LETTER),
         )
     # Imported here so that the registry's optional dependencies are needed only when used.
@@ -276,6 +278,7 @@ def make_codecs(schema_registry_url: str | None = None) -> Codecs:
         run_requested=RegistryCodec(RecordType.RUN_REQUESTED, client),
         run_event=RegistryCodec(RecordType.RUN_EVENT, client),
         ticker_state=SingleObjectCodec(RecordType.TICKER_STATE),
+        ticker_progress=SingleObjectCodec(RecordType.TICKER_PROGRESS),
         dead_letter=RegistryCodec(RecordType.DEAD_LETTER, client),
     )
 

@@ -96,25 +96,41 @@ def schedule_from_definition(record: dict[str, Any]) -> Schedule:
 
 
 def state_record(state: ScheduleState) -> dict[str, Any]:
-    """The changelog value of a schedule's state (a deleted schedule's value is a tombstone)."""
+    """The changelog value of the definition a ticker holds (written when it changes)."""
     return {
         "schedule_id": state.schedule.id,
         "definition": definition_record(state.schedule),
         "schedule_offset": state.version,
-        "last_fired_nominal_at": state.last_decided_nominal,
-        "next_due_at": state.next_nominal,
     }
 
 
-def state_from_record(record: dict[str, Any]) -> ScheduleState | None:
-    definition = record["definition"]
-    if definition is None:
+def progress_record(state: ScheduleState) -> dict[str, Any]:
+    """The changelog value of a schedule's firing progress (written on every decision)."""
+    return {
+        "schedule_id": state.schedule.id,
+        "schedule_offset": state.version,
+        "last_decided_nominal_at": state.last_decided_nominal,
+        "next_nominal_at": state.next_nominal,
+    }
+
+
+def state_from_records(
+    definition: dict[str, Any], progress: dict[str, Any] | None
+) -> ScheduleState | None:
+    """A ticker's state from its two changelog values; `None` for a deleted schedule."""
+    if definition["definition"] is None:
         return None
+    schedule = schedule_from_definition(definition["definition"])
+    if progress is None or progress["schedule_offset"] != definition["schedule_offset"]:
+        raise ValueError(
+            f"schedule {schedule.id!r}: no progress recorded for version "
+            f"{definition['schedule_offset']}; the changelog is incomplete"
+        )
     return ScheduleState(
-        schedule=schedule_from_definition(definition),
-        version=record["schedule_offset"],
-        next_nominal=record["next_due_at"],
-        last_decided_nominal=record["last_fired_nominal_at"],
+        schedule=schedule,
+        version=definition["schedule_offset"],
+        next_nominal=progress["next_nominal_at"],
+        last_decided_nominal=progress["last_decided_nominal_at"],
     )
 
 

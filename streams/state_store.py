@@ -2,7 +2,8 @@
 
 Keys are bytes with a one-letter family prefix:
 
-- `s<schedule id>` → the schedule's state record, exactly the bytes of its changelog value;
+- `s<schedule id>` → the definition the ticker holds, exactly the bytes of its changelog value;
+- `p<schedule id>` → the schedule's firing progress, likewise the bytes of its changelog value;
 - `x<schedule id>` → its due instant (be64 ms), so an update finds the index entry to replace;
 - `d<be64 due ms><schedule id>` → empty: the due index, which RocksDB keeps in time order
   because the instant is fixed-width big-endian;
@@ -27,6 +28,7 @@ from kairos.core.errors import KairosError
 
 _BE64 = struct.Struct(">q")
 _STATE = b"s"
+_PROGRESS = b"p"
 _DUE_OF = b"x"
 _DUE = b"d"
 _CHANGELOG_OFFSET = b"m:changelog"
@@ -42,11 +44,17 @@ class StateStoreError(KairosError):
 
 @dataclass(frozen=True, slots=True)
 class StateWrite:
-    """Set (`value` not None) or remove one schedule's state and its due-index entry."""
+    """One schedule's change: new definition and/or progress bytes, or its removal.
+
+    `None` for `definition` or `progress` leaves that part as it is; `deleted` removes the
+    schedule entirely. `due_ms` replaces the due-index entry (`None`: nothing due).
+    """
 
     schedule_id: str
-    value: bytes | None
+    definition: bytes | None
+    progress: bytes | None
     due_ms: int | None
+    deleted: bool = False
 
 
 class PartitionStore:
@@ -75,31 +83,53 @@ class PartitionStore:
         raw = self._db.get(_CHANGELOG_OFFSET)
         return None if raw is None else int(_BE64.unpack(raw)[0])
 
-    def get(self, schedule_id: str) -> bytes | None:
-        value: bytes | None = self._db.get(_STATE + schedule_id.encode())
-        return value
+    def get(self, schedule_id: str) -> tuple[bytes, bytes | None] | None:
+        """The schedule's (definition, progress) bytes; `None` when the store does not hold it."""
+        key = schedule_id.encode()
+        definition: bytes | None = self._db.get(_STATE + key)
+        if definition is None:
+            return None
+        progress: bytes | None = self._db.get(_PROGRESS + key)
+        return definition, progress
 
     def apply(self, writes: Iterable[StateWrite], changelog_offset: int) -> None:
-        """Apply `writes` and record `changelog_offset`, atomically."""
+        """Apply `writes` in order and record `changelog_offset`, atomically.
+
+        One batch may hold several writes of the same schedule (a restore replays its history),
+        so what earlier writes of this batch did is tracked here: the database sees none of it
+        until the batch is written.
+        """
         batch = WriteBatch(raw_mode=True)
         count = self.count
+        present: dict[bytes, bool] = {}
+        due_of: dict[bytes, bytes | None] = {}
         for write in writes:
             key = write.schedule_id.encode()
-            existed = self._db.get(_STATE + key) is not None
-            old_due = self._db.get(_DUE_OF + key)
+            if key not in present:
+                present[key] = self._db.get(_STATE + key) is not None
+                due_of[key] = self._db.get(_DUE_OF + key)
+            old_due = due_of[key]
             if old_due is not None:
                 batch.delete(_DUE + old_due + key)
-            if write.value is None:
-                count -= existed
+            due_of[key] = None
+            if write.deleted:
+                count -= present[key]
+                present[key] = False
                 batch.delete(_STATE + key)
+                batch.delete(_PROGRESS + key)
                 batch.delete(_DUE_OF + key)
                 continue
-            count += not existed
-            batch.put(_STATE + key, write.value)
+            if write.definition is not None:
+                count += not present[key]
+                present[key] = True
+                batch.put(_STATE + key, write.definition)
+            if write.progress is not None:
+                batch.put(_PROGRESS + key, write.progress)
             if write.due_ms is None:
                 batch.delete(_DUE_OF + key)
             else:
                 due = _BE64.pack(write.due_ms)
+                due_of[key] = due
                 batch.put(_DUE_OF + key, due)
                 batch.put(_DUE + due + key, b"")
         batch.put(_CHANGELOG_OFFSET, _BE64.pack(changelog_offset))

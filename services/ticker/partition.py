@@ -17,13 +17,16 @@ from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
 from kairos.core.errors import KairosError
 from kairos.core.firing import ScheduleState
-from kairos.streams.codec import Codec
-from kairos.streams.records import state_from_record
+from kairos.streams.codec import Codecs
+from kairos.streams.records import state_from_records
 from kairos.streams.state_store import PartitionStore, StateWrite
 
 logger = logging.getLogger(__name__)
 
 _RESTORE_BATCH = 5_000
+_CACHE_LIMIT = 2_000_000
+"""Decoded states kept in memory per partition; past it the cache starts over (bounded RSS)."""
+PROGRESS_SUFFIX = "#progress"
 _BE64 = struct.Struct(">q")
 DUE_HEADER = "kairos.due_ms"
 
@@ -65,6 +68,25 @@ def _due_from_headers(message: Message) -> int | None:
     return None
 
 
+def progress_key(schedule_id: str) -> str:
+    # '#' never occurs in a schedule id, so the two keys of a schedule never collide.
+    return schedule_id + PROGRESS_SUFFIX
+
+
+def _restored_write(key: str, message: Message) -> StateWrite:
+    value = message.value()
+    if key.endswith(PROGRESS_SUFFIX):
+        schedule_id = key[: -len(PROGRESS_SUFFIX)]
+        if value is None:
+            return StateWrite(schedule_id, None, None, None, deleted=True)
+        return StateWrite(schedule_id, None, value, _due_from_headers(message))
+    if value is None:
+        return StateWrite(key, None, None, None, deleted=True)
+    # A definition is always followed by its progress in the same transaction, which sets the
+    # due entry; until then the schedule is not due.
+    return StateWrite(key, value, None, None)
+
+
 def to_ms(instant: datetime) -> int:
     return int(instant.timestamp() * 1000)
 
@@ -73,11 +95,12 @@ class OwnedPartition:
     """A schedules partition this ticker owns, with the offsets its state reflects."""
 
     def __init__(
-        self, partition: int, store: PartitionStore, codec: Codec, owned_since: datetime
+        self, partition: int, store: PartitionStore, codecs: Codecs, owned_since: datetime
     ) -> None:
         self.partition = partition
         self.store = store
-        self._codec = codec
+        self._codecs = codecs
+        self._states: dict[str, ScheduleState] = {}
         self.owned_since = owned_since
         self.last_fire_lateness_ms: int | None = None
         self.committed_offset = -1
@@ -86,10 +109,31 @@ class OwnedPartition:
         """The schedules-topic offset after the last message taken into the open work."""
 
     def state(self, schedule_id: str) -> ScheduleState | None:
-        value = self.store.get(schedule_id)
-        if value is None:
+        """The committed state, decoded once and then served from memory."""
+        cached = self._states.get(schedule_id)
+        if cached is not None:
+            return cached
+        stored = self.store.get(schedule_id)
+        if stored is None:
             return None
-        return state_from_record(self._codec.decode(value))
+        definition, progress = stored
+        state = state_from_records(
+            self._codecs.ticker_state.decode(definition),
+            None if progress is None else self._codecs.ticker_progress.decode(progress),
+        )
+        if state is not None:
+            if len(self._states) >= _CACHE_LIMIT:
+                self._states.clear()
+            self._states[schedule_id] = state
+        return state
+
+    def committed(self, states: dict[str, ScheduleState | None]) -> None:
+        """Remember states a committed transaction wrote (never those of an aborted one)."""
+        for schedule_id, state in states.items():
+            if state is None:
+                self._states.pop(schedule_id, None)
+            else:
+                self._states[schedule_id] = state
 
     def restore(self, consumer: Consumer, changelog_topic: str, timeout_s: float) -> RestoreReport:
         """Bring the store up to the changelog's last committed record."""
@@ -149,9 +193,7 @@ class OwnedPartition:
                         raise RestoreError(self.partition, error.str())
                     key = message.key()
                     assert key is not None, "changelog records are keyed by schedule id"
-                    writes.append(
-                        StateWrite(key.decode(), message.value(), _due_from_headers(message))
-                    )
+                    writes.append(_restored_write(key.decode(), message))
                     offset = message.offset()
                     assert offset is not None
                     next_offset = offset + 1

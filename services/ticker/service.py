@@ -29,18 +29,16 @@ from kairos.core.firing import (
     upserted,
 )
 from kairos.services.ticker.metrics import TickerMetrics
-from kairos.services.ticker.partition import OwnedPartition, changelog_headers, due_ms, to_ms
+from kairos.services.ticker.partition import OwnedPartition, to_ms
+from kairos.services.ticker.transaction import FiringTransactions, Topics
 from kairos.services.ticker.work import TransactionWork
 from kairos.streams.codec import Codecs, DecodeError, make_codecs
 from kairos.streams.ownership import OwnershipInfo
 from kairos.streams.records import (
-    run_requested_record,
     schedule_from_definition,
-    skipped_run_event_record,
-    state_record,
 )
 from kairos.streams.settings import KafkaSettings
-from kairos.streams.state_store import PartitionStore, StateWrite
+from kairos.streams.state_store import PartitionStore
 from kairos.streams.topics import TopicRole
 
 logger = logging.getLogger(__name__)
@@ -95,7 +93,7 @@ class Ticker:
         self.dead_letters_topic = layout.name(TopicRole.DEAD_LETTERS)
         self.owned: dict[int, OwnedPartition] = {}
         self._consumer: Consumer | None = None
-        self._producer: Producer | None = None
+        self._transactions: FiringTransactions | None = None
         self._restorer: Consumer | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -122,7 +120,7 @@ class Ticker:
 
     def _connect(self) -> None:
         s = self.settings
-        self._producer = Producer(
+        producer = Producer(
             self.kafka.client_config(
                 **{
                     "transactional.id": f"kairos-ticker-{s.instance}",
@@ -133,7 +131,20 @@ class Ticker:
                 }
             )
         )
-        self._producer.init_transactions(30)
+        producer.init_transactions(30)
+        self._transactions = FiringTransactions(
+            producer,
+            Topics(
+                schedules=self.schedules_topic,
+                changelog=self.changelog_topic,
+                runs=self.runs_topic,
+                run_events=self.run_events_topic,
+                dead_letters=self.dead_letters_topic,
+            ),
+            self.codecs,
+            s.instance,
+            s.transaction_timeout_ms / 1000,
+        )
         self._restorer = Consumer(
             self.kafka.consumer_config(
                 **{
@@ -178,9 +189,9 @@ class Ticker:
         if self._restorer is not None:
             self._restorer.close()
             self._restorer = None
-        if self._producer is not None:
-            self._producer.flush(10)
-            self._producer = None
+        if self._transactions is not None:
+            self._transactions.producer.flush(10)
+            self._transactions = None
 
     # -- rebalance ---------------------------------------------------------------------------
 
@@ -193,9 +204,7 @@ class Ticker:
         for tp in committed:
             # 2. Restore the store from the changelog, which now holds every committed fire.
             path = self.settings.state_dir / self.schedules_topic / str(tp.partition)
-            owned = OwnedPartition(
-                tp.partition, PartitionStore(path), self.codecs.ticker_state, self.clock()
-            )
+            owned = OwnedPartition(tp.partition, PartitionStore(path), self.codecs, self.clock())
             report = owned.restore(
                 self._restorer, self.changelog_topic, self.settings.restore_timeout_s
             )
@@ -312,7 +321,8 @@ class Ticker:
             if state is not None:
                 _, timestamp = message.timestamp()
                 changed_at = datetime.fromtimestamp(timestamp / 1000, UTC)
-                work.record(owned.partition, schedule_id, deleted(state, changed_at, now), state)
+                outcome = deleted(state, changed_at, now)
+                work.record(owned.partition, schedule_id, outcome, state, redefined=True)
             return
         event = self.codecs.schedule_event.decode(value)
         if event["schedule_id"] != schedule_id:
@@ -338,7 +348,7 @@ class Ticker:
                 )
             # Created, edited, paused or resumed: the definition says which.
             outcome = upserted(state, schedule, offset, changed_at, now)
-        work.record(owned.partition, schedule_id, outcome, state)
+        work.record(owned.partition, schedule_id, outcome, state, redefined=True)
 
     def _dead_letter(
         self, message: Message, problem: KairosError, now: datetime, work: TransactionWork
@@ -389,78 +399,19 @@ class Ticker:
     # -- the transaction ---------------------------------------------------------------------
 
     def _commit(self, work: TransactionWork) -> None:
-        producer, consumer = self._producer, self._consumer
-        assert producer is not None and consumer is not None
-        fired_at = self.clock()
-        changelog_ends: dict[int, int] = {}
-
-        def on_changelog_delivery(error: KafkaError | None, message: Message) -> None:
-            if error is None:
-                offset, partition = message.offset(), message.partition()
-                assert offset is not None and partition is not None
-                changelog_ends[partition] = max(changelog_ends.get(partition, -1), offset)
-
-        state_writes = {
-            partition: [self._state_write(sid, state) for sid, state in states.items()]
-            for partition, states in work.states.items()
-        }
+        transactions, consumer = self._transactions, self._consumer
+        assert transactions is not None and consumer is not None
+        writes = transactions.state_writes(work)
+        offsets = [
+            # A valid offset for every owned partition, with who owns it in the metadata.
+            TopicPartition(
+                self.schedules_topic, p, owned.next_offset, metadata=self._ownership(owned).encode()
+            )
+            for p, owned in self.owned.items()
+        ]
         started = time.monotonic()
         try:
-            producer.begin_transaction()
-            logger.debug(
-                "transaction open instance=%s runs=%d skips=%d changes=%d",
-                self.settings.instance,
-                len(work.runs),
-                len(work.skips),
-                len(state_writes),
-            )
-            # 1. The runs, keyed by run id.
-            for decision, owed_by, partition in work.runs:
-                record = run_requested_record(
-                    decision,
-                    owed_by,
-                    fired_at=fired_at,
-                    partition=partition,
-                    ticker_instance=self.settings.instance,
-                )
-                self._produce(
-                    self.runs_topic, decision.run_id, self.codecs.run_requested.encode(record)
-                )
-            # 2. Skipped misfires, so an audit can tell a skip from a loss.
-            for decision in work.skips:
-                record = skipped_run_event_record(
-                    decision, decided_at=fired_at, ticker_instance=self.settings.instance
-                )
-                self._produce(
-                    self.run_events_topic, decision.run_id, self.codecs.run_event.encode(record)
-                )
-            for value in work.dead_letters:
-                self._produce(self.dead_letters_topic, None, value)
-            # 3. The changelog, co-partitioned with the schedules topic.
-            for partition, writes in state_writes.items():
-                for write in writes:
-                    self._produce(
-                        self.changelog_topic,
-                        write.schedule_id,
-                        write.value,
-                        partition=partition,
-                        on_delivery=on_changelog_delivery,
-                        headers=changelog_headers(write.due_ms),
-                    )
-            producer.flush(self.settings.transaction_timeout_ms / 1000)
-            # 4. The offsets of every owned partition with the group metadata: the fence.
-            offsets = [
-                TopicPartition(
-                    self.schedules_topic,
-                    p,
-                    owned.next_offset,
-                    metadata=self._ownership(owned).encode(),
-                )
-                for p, owned in self.owned.items()
-            ]
-            producer.send_offsets_to_transaction(offsets, consumer.consumer_group_metadata(), 30)
-            # 5. Commit.
-            self._commit_with_retries(producer)
+            changelog_ends = transactions.send(work, writes, offsets, consumer, self.clock())
         except KafkaException as failure:
             self._abort(failure)
             return
@@ -468,12 +419,12 @@ class Ticker:
         logger.debug(
             "transaction committed instance=%s runs=%d", self.settings.instance, len(work.runs)
         )
-        # 6. Only now does the local store move, with the changelog offset it reflects.
+        # Only now do the local stores move, with the changelog offset they reflect.
         committed_at = self.clock()
-        for partition, writes in state_writes.items():
-            self.owned[partition].store.apply(
-                writes, changelog_offset=changelog_ends[partition] + 1
-            )
+        for partition, partition_writes in writes.items():
+            owned = self.owned[partition]
+            owned.store.apply(partition_writes, changelog_offset=changelog_ends[partition] + 1)
+            owned.committed(work.states[partition])
         for owned in self.owned.values():
             owned.committed_offset = owned.next_offset
         self.metrics.schedules_held.set(sum(o.store.count for o in self.owned.values()))
@@ -497,54 +448,6 @@ class Ticker:
             changelog_offset=owned.store.changelog_offset,
         )
 
-    def _state_write(self, schedule_id: str, state: ScheduleState | None) -> StateWrite:
-        # The store holds exactly the changelog's bytes, so restore is a plain copy.
-        if state is None:
-            return StateWrite(schedule_id, None, None)
-        return StateWrite(
-            schedule_id, self.codecs.ticker_state.encode(state_record(state)), due_ms(state)
-        )
-
-    def _produce(
-        self,
-        topic: str,
-        key: str | None,
-        value: bytes | None,
-        *,
-        partition: int | None = None,
-        on_delivery: Callable[[KafkaError | None, Message], None] | None = None,
-        headers: list[tuple[str, bytes]] | None = None,
-    ) -> None:
-        producer = self._producer
-        assert producer is not None
-        kwargs: dict[str, Any] = {"key": key, "value": value}
-        if headers:
-            kwargs["headers"] = headers
-        if partition is not None:
-            kwargs["partition"] = partition
-        if on_delivery is not None:
-            kwargs["on_delivery"] = on_delivery
-        while True:
-            try:
-                producer.produce(topic, **kwargs)
-                return
-            except BufferError:
-                # The local queue is full: let deliveries drain, then try again.
-                producer.poll(0.05)
-
-    def _commit_with_retries(self, producer: Producer) -> None:
-        while True:
-            try:
-                producer.commit_transaction(self.settings.transaction_timeout_ms / 1000)
-                return
-            except KafkaException as failure:
-                error: KafkaError = failure.args[0]
-                if error.retriable() and not error.txn_requires_abort() and not error.fatal():
-                    logger.warning("commit retriable error, retrying: %s", error.str())
-                    time.sleep(0.2)
-                    continue
-                raise
-
     def _abort(self, failure: KafkaException) -> None:
         error: KafkaError = failure.args[0]
         reason = error.name()
@@ -556,10 +459,10 @@ class Ticker:
             self.settings.instance,
             error.str(),
         )
-        producer, consumer = self._producer, self._consumer
-        assert producer is not None and consumer is not None
+        transactions, consumer = self._transactions, self._consumer
+        assert transactions is not None and consumer is not None
         try:
-            producer.abort_transaction(30)
+            transactions.abort()
         except KafkaException as abort_failure:
             if abort_failure.args[0].fatal():
                 raise _FencedError(abort_failure.args[0].str()) from abort_failure

@@ -21,6 +21,8 @@ class TransactionWork:
     dead_letters: list[bytes] = field(default_factory=list)
     states: dict[int, dict[str, ScheduleState | None]] = field(default_factory=dict)
     """The new state of each schedule touched, per partition (`None`: deleted)."""
+    redefined: dict[int, set[str]] = field(default_factory=dict)
+    """Schedules whose definition changed in this transaction (not only their progress)."""
     consumed: int = 0
 
     @property
@@ -44,6 +46,8 @@ class TransactionWork:
         schedule_id: str,
         outcome: Outcome,
         owed_by: ScheduleState | None,
+        *,
+        redefined: bool = False,
     ) -> None:
         """Take an outcome: its decisions (owed under `owed_by`) and the schedule's new state."""
         for decision in outcome.decisions:
@@ -53,6 +57,8 @@ class TransactionWork:
             else:
                 self.skips.append(decision)
         self.states.setdefault(partition, {})[schedule_id] = outcome.state
+        if redefined:
+            self.redefined.setdefault(partition, set()).add(schedule_id)
 
     def changed_due_by(self, partition: int, now: datetime) -> list[ScheduleState]:
         """States changed in this transaction that are already due (a change takes effect now)."""

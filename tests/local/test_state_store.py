@@ -12,13 +12,13 @@ from kairos.streams.state_store import PartitionStore, StateStoreError, StateWri
 def test_due_index_iterates_in_time_order_and_respects_bounds(tmp_path: Path) -> None:
     store = PartitionStore(tmp_path / "p0")
     writes = [
-        StateWrite("late", b"v1", 3_000),
-        StateWrite("early", b"v2", 1_000),
-        StateWrite("middle-b", b"v3", 2_000),
-        StateWrite("middle-a", b"v4", 2_000),
+        StateWrite("late", b"v1", b"p", 3_000),
+        StateWrite("early", b"v2", b"p", 1_000),
+        StateWrite("middle-b", b"v3", b"p", 2_000),
+        StateWrite("middle-a", b"v4", b"p", 2_000),
         # Far apart in magnitude: big-endian fixed width keeps numeric order.
-        StateWrite("far", b"v5", 1_893_456_000_000),
-        StateWrite("idle", b"v6", None),
+        StateWrite("far", b"v5", b"p", 1_893_456_000_000),
+        StateWrite("idle", b"v6", b"p", None),
     ]
     store.apply(writes, changelog_offset=6)
     assert store.due(0, 2_500, limit=10) == [
@@ -35,26 +35,31 @@ def test_due_index_iterates_in_time_order_and_respects_bounds(tmp_path: Path) ->
 
 def test_updates_move_the_due_entry_and_deletes_remove_it(tmp_path: Path) -> None:
     store = PartitionStore(tmp_path / "p0")
-    store.apply([StateWrite("a", b"v1", 1_000), StateWrite("b", b"v1", 2_000)], 2)
-    store.apply([StateWrite("a", b"v2", 5_000), StateWrite("b", None, None)], 4)
+    store.apply([StateWrite("a", b"v1", b"p", 1_000), StateWrite("b", b"v1", b"p", 2_000)], 2)
+    store.apply(
+        [StateWrite("a", b"v2", b"p", 5_000), StateWrite("b", None, None, None, deleted=True)], 4
+    )
     assert store.due(0, 10_000, 10) == [(5_000, "a")]
-    assert store.get("a") == b"v2"
+    assert store.get("a") == (b"v2", b"p")
     assert store.get("b") is None
     assert store.count == 1
-    store.apply([StateWrite("a", b"v3", None)], 5)
+    store.apply([StateWrite("a", None, b"p2", 7_000)], 5)
+    assert store.get("a") == (b"v2", b"p2"), "a progress write keeps the definition"
+    assert store.due(0, 10_000, 10) == [(7_000, "a")]
+    store.apply([StateWrite("a", b"v3", b"p", None)], 6)
     assert store.due(0, 10_000, 10) == []
-    assert store.get("a") == b"v3"
+    assert store.get("a") == (b"v3", b"p")
     store.close()
 
 
 def test_state_and_changelog_offset_survive_reopen(tmp_path: Path) -> None:
     store = PartitionStore(tmp_path / "p0")
     assert store.changelog_offset is None
-    store.apply([StateWrite("a", b"v1", 1_000)], changelog_offset=42)
+    store.apply([StateWrite("a", b"v1", b"p", 1_000)], changelog_offset=42)
     store.close()
     reopened = PartitionStore(tmp_path / "p0")
     assert reopened.changelog_offset == 42
-    assert reopened.get("a") == b"v1"
+    assert reopened.get("a") == (b"v1", b"p")
     assert reopened.due(0, 2_000, 10) == [(1_000, "a")]
     reopened.destroy()
     assert PartitionStore(tmp_path / "p0").changelog_offset is None
@@ -64,4 +69,23 @@ def test_a_second_opener_gets_a_clear_error(tmp_path: Path) -> None:
     store = PartitionStore(tmp_path / "p0")
     with pytest.raises(StateStoreError, match="another ticker"):
         PartitionStore(tmp_path / "p0")
+    store.close()
+
+
+def test_one_batch_may_rewrite_a_schedule_many_times(tmp_path: Path) -> None:
+    store = PartitionStore(tmp_path / "p0")
+    store.apply(
+        [
+            StateWrite("a", b"v1", b"p1", 1_000),
+            StateWrite("a", None, b"p2", 2_000),
+            StateWrite("a", b"v2", b"p3", 3_000),
+            StateWrite("b", b"v1", b"p1", 1_500),
+            StateWrite("b", None, None, None, deleted=True),
+            StateWrite("b", b"v9", b"p9", 9_000),
+        ],
+        changelog_offset=6,
+    )
+    assert store.count == 2
+    assert store.due(0, 10_000, 10) == [(3_000, "a"), (9_000, "b")]
+    assert store.get("a") == (b"v2", b"p3")
     store.close()

@@ -161,8 +161,16 @@ SAMPLES: list[tuple[RecordType, str, dict[str, Any]]] = [
             "schedule_id": "billing.nightly-invoice",
             "definition": DEFINITION,
             "schedule_offset": 41,
-            "last_fired_nominal_at": T0,
-            "next_due_at": T1,
+        },
+    ),
+    (
+        RecordType.TICKER_PROGRESS,
+        "ticker-progress",
+        {
+            "schedule_id": "billing.nightly-invoice",
+            "schedule_offset": 41,
+            "last_decided_nominal_at": T0,
+            "next_nominal_at": T1,
         },
     ),
     (
@@ -172,8 +180,6 @@ SAMPLES: list[tuple[RecordType, str, dict[str, Any]]] = [
             "schedule_id": "gone",
             "definition": None,
             "schedule_offset": 42,
-            "last_fired_nominal_at": None,
-            "next_due_at": None,
         },
     ),
     (

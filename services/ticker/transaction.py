@@ -1,0 +1,184 @@
+"""One firing transaction: runs, skips, dead letters, changelog and the fencing offsets.
+
+The numbered steps are the order the records enter the transaction; nothing is visible to a
+read_committed reader unless all of them commit.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+
+from kairos.core.firing import ScheduleState
+from kairos.services.ticker.partition import changelog_headers, due_ms, progress_key
+from kairos.services.ticker.work import TransactionWork
+from kairos.streams.codec import Codecs
+from kairos.streams.records import progress_record, skipped_run_event_record, state_record
+from kairos.streams.run_encoder import RunRequestedEncoder
+from kairos.streams.state_store import StateWrite
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Topics:
+    schedules: str
+    changelog: str
+    runs: str
+    run_events: str
+    dead_letters: str
+
+
+class FiringTransactions:
+    """Sends a `TransactionWork` as one Kafka transaction with the producer it owns."""
+
+    def __init__(
+        self,
+        producer: Producer,
+        topics: Topics,
+        codecs: Codecs,
+        ticker_instance: str,
+        timeout_s: float,
+    ) -> None:
+        self.producer = producer
+        self.topics = topics
+        self.codecs = codecs
+        self.ticker_instance = ticker_instance
+        self.timeout_s = timeout_s
+        self._runs = RunRequestedEncoder(codecs.run_requested, ticker_instance)
+
+    def state_writes(self, work: TransactionWork) -> dict[int, list[StateWrite]]:
+        """What the stores will hold after the commit: exactly the changelog's bytes."""
+        return {
+            partition: [
+                self._state_write(sid, state, sid in work.redefined.get(partition, set()))
+                for sid, state in states.items()
+            ]
+            for partition, states in work.states.items()
+        }
+
+    def send(
+        self,
+        work: TransactionWork,
+        writes: dict[int, list[StateWrite]],
+        offsets: list[TopicPartition],
+        consumer: Consumer,
+        fired_at: datetime,
+    ) -> dict[int, int]:
+        """Commit the transaction; returns the last changelog offset written per partition.
+
+        Raises `KafkaException` when the transaction could not be committed; the caller aborts.
+        """
+        producer = self.producer
+        changelog_ends: dict[int, int] = {}
+
+        def on_changelog_delivery(error: KafkaError | None, message: Message) -> None:
+            if error is None:
+                offset, partition = message.offset(), message.partition()
+                assert offset is not None and partition is not None
+                changelog_ends[partition] = max(changelog_ends.get(partition, -1), offset)
+
+        producer.begin_transaction()
+        logger.debug(
+            "transaction open instance=%s runs=%d skips=%d changes=%d",
+            self.ticker_instance,
+            len(work.runs),
+            len(work.skips),
+            len(writes),
+        )
+        # 1. The runs, keyed by run id.
+        for decision, owed_by, partition in work.runs:
+            value = self._runs.encode(decision, owed_by, fired_at=fired_at, partition=partition)
+            self._produce(self.topics.runs, decision.run_id, value)
+        # 2. Skipped misfires, so an audit can tell a skip from a loss.
+        for decision in work.skips:
+            record = skipped_run_event_record(
+                decision, decided_at=fired_at, ticker_instance=self.ticker_instance
+            )
+            self._produce(
+                self.topics.run_events, decision.run_id, self.codecs.run_event.encode(record)
+            )
+        for value in work.dead_letters:
+            self._produce(self.topics.dead_letters, None, value)
+        # 3. The changelog, co-partitioned with the schedules topic: a definition only when it
+        #    changed, the progress always (with the due instant in a header for restore).
+        for partition, partition_writes in writes.items():
+            for write in partition_writes:
+                if write.deleted or write.definition is not None:
+                    self._produce(
+                        self.topics.changelog,
+                        write.schedule_id,
+                        write.definition,
+                        partition=partition,
+                        on_delivery=on_changelog_delivery,
+                    )
+                self._produce(
+                    self.topics.changelog,
+                    progress_key(write.schedule_id),
+                    write.progress,
+                    partition=partition,
+                    on_delivery=on_changelog_delivery,
+                    headers=changelog_headers(write.due_ms),
+                )
+        producer.flush(self.timeout_s)
+        # 4. The offsets of every owned partition with the group metadata: the fence.
+        producer.send_offsets_to_transaction(offsets, consumer.consumer_group_metadata(), 30)
+        # 5. Commit.
+        self._commit_with_retries()
+        return changelog_ends
+
+    def abort(self) -> None:
+        self.producer.abort_transaction(30)
+
+    def _state_write(
+        self, schedule_id: str, state: ScheduleState | None, redefined: bool
+    ) -> StateWrite:
+        if state is None:
+            return StateWrite(schedule_id, None, None, None, deleted=True)
+        definition = self.codecs.ticker_state.encode(state_record(state)) if redefined else None
+        progress = self.codecs.ticker_progress.encode(progress_record(state))
+        return StateWrite(schedule_id, definition, progress, due_ms(state))
+
+    def _produce(
+        self,
+        topic: str,
+        key: str | None,
+        value: bytes | None,
+        *,
+        partition: int | None = None,
+        on_delivery: Callable[[KafkaError | None, Message], None] | None = None,
+        headers: list[tuple[str, bytes]] | None = None,
+    ) -> None:
+        kwargs: dict[str, Any] = {"key": key, "value": value}
+        if partition is not None:
+            kwargs["partition"] = partition
+        if on_delivery is not None:
+            kwargs["on_delivery"] = on_delivery
+        if headers:
+            kwargs["headers"] = headers
+        while True:
+            try:
+                self.producer.produce(topic, **kwargs)
+                return
+            except BufferError:
+                # The local queue is full: let deliveries drain, then try again.
+                self.producer.poll(0.05)
+
+    def _commit_with_retries(self) -> None:
+        while True:
+            try:
+                self.producer.commit_transaction(self.timeout_s)
+                return
+            except KafkaException as failure:
+                error: KafkaError = failure.args[0]
+                if error.retriable() and not error.txn_requires_abort() and not error.fatal():
+                    logger.warning("commit retriable error, retrying: %s", error.str())
+                    time.sleep(0.2)
+                    continue
+                raise

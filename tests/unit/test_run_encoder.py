@@ -1,0 +1,58 @@
+"""The herd encoder writes exactly the bytes the codec writes, for any run."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kairos.core.firing import Action, Decision, ScheduleState
+from kairos.core.run_id import run_id
+from kairos.core.schedule import Schedule
+from kairos.streams.codec import make_codecs
+from kairos.streams.records import run_requested_record
+from kairos.streams.run_encoder import RunRequestedEncoder
+
+CODEC = make_codecs().run_requested
+instants = st.datetimes(
+    min_value=datetime(1971, 1, 1), max_value=datetime(2200, 1, 1), timezones=st.just(UTC)
+).map(lambda d: d.replace(microsecond=d.microsecond // 1000 * 1000))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    schedule_id=st.from_regex(r"[A-Za-z0-9._:/-]{1,40}", fullmatch=True),
+    nominal=instants,
+    jitter_ms=st.integers(0, 10**7),
+    lateness_ms=st.integers(-5_000, 10**9),
+    partition=st.integers(0, 10_000),
+    version=st.integers(0, 2**40),
+    owner=st.none() | st.text(max_size=20),
+    runs=st.integers(1, 3),
+)
+def test_encoder_matches_the_codec_byte_for_byte(
+    schedule_id: str,
+    nominal: datetime,
+    jitter_ms: int,
+    lateness_ms: int,
+    partition: int,
+    version: int,
+    owner: str | None,
+    runs: int,
+) -> None:
+    schedule = Schedule(id=schedule_id, cron="* * * * *", owner=owner)
+    state = ScheduleState(schedule=schedule, version=version, next_nominal=nominal)
+    encoder = RunRequestedEncoder(CODEC, "ticker-1")
+    # Several runs of one schedule version: the first builds the template, the rest reuse it.
+    for n in range(runs):
+        at = nominal + timedelta(minutes=n)
+        due = at + timedelta(milliseconds=jitter_ms)
+        fired = due + timedelta(milliseconds=lateness_ms)
+        decision = Decision(run_id(schedule_id, at), schedule_id, at, due, Action.FIRE)
+        expected = CODEC.encode(
+            run_requested_record(
+                decision, state, fired_at=fired, partition=partition, ticker_instance="ticker-1"
+            )
+        )
+        assert encoder.encode(decision, state, fired_at=fired, partition=partition) == expected
