@@ -366,8 +366,8 @@ class LocalKafka:
                 f"{self.libs_dir}/*",
                 "kafka.tools.StorageTool",
                 "format",
-                "--cluster-id",
-                _cluster_id(),
+                # One argument: an id may start with "-", which argparse would take for an option.
+                f"--cluster-id={_cluster_id()}",
                 "--config",
                 str(config),
                 "--standalone",
