@@ -21,7 +21,7 @@ Rules (docs/defaults.md states them for users):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
 
@@ -190,7 +190,8 @@ def _decide(
         )
         last = nominal
         nominal = next_nominal
-    return Outcome(replace(state, next_nominal=nominal, last_decided_nominal=last), decisions)
+    # Built directly rather than with dataclasses.replace: this runs once per fire of a herd.
+    return Outcome(ScheduleState(state.schedule, state.version, nominal, last), decisions)
 
 
 def _skip_reason(

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime
+from functools import lru_cache
 
 from kairos.core.errors import KairosError
 from kairos.core.schedule import SCHEDULE_ID_PATTERN
@@ -35,8 +36,12 @@ class RunIdError(KairosError, ValueError):
                          "'settlement-report@2027-03-14T07:00:00Z'")
 
 
+@lru_cache(maxsize=4096)
 def format_instant(instant: datetime) -> str:
-    """The instant in UTC as the run id spells it: `2027-03-14T07:00:00Z`."""
+    """The instant in UTC as the run id spells it: `2027-03-14T07:00:00Z`.
+
+    Cached: the schedules of a herd share their nominal instant.
+    """
     if instant.tzinfo is None or instant.utcoffset() is None:
         raise ValueError(f"{instant.isoformat()} is naive; run ids need an aware instant")
     t = instant.astimezone(UTC)

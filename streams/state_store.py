@@ -105,9 +105,11 @@ class PartitionStore:
         due_of: dict[bytes, bytes | None] = {}
         for write in writes:
             key = write.schedule_id.encode()
-            if key not in present:
-                present[key] = self._db.get(_STATE + key) is not None
+            if key not in due_of:
                 due_of[key] = self._db.get(_DUE_OF + key)
+            if (write.deleted or write.definition is not None) and key not in present:
+                # Only a (re)definition or a deletion can change the count.
+                present[key] = self._db.get(_STATE + key) is not None
             old_due = due_of[key]
             if old_due is not None:
                 batch.delete(_DUE + old_due + key)
@@ -142,11 +144,21 @@ class PartitionStore:
         raw = self._db.get(_COUNT)
         return 0 if raw is None else int(_BE64.unpack(raw)[0])
 
-    def due(self, from_ms: int, until_ms: int, limit: int) -> list[tuple[int, str]]:
-        """Up to `limit` (due ms, schedule id) with `from_ms <= due <= until_ms`, oldest first."""
+    def due(
+        self, from_ms: int, until_ms: int, limit: int, after_id: str | None = None
+    ) -> list[tuple[int, str]]:
+        """Up to `limit` (due ms, schedule id) with `from_ms <= due <= until_ms`, oldest first.
+
+        With `after_id`, the entries at `from_ms` start after that schedule: a cursor, for
+        walking a herd that shares one instant in slices.
+        """
         found: list[tuple[int, str]] = []
         it = self._db.iter()
-        it.seek(_DUE + _BE64.pack(max(from_ms, 0)))
+        start = _DUE + _BE64.pack(max(from_ms, 0))
+        if after_id is not None:
+            # Ids never contain NUL, so id + NUL sorts right after the id itself.
+            start += after_id.encode() + b"\x00"
+        it.seek(start)
         while it.valid() and len(found) < limit:
             key: bytes = it.key()
             if not key.startswith(_DUE):

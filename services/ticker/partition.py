@@ -101,6 +101,8 @@ class OwnedPartition:
         self.store = store
         self._codecs = codecs
         self._states: dict[str, ScheduleState] = {}
+        self.prepared_cursor: tuple[int, str | None] = (0, None)
+        """Due-index position up to which upcoming fires are prepared (see Ticker.turn)."""
         self.owned_since = owned_since
         self.last_fire_lateness_ms: int | None = None
         self.committed_offset = -1

@@ -19,8 +19,8 @@ from kairos.core.firing import ScheduleState
 from kairos.services.ticker.partition import changelog_headers, due_ms, progress_key
 from kairos.services.ticker.work import TransactionWork
 from kairos.streams.codec import Codecs
-from kairos.streams.records import progress_record, skipped_run_event_record, state_record
-from kairos.streams.run_encoder import RunRequestedEncoder
+from kairos.streams.records import skipped_run_event_record, state_record
+from kairos.streams.run_encoder import ProgressEncoder, RunRequestedEncoder
 from kairos.streams.state_store import StateWrite
 
 logger = logging.getLogger(__name__)
@@ -52,6 +52,11 @@ class FiringTransactions:
         self.ticker_instance = ticker_instance
         self.timeout_s = timeout_s
         self._runs = RunRequestedEncoder(codecs.run_requested, ticker_instance)
+        self._progress = ProgressEncoder(codecs.ticker_progress)
+
+    def prepare(self, state: ScheduleState, partition: int) -> None:
+        """Encode what a schedule's fires will need, before they are due."""
+        self._runs.prepare(state, partition)
 
     def state_writes(self, work: TransactionWork) -> dict[int, list[StateWrite]]:
         """What the stores will hold after the commit: exactly the changelog's bytes."""
@@ -142,7 +147,7 @@ class FiringTransactions:
         if state is None:
             return StateWrite(schedule_id, None, None, None, deleted=True)
         definition = self.codecs.ticker_state.encode(state_record(state)) if redefined else None
-        progress = self.codecs.ticker_progress.encode(progress_record(state))
+        progress = self._progress.encode(state)
         return StateWrite(schedule_id, definition, progress, due_ms(state))
 
     def _produce(

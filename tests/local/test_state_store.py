@@ -28,6 +28,10 @@ def test_due_index_iterates_in_time_order_and_respects_bounds(tmp_path: Path) ->
     ]
     assert store.due(1_500, 10**13, limit=2) == [(2_000, "middle-a"), (2_000, "middle-b")]
     assert store.next_due_ms() == 1_000
+    assert store.due(2_000, 10**13, limit=2, after_id="middle-a") == [
+        (2_000, "middle-b"),
+        (3_000, "late"),
+    ]
     assert sorted(store.schedule_ids()) == sorted(w.schedule_id for w in writes)
     assert store.count == len(writes)
     store.close()

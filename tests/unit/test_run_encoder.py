@@ -11,8 +11,8 @@ from kairos.core.firing import Action, Decision, ScheduleState
 from kairos.core.run_id import run_id
 from kairos.core.schedule import Schedule
 from kairos.streams.codec import make_codecs
-from kairos.streams.records import run_requested_record
-from kairos.streams.run_encoder import RunRequestedEncoder
+from kairos.streams.records import progress_record, run_requested_record
+from kairos.streams.run_encoder import ProgressEncoder, RunRequestedEncoder
 
 CODEC = make_codecs().run_requested
 instants = st.datetimes(
@@ -56,3 +56,40 @@ def test_encoder_matches_the_codec_byte_for_byte(
             )
         )
         assert encoder.encode(decision, state, fired_at=fired, partition=partition) == expected
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    schedule_id=st.from_regex(r"[A-Za-z0-9._:/-]{1,40}", fullmatch=True),
+    version=st.integers(0, 2**40),
+    last=st.none() | instants,
+    following=st.none() | instants,
+)
+def test_progress_encoder_matches_the_codec_byte_for_byte(
+    schedule_id: str, version: int, last: datetime | None, following: datetime | None
+) -> None:
+    codec = make_codecs().ticker_progress
+    state = ScheduleState(
+        schedule=Schedule(id=schedule_id, cron="* * * * *"),
+        version=version,
+        next_nominal=following,
+        last_decided_nominal=last,
+    )
+    assert ProgressEncoder(codec).encode(state) == codec.encode(progress_record(state))
+
+
+def test_a_prepared_template_serves_the_first_fire() -> None:
+    nominal = datetime(2027, 1, 1, tzinfo=UTC)
+    state = ScheduleState(
+        schedule=Schedule(id="herd-1", cron="* * * * *"), version=7, next_nominal=nominal
+    )
+    encoder = RunRequestedEncoder(CODEC, "ticker-1")
+    encoder.prepare(state, partition=3)
+    fired = nominal + timedelta(milliseconds=12)
+    decision = Decision(run_id("herd-1", nominal), "herd-1", nominal, nominal, Action.FIRE)
+    expected = CODEC.encode(
+        run_requested_record(
+            decision, state, fired_at=fired, partition=3, ticker_instance="ticker-1"
+        )
+    )
+    assert encoder.encode(decision, state, fired_at=fired, partition=3) == expected
