@@ -22,6 +22,7 @@ import argparse
 import json
 import platform
 import re
+import socket
 import subprocess
 import sys
 import tempfile
@@ -34,8 +35,12 @@ from typing import Any
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from kairos.core.firing import Action, Decision, ScheduleState
+from kairos.core.run_id import run_id
 from kairos.core.schedule import Schedule
 from kairos.services.local_kafka import LocalKafka
+from kairos.streams.codec import make_codecs
+from kairos.streams.records import run_requested_record
 from kairos.streams.schedule_publisher import SchedulesClient
 from kairos.streams.settings import KafkaSettings
 from kairos.streams.topics import create_topics
@@ -61,10 +66,12 @@ def metric(port: int, name: str) -> dict[str, float]:
 
 def histogram_quantile(port: int, quantile: float) -> float:
     buckets = metric(port, "kairos_ticker_fire_lateness_seconds_bucket")
-    pairs = sorted(
-        (float(re.search(r'le="([^"]+)"', key).group(1)), count)  # type: ignore[union-attr]
-        for key, count in buckets.items()
-    )
+    pairs = []
+    for key, count in buckets.items():
+        bound = re.search(r'le="([^"]+)"', key)
+        if bound is not None:
+            pairs.append((float(bound.group(1)), count))
+    pairs.sort()
     total = pairs[-1][1]
     for bound, count in pairs:
         if count >= quantile * total:
@@ -73,8 +80,6 @@ def histogram_quantile(port: int, quantile: float) -> float:
 
 
 def free_port() -> int:
-    import socket
-
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
@@ -95,11 +100,24 @@ def run_kairos(bootstrap: str, size: int, workdir: Path) -> dict[str, Any]:
     with log_path.open("wb") as log:
         ticker = subprocess.Popen(
             [
-                sys.executable, "-m", "kairos.cli", "ticker",
-                "--instance", f"bench-{size}", "--state-dir", str(workdir / f"state-{size}"),
-                "--bootstrap-servers", bootstrap, "--topic-prefix", settings.topic_prefix,
-                "--schedules-partitions", str(PARTITIONS), "--metrics-port", str(port),
-                "--log-level", "DEBUG",
+                sys.executable,
+                "-m",
+                "kairos.cli",
+                "ticker",
+                "--instance",
+                f"bench-{size}",
+                "--state-dir",
+                str(workdir / f"state-{size}"),
+                "--bootstrap-servers",
+                bootstrap,
+                "--topic-prefix",
+                settings.topic_prefix,
+                "--schedules-partitions",
+                str(PARTITIONS),
+                "--metrics-port",
+                str(port),
+                "--log-level",
+                "DEBUG",
             ],
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -181,15 +199,13 @@ def run_raw(bootstrap: str, size: int, record_size: int) -> dict[str, Any]:
 
 
 def record_size() -> int:
-    from kairos.core.firing import Action, Decision, ScheduleState
-    from kairos.streams.codec import make_codecs
-    from kairos.streams.records import run_requested_record
-
     nominal = datetime(2027, 1, 1, tzinfo=UTC)
     schedule = Schedule(id="herd-0000000", cron="* * * * *")
-    decision = Decision("herd-0000000@2027-01-01T00:00:00Z", schedule.id, nominal, nominal, Action.FIRE)
+    decision = Decision(run_id(schedule.id, nominal), schedule.id, nominal, nominal, Action.FIRE)
     state = ScheduleState(schedule=schedule, version=0, next_nominal=nominal)
-    record = run_requested_record(decision, state, fired_at=nominal, partition=0, ticker_instance="bench")
+    record = run_requested_record(
+        decision, state, fired_at=nominal, partition=0, ticker_instance="bench"
+    )
     return len(make_codecs().run_requested.encode(record))
 
 

@@ -266,9 +266,14 @@ class ScheduleReader:
                 f"{event['schedule_id']!r}; key each event by its schedule id"
             )
         definition = event["definition"]
-        # As the ticker does: the state comes from the definition alone and `change` is for the
-        # audit trail, so both agree on every record, one from a newer producer included.
+        # As the ticker does: the state comes from the definition; only a delete has none, and
+        # any other change without one breaks the contract, so it is rejected, not a deletion.
         if definition is None:
+            if event["change"] != "deleted":
+                raise InvalidScheduleEventError(
+                    f"a {event['change']!r} event must carry the whole definition; "
+                    "publish the schedule's full definition with every change but a delete"
+                )
             return schedule_id, None
         schedule = _schedule_of(definition)
         if schedule.id != schedule_id:

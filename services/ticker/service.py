@@ -364,7 +364,13 @@ class Ticker:
         changed_at = event["changed_at"]
         definition = event["definition"]
         if definition is None:
-            # Only a delete carries no definition (docs/wire-format.md).
+            # Only a delete carries no definition (docs/wire-format.md); anything else without
+            # one breaks the contract and must not silently delete the schedule.
+            if event["change"] != "deleted":
+                raise SchedulePayloadError(
+                    f"a {event['change']!r} event must carry the whole definition; "
+                    "publish the schedule's full definition with every change but a delete"
+                )
             if state is None:
                 return
             outcome = deleted(state, changed_at, now)
