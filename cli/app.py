@@ -6,7 +6,18 @@ import logging
 
 import typer
 
-from kairos.cli import apply, dev, preview, schedules, ticker, topics
+from kairos.cli import (
+    apply,
+    audit,
+    dev,
+    partitions,
+    preview,
+    replay,
+    runs,
+    schedules,
+    ticker,
+    topics,
+)
 
 app = typer.Typer(
     name="kairos",
@@ -20,6 +31,10 @@ app.add_typer(topics.app, name="topics")
 app.command("ticker")(ticker.ticker)
 app.command("apply")(apply.apply)
 app.add_typer(schedules.app, name="schedules")
+app.command("partitions")(partitions.partitions)
+app.command("replay")(replay.replay)
+app.add_typer(audit.app, name="audit")
+app.add_typer(runs.app, name="runs")
 
 
 def main() -> None:

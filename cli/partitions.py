@@ -1,0 +1,169 @@
+"""`kairos partitions`: who fires which schedules partition, how far behind, and the group."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from kairos.cli.options import (
+    DEFAULT_BOOTSTRAP,
+    BootstrapOption,
+    JsonOption,
+    TopicPrefixOption,
+    fail,
+    kafka_settings,
+)
+from kairos.cli.reading import text, wide_console
+from kairos.streams.partition_status import (
+    GroupStatus,
+    PartitionStatus,
+    PartitionStatusError,
+    read_group_status,
+)
+
+GroupOption = Annotated[
+    str,
+    typer.Option("--group-id", envvar="KAIROS_TICKER_GROUP", help="Consumer group of the tickers."),
+]
+
+
+def partitions(
+    group_id: GroupOption = "kairos-tickers",
+    as_json: JsonOption = False,
+    bootstrap_servers: BootstrapOption = DEFAULT_BOOTSTRAP,
+    topic_prefix: TopicPrefixOption = "kairos.",
+) -> None:
+    """Show each schedules partition's owner, lag and next due fire, and the tickers' group.
+
+    Exits 1 when a partition has no owner: nobody fires its schedules.
+    """
+    settings = kafka_settings(bootstrap_servers, topic_prefix)
+    try:
+        status = read_group_status(settings, group_id)
+    except PartitionStatusError as error:
+        raise fail(f"{error} (broker {bootstrap_servers})") from None
+    if as_json:
+        typer.echo(json.dumps(as_document(status), indent=2))
+    else:
+        _print(status, wide_console())
+    if status.unowned:
+        raise typer.Exit(1)
+
+
+def as_document(status: GroupStatus) -> dict[str, Any]:
+    return {
+        "group_id": status.group_id,
+        "topic": status.topic,
+        "state": status.state,
+        "members": [
+            {
+                "instance": m.instance,
+                "member_id": m.member_id,
+                "host": m.host,
+                "partitions": list(m.partitions),
+            }
+            for m in status.members
+        ],
+        "partitions": [_partition_document(p) for p in status.partitions],
+        "unowned": status.unowned,
+    }
+
+
+def _partition_document(p: PartitionStatus) -> dict[str, Any]:
+    info = p.ownership
+    return {
+        "partition": p.partition,
+        "owner": p.owner,
+        "owner_host": p.owner_host,
+        "committed_offset": p.committed_offset,
+        "end_offset": p.end_offset,
+        "lag": p.lag,
+        "changelog_end_offset": p.changelog_end_offset,
+        "changelog_offset": info.changelog_offset if info else None,
+        "changelog_lag": p.changelog_lag,
+        # The rest is what the last committing owner reported, which after a handover may be
+        # the previous owner: `reported_by` names it.
+        "reported_by": info.instance if info else None,
+        "reported_host": info.host if info else None,
+        "since": text(info.since) if info else None,
+        "schedules": info.schedules if info else None,
+        "next_due": text(info.next_due) if info else None,
+        "last_fire_lateness_ms": info.last_fire_lateness_ms if info else None,
+    }
+
+
+def _print(status: GroupStatus, console: Console) -> None:
+    members = len(status.members)
+    state_style = "green" if status.state == "stable" else "bold yellow"
+    console.print(
+        f"group [bold]{status.group_id}[/] on {status.topic}: [{state_style}]{status.state}[/], "
+        f"{members} member{'s' if members != 1 else ''}",
+    )
+    for member in status.members:
+        owned = ",".join(map(str, member.partitions)) or "none"
+        console.print(f"  {member.instance} on {member.host}: partitions {owned}")
+    table = Table(show_edge=False, pad_edge=False)
+    for header in (
+        "PARTITION",
+        "OWNER",
+        "SINCE",
+        "SCHEDULES",
+        "NEXT DUE",
+        "OFFSET",
+        "LAG",
+        "CHANGELOG LAG",
+        "LAST LATENESS",
+    ):
+        table.add_column(header, no_wrap=True)
+    now = datetime.now(UTC)
+    for p in status.partitions:
+        table.add_row(*_row(p, now), style="bold red" if p.owner is None else None)
+    console.print(table)
+    waiting = [p.partition for p in status.partitions if p.owner and not p.reported_by_owner]
+    if waiting:
+        console.print(
+            f"partition(s) {', '.join(map(str, waiting))}: the owner has not committed since it "
+            "took over, so SINCE and SCHEDULES are not known yet (it reports with its next fire)",
+        )
+    if status.unowned:
+        console.print(
+            f"[bold red]NO OWNER[/] for partition(s) {', '.join(map(str, status.unowned))}: "
+            "no ticker fires their schedules (their runs wait, late, until one does). Start a "
+            "ticker (`kairos ticker`), or look again once the group is stable.",
+        )
+
+
+def _row(p: PartitionStatus, now: datetime) -> list[str]:
+    # Only what the current owner reported; a previous owner's figures would mislead here.
+    info = p.ownership if p.reported_by_owner else None
+    lateness = info.last_fire_lateness_ms if info else None
+    return [
+        str(p.partition),
+        p.owner or "NO OWNER",
+        f"{_span(now - info.since)} ago" if info else "-",
+        str(info.schedules) if info else "-",
+        _due(info.next_due, now) if info and info.next_due else "-",
+        "-" if p.committed_offset is None else str(p.committed_offset),
+        "-" if p.lag is None else str(p.lag),
+        "-" if p.changelog_lag is None else str(p.changelog_lag),
+        "-" if lateness is None else f"{lateness} ms",
+    ]
+
+
+def _due(instant: datetime, now: datetime) -> str:
+    # Relative, as it was when the owner last committed; --json has the instant.
+    return f"in {_span(instant - now)}" if instant >= now else f"{_span(now - instant)} ago"
+
+
+def _span(span: timedelta) -> str:
+    seconds = max(0, int(span.total_seconds()))
+    hours, rest = divmod(seconds, 3600)
+    minutes, seconds = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    return f"{minutes}m{seconds:02d}s" if minutes else f"{seconds}s"

@@ -1,0 +1,255 @@
+"""`kairos runs list|get`: the runs a schedule fired, and one run's whole story."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from kairos.cli.options import (
+    DEFAULT_BOOTSTRAP,
+    BootstrapOption,
+    JsonOption,
+    TopicPrefixOption,
+    fail,
+    kafka_settings,
+)
+from kairos.cli.reading import (
+    ScheduleFilterOption,
+    SinceOption,
+    UntilOption,
+    history_reader,
+    instant_option,
+    jsonable,
+    text,
+    wide_console,
+)
+from kairos.core.audit import FiredRun, HistoryEvent, RunEventRecord
+from kairos.core.errors import KairosError
+from kairos.core.run_id import RunIdError, parse_run_id
+from kairos.streams.topics import TopicRole
+
+app = typer.Typer(help="The runs fired, and what became of each.", no_args_is_help=True)
+
+
+@app.command("list")
+def list_(
+    schedule: ScheduleFilterOption = None,
+    since: SinceOption = None,
+    until: UntilOption = None,
+    limit: Annotated[
+        int, typer.Option("--limit", min=1, help="Show the latest N runs by nominal instant.")
+    ] = 50,
+    as_json: JsonOption = False,
+    bootstrap_servers: BootstrapOption = DEFAULT_BOOTSTRAP,
+    topic_prefix: TopicPrefixOption = "kairos.",
+) -> None:
+    """List runs by nominal instant (--since/--until bound it), with their status."""
+    now = datetime.now(UTC)
+    start = instant_option(since, "--since", now)
+    end = instant_option(until, "--until", now)
+
+    def wanted(schedule_id: str, nominal: datetime) -> bool:
+        return (
+            schedule in (None, schedule_id)
+            and (start is None or nominal >= start)
+            and (end is None or nominal < end)
+        )
+
+    settings = kafka_settings(bootstrap_servers, topic_prefix)
+    try:
+        with history_reader(settings) as reader:
+            fired = reader.runs(keep=lambda r: wanted(r.schedule_id, r.nominal))
+            events = reader.run_events(keep=lambda e: wanted(e.schedule_id, e.nominal))
+    except KairosError as error:
+        raise fail(f"{error} (broker {bootstrap_servers})") from None
+    summaries = sorted(_summaries(fired, events), key=lambda s: (s["nominal_at"], s["run_id"]))
+    shown = summaries[-limit:]
+    if as_json:
+        typer.echo(json.dumps([jsonable(s) for s in shown], indent=2))
+        return
+    if not shown:
+        typer.echo("no runs match", err=True)
+        return
+    table = Table(show_edge=False, pad_edge=False)
+    for header in ("RUN ID", "FIRED AT", "LATENESS", "TICKER", "ATTEMPTS", "STATUS"):
+        table.add_column(header, no_wrap=True)
+    for s in shown:
+        duplicate = f" ({s['commits']} commits!)" if s["commits"] > 1 else ""
+        table.add_row(
+            s["run_id"],
+            text(s["fired_at"]) or "-",
+            "-" if s["lateness_ms"] is None else f"{s['lateness_ms']} ms",
+            s["ticker_instance"] or "-",
+            str(s["attempts"]),
+            s["status"] + duplicate,
+        )
+    wide_console().print(table)
+    if len(summaries) > limit:
+        typer.echo(f"{len(summaries) - limit} earlier run(s) not shown; raise --limit", err=True)
+
+
+def _summaries(fired: list[FiredRun], events: list[RunEventRecord]) -> list[dict[str, Any]]:
+    fires: dict[str, list[FiredRun]] = {}
+    for run in fired:
+        if run.attempt == 1:
+            fires.setdefault(run.run_id, []).append(run)
+    story: dict[str, list[RunEventRecord]] = {}
+    for event in events:
+        story.setdefault(event.run_id, []).append(event)
+    summaries = []
+    for run_id in fires.keys() | story.keys():
+        commits = fires.get(run_id, [])
+        steps = story.get(run_id, [])
+        first = min(commits, key=lambda r: r.offset) if commits else None
+        if first is None and not any(s.kind == "skipped" for s in steps):
+            continue  # events of a run whose request the runs topic no longer holds
+        summaries.append(
+            {
+                "run_id": run_id,
+                "schedule_id": first.schedule_id if first else steps[0].schedule_id,
+                "nominal_at": first.nominal if first else steps[0].nominal,
+                "fired_at": first.fired_at if first else None,
+                "lateness_ms": first.lateness_ms if first else None,
+                "ticker_instance": first.ticker_instance if first else None,
+                "commits": len(commits),
+                "attempts": max((s.attempt for s in steps), default=0),
+                "status": _status(commits, steps),
+            }
+        )
+    return summaries
+
+
+def _status(commits: list[FiredRun], steps: list[RunEventRecord]) -> str:
+    """The latest event's kind; `requested` for a fire no executor has reported on."""
+    if steps:
+        return steps[-1].kind
+    return "requested" if commits else "unknown"
+
+
+@app.command("get")
+def get(
+    run_id: Annotated[str, typer.Argument(help="The run id, e.g. report@2027-03-14T07:00:00Z.")],
+    as_json: JsonOption = False,
+    bootstrap_servers: BootstrapOption = DEFAULT_BOOTSTRAP,
+    topic_prefix: TopicPrefixOption = "kairos.",
+) -> None:
+    """Show one run's whole story: the definition that owed it, its fire(s), every event."""
+    try:
+        schedule_id, nominal = parse_run_id(run_id)
+    except RunIdError as error:
+        raise fail(str(error)) from None
+    settings = kafka_settings(bootstrap_servers, topic_prefix)
+    try:
+        with history_reader(settings) as reader:
+            # Runs and run events are keyed by run id: one partition of each holds them all.
+            fired = reader.runs(run_id=run_id)
+            events = reader.run_events(run_id=run_id)
+            history = reader.schedule_events(schedule_id) if fired or events else []
+    except KairosError as error:
+        raise fail(f"{error} (broker {bootstrap_servers})") from None
+    if not fired and not events:
+        raise fail(
+            f"no run {run_id} on {settings.layout.name(TopicRole.RUNS)} or "
+            f"{settings.layout.name(TopicRole.RUN_EVENTS)}: it has not fired (yet), or its "
+            f"records are past retention. `kairos audit verify --schedule {schedule_id} "
+            f"--from {text(nominal)} --to <a later instant>` tells whether it was owed"
+        )
+    story = _story(run_id, schedule_id, nominal, fired, events, history)
+    if as_json:
+        typer.echo(json.dumps(jsonable(story), indent=2))
+        return
+    _print_story(story)
+
+
+def _story(
+    run_id: str,
+    schedule_id: str,
+    nominal: datetime,
+    fired: list[FiredRun],
+    events: list[RunEventRecord],
+    history: list[HistoryEvent],
+) -> dict[str, Any]:
+    fires = [r for r in fired if r.attempt == 1]
+    # The definition that owed it: the version a fire names, else the one in force at nominal.
+    offsets = {r.schedule_offset for r in fires}
+    version = next((e for e in history if e.offset in offsets), None)
+    if version is None:
+        version = next((e for e in reversed(history) if e.changed_at <= nominal), None)
+    return {
+        "run_id": run_id,
+        "schedule_id": schedule_id,
+        "nominal_at": nominal,
+        "status": _status(fires, events),
+        "duplicate_commits": max(0, len(fires) - 1),
+        "requests": [
+            {
+                "attempt": r.attempt,
+                "due_at": r.due_at,
+                "fired_at": r.fired_at,
+                "lateness_ms": r.lateness_ms,
+                "ticker_instance": r.ticker_instance,
+                "schedule_offset": r.schedule_offset,
+                "partition": r.partition,
+                "offset": r.offset,
+            }
+            for r in fired
+        ],
+        "events": [
+            {
+                "kind": e.kind,
+                "attempt": e.attempt,
+                "by": e.source,
+                "started_at": e.started_at,
+                "finished_at": e.finished_at,
+                "reason": e.reason,
+                "next_attempt_at": e.next_attempt_at,
+                "offset": e.offset,
+            }
+            for e in events
+        ],
+        "version": None
+        if version is None
+        else {
+            "partition": version.partition,
+            "offset": version.offset,
+            "change": version.change,
+            "changed_by": version.changed_by,
+            "changed_at": version.changed_at,
+            "reason": version.reason,
+            "definition": (
+                version.definition.model_dump(mode="json") if version.definition else None
+            ),
+        },
+    }
+
+
+def _print_story(story: dict[str, Any]) -> None:
+    console = Console(highlight=False, markup=False, soft_wrap=True)
+    console.print(f"{story['run_id']}: {story['status']}")
+    console.print(f"  nominal    {text(story['nominal_at'])}")
+    version = story["version"]
+    if version is not None:
+        console.print(
+            f"  owed by    schedule version at offset {version['offset']} ({version['change']} "
+            f"by {version['changed_by']} at {text(version['changed_at'])})"
+        )
+    for request in story["requests"]:
+        kind = "fired" if request["attempt"] == 1 else f"retry request {request['attempt']}"
+        console.print(
+            f"  {kind:<10} {text(request['fired_at'])} by {request['ticker_instance']}, due "
+            f"{text(request['due_at'])}, {request['lateness_ms']} ms late"
+        )
+    if story["duplicate_commits"]:
+        console.print(f"  DUPLICATE: fired {story['duplicate_commits'] + 1} times")
+    for event in story["events"]:
+        when = event["finished_at"] or event["started_at"]
+        reason = f": {event['reason']}" if event["reason"] else ""
+        console.print(
+            f"  {event['kind']:<10} attempt {event['attempt']} by {event['by']}"
+            f"{' at ' + (text(when) or '') if when else ''}{reason}"
+        )

@@ -1,0 +1,391 @@
+"""Everything the topics remember, read for replay and audit: every record, in topic order.
+
+Unlike `kairos.streams.schedule_reader`, which folds the schedules topic into current state,
+this reader keeps each event: the schedules topic is compacted only after
+`min.compaction.lag.ms` (90 days by default), so until then it is the complete change history.
+Every read starts at the beginning of each partition, is read_committed (aborted fires of a
+fenced ticker are never seen), and ends at each partition's end as of the read.
+
+The reader never writes: records that are not valid events are reported in `rejected` (the
+ticker and the schedule reader dead-letter them), and skipped exactly as the ticker skips them.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    TopicPartition,
+)
+from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+
+from kairos.core.audit import FiredRun, HistoryEvent, RunEventRecord
+from kairos.core.errors import KairosError
+from kairos.streams.codec import Codecs, DecodeError, make_codecs
+from kairos.streams.partitioner import partition_for
+from kairos.streams.records import schedule_from_definition
+from kairos.streams.settings import KafkaSettings
+from kairos.streams.topics import TopicRole
+
+logger = logging.getLogger(__name__)
+
+_NO_TOPIC = (
+    "the topic does not exist; check --bootstrap-servers and --topic-prefix, or create the "
+    "topics with `kairos topics create`"
+)
+
+
+@dataclass(frozen=True)
+class ReadProgress:
+    """How far a read of `topic` got: offsets passed of the offsets there were when it began."""
+
+    topic: str
+    done: int
+    total: int
+
+
+ProgressCallback = Callable[[ReadProgress], None]
+
+
+@dataclass(frozen=True)
+class RejectedRecord:
+    """A record that is not a valid event of its topic; it was skipped."""
+
+    topic: str
+    partition: int
+    offset: int
+    reason: str
+
+
+class HistoryReadError(KairosError):
+    """A topic could not be read to its end: the broker or the topic is unavailable."""
+
+    def __init__(self, topic: str, reason: str) -> None:
+        self.topic = topic
+        self.reason = reason
+        super().__init__(f"cannot read {topic}: {reason}")
+
+
+@dataclass(frozen=True)
+class _Record:
+    partition: int
+    offset: int
+    timestamp: datetime
+    key: bytes | None
+    value: bytes | None
+
+
+class HistoryReader:
+    """Reads the schedules, runs and run-events topics of one deployment from the beginning.
+
+    `on_progress` is called after every batch of each read. A read fails with
+    `HistoryReadError` when the broker sends nothing for `idle_timeout_s`. Rejected records
+    accumulate in `rejected` across reads.
+    """
+
+    def __init__(
+        self,
+        settings: KafkaSettings,
+        codecs: Codecs | None = None,
+        on_progress: ProgressCallback | None = None,
+        idle_timeout_s: float = 30.0,
+    ) -> None:
+        self._settings = settings
+        self._codecs = codecs or make_codecs()
+        self._on_progress = on_progress
+        self._idle_timeout_s = idle_timeout_s
+        self.rejected: list[RejectedRecord] = []
+
+    def topic(self, role: TopicRole) -> str:
+        return self._settings.layout.name(role)
+
+    def schedule_events(self, schedule_id: str | None = None) -> list[HistoryEvent]:
+        """Every valid schedule event, each schedule's in topic order; one schedule's only when
+        `schedule_id` is given (reading just the partition its id hashes to)."""
+        topic = self.topic(TopicRole.SCHEDULES)
+        found: list[HistoryEvent] = []
+        for record in self._read(topic, schedule_id):
+            try:
+                event = self._schedule_event(record)
+            except (DecodeError, _InvalidRecordError) as problem:
+                self._reject(topic, record, str(problem))
+                continue
+            if event is not None and (schedule_id is None or event.schedule_id == schedule_id):
+                found.append(event)
+        return found
+
+    def runs(
+        self, run_id: str | None = None, keep: Callable[[FiredRun], bool] | None = None
+    ) -> list[FiredRun]:
+        """Every committed `RunRequested` (of `run_id` only, when given) that `keep` accepts."""
+        topic = self.topic(TopicRole.RUNS)
+        found: list[FiredRun] = []
+        for record in self._read(topic, run_id):
+            try:
+                run = _fired_run(self._codecs.run_requested.decode(_value(record)), record)
+            except (DecodeError, _InvalidRecordError) as problem:
+                self._reject(topic, record, str(problem))
+                continue
+            if (run_id is None or run.run_id == run_id) and (keep is None or keep(run)):
+                found.append(run)
+        return found
+
+    def run_events(
+        self, run_id: str | None = None, keep: Callable[[RunEventRecord], bool] | None = None
+    ) -> list[RunEventRecord]:
+        """Every committed run event (of `run_id` only, when given) that `keep` accepts."""
+        topic = self.topic(TopicRole.RUN_EVENTS)
+        found: list[RunEventRecord] = []
+        for record in self._read(topic, run_id):
+            try:
+                event = _run_event(self._codecs.run_event.decode(_value(record)), record)
+            except (DecodeError, _InvalidRecordError) as problem:
+                self._reject(topic, record, str(problem))
+                continue
+            if (run_id is None or event.run_id == run_id) and (keep is None or keep(event)):
+                found.append(event)
+        return found
+
+    def _reject(self, topic: str, record: _Record, reason: str) -> None:
+        self.rejected.append(RejectedRecord(topic, record.partition, record.offset, reason))
+
+    def _schedule_event(self, record: _Record) -> HistoryEvent | None:
+        """The event, as the ticker applies it; `None` for a record the ticker ignores."""
+        if record.key is None:
+            raise _InvalidRecordError("a schedule event must be keyed by its schedule id")
+        try:
+            schedule_id = record.key.decode("utf-8")
+        except UnicodeDecodeError:
+            raise _InvalidRecordError("the key is not UTF-8 text") from None
+        if record.value is None:
+            # A tombstone: the ticker deletes at the record's timestamp if a delete event did
+            # not already.
+            return HistoryEvent(
+                schedule_id, record.partition, record.offset, "tombstone", None, record.timestamp
+            )
+        event = self._codecs.schedule_event.decode(record.value)
+        if event["schedule_id"] != schedule_id:
+            raise _InvalidRecordError(
+                f"the key {schedule_id!r} differs from the event's schedule_id "
+                f"{event['schedule_id']!r}"
+            )
+        definition = None
+        if event["definition"] is not None:
+            try:
+                definition = schedule_from_definition(event["definition"])
+            except (ValueError, TypeError, KeyError) as invalid:
+                raise _InvalidRecordError(f"invalid definition: {invalid}") from invalid
+            if definition.id != schedule_id:
+                raise _InvalidRecordError(
+                    f"the definition's id {definition.id!r} differs from the key {schedule_id!r}"
+                )
+        return HistoryEvent(
+            schedule_id=schedule_id,
+            partition=record.partition,
+            offset=record.offset,
+            change=event["change"],
+            definition=definition,
+            changed_at=event["changed_at"],
+            changed_by=event["changed_by"],
+            reason=event["reason"],
+            revision=event["revision"],
+        )
+
+    def _read(self, topic: str, key: str | None) -> Iterator[_Record]:
+        """Every committed record of `topic` to the end of each partition, as of the read.
+
+        With a `key`, only the partition Kairos producers (murmur2) put that key on.
+        """
+        consumer = Consumer(
+            self._settings.consumer_config(
+                **{
+                    # Assigned, never subscribed and never committed: the group id is required
+                    # by the client but no group is ever joined.
+                    "group.id": f"{self._settings.topic_prefix}history-readers",
+                    "enable.auto.commit": False,
+                    "isolation.level": "read_committed",
+                    "enable.partition.eof": True,
+                    # A caught-up partition answers at once instead of holding the fetch 500 ms.
+                    "fetch.wait.max.ms": 10,
+                }
+            )
+        )
+        try:
+            count = self._partition_count(consumer, topic)
+            partitions = [partition_for(key, count)] if key is not None else list(range(count))
+            yield from self._consume(consumer, topic, partitions)
+        finally:
+            consumer.close()
+
+    def _partition_count(self, consumer: Consumer, topic: str) -> int:
+        try:
+            metadata = consumer.list_topics(topic, timeout=self._idle_timeout_s)
+        except KafkaException as error:
+            raise HistoryReadError(topic, f"the broker did not answer: {error}") from error
+        found = metadata.topics.get(topic)
+        if found is None or found.error is not None or not found.partitions:
+            raise HistoryReadError(topic, _NO_TOPIC)
+        return len(found.partitions)
+
+    def _consume(self, consumer: Consumer, topic: str, partitions: list[int]) -> Iterator[_Record]:
+        low: dict[int, int] = {}
+        high: dict[int, int] = {}
+        for p in partitions:
+            try:
+                low[p], high[p] = consumer.get_watermark_offsets(
+                    TopicPartition(topic, p), timeout=self._idle_timeout_s
+                )
+            except KafkaException as failure:
+                raise HistoryReadError(topic, f"no offsets for partition {p}: {failure}") from None
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+        position = dict(low)
+        done: set[int] = set()
+        total = sum(high[p] - low[p] for p in partitions)
+        last_heard = time.monotonic()
+        while len(done) < len(partitions):
+            if time.monotonic() - last_heard > self._idle_timeout_s:
+                missing = sorted(set(partitions) - done)
+                raise HistoryReadError(
+                    topic, f"partitions {missing} sent nothing for {self._idle_timeout_s:.0f}s"
+                )
+            messages = consumer.consume(num_messages=5000, timeout=0.2)
+            if messages:
+                last_heard = time.monotonic()
+            for message in messages:
+                error = message.error()
+                if error is not None and error.code() != KafkaError._PARTITION_EOF:
+                    if error.fatal() or error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                        raise HistoryReadError(topic, error.str())
+                    # librdkafka retries transient errors itself; the idle timeout bounds it.
+                    logger.warning("reading %s: %s", topic, error.str())
+                    continue
+                partition, offset = message.partition(), message.offset()
+                assert partition is not None and offset is not None  # set on records and EOFs
+                if partition in done:
+                    continue
+                if error is not None:
+                    # The end as of now: later records were written after the read began.
+                    done.add(partition)
+                    consumer.pause([TopicPartition(topic, partition)])
+                    position[partition] = high[partition]
+                    continue
+                position[partition] = offset + 1
+                yield _record(message)
+            if self._on_progress is not None:
+                passed = sum(min(position[p], high[p]) - low[p] for p in partitions)
+                self._on_progress(ReadProgress(topic, passed, total))
+
+
+class _InvalidRecordError(KairosError):
+    """A record decoded but breaks its topic's contract; the message is the reason."""
+
+
+def _record(message: Message) -> _Record:
+    partition, offset = message.partition(), message.offset()
+    assert partition is not None and offset is not None  # set on every record
+    _, timestamp_ms = message.timestamp()
+    return _Record(
+        partition=partition,
+        offset=offset,
+        timestamp=datetime.fromtimestamp(timestamp_ms / 1000, UTC),
+        key=message.key(),
+        value=message.value(),
+    )
+
+
+def _value(record: _Record) -> bytes:
+    if record.value is None:
+        raise _InvalidRecordError("a null value: runs and run events are never deleted")
+    return record.value
+
+
+def _fired_run(run: dict[str, Any], record: _Record) -> FiredRun:
+    return FiredRun(
+        run_id=run["run_id"],
+        schedule_id=run["schedule_id"],
+        nominal=run["nominal_at"],
+        due_at=run["due_at"],
+        fired_at=run["fired_at"],
+        lateness_ms=run["lateness_ms"],
+        attempt=run["attempt"],
+        ticker_instance=run["ticker_instance"],
+        schedule_offset=run["schedule_offset"],
+        partition=record.partition,
+        offset=record.offset,
+        owner=run["owner"],
+    )
+
+
+def _run_event(event: dict[str, Any], record: _Record) -> RunEventRecord:
+    return RunEventRecord(
+        run_id=event["run_id"],
+        schedule_id=event["schedule_id"],
+        kind=event["kind"],
+        attempt=event["attempt"],
+        source=event["executor_instance"],
+        nominal=event["nominal_at"],
+        fired_at=event["fired_at"],
+        started_at=event["started_at"],
+        finished_at=event["finished_at"],
+        reason=event["reason"],
+        next_attempt_at=event["next_attempt_at"],
+        partition=record.partition,
+        offset=record.offset,
+    )
+
+
+@dataclass(frozen=True)
+class HistoryHorizon:
+    """How far back the topics are complete: `kept` before now, limited by `limited_by`."""
+
+    kept: timedelta | None
+    """`None`: nothing is ever dropped."""
+    limited_by: str | None
+
+
+def history_horizon(settings: KafkaSettings, timeout_s: float = 10.0) -> HistoryHorizon:
+    """The shortest of the schedules topic's compaction lag and the runs topics' retention.
+
+    Before it, compaction may have dropped superseded schedule versions and retention old runs,
+    so an audit window reaching further back proves nothing.
+    """
+    # Notices (level 6) off: a one-shot client closed at once reports the events it did not
+    # serve, which is noise on a command's stderr.
+    admin = AdminClient(settings.consumer_config(log_level=5))
+    wanted = {
+        TopicRole.SCHEDULES: "min.compaction.lag.ms",
+        TopicRole.RUNS: "retention.ms",
+        TopicRole.RUN_EVENTS: "retention.ms",
+    }
+    resources = {
+        ConfigResource(ResourceType.TOPIC, settings.layout.name(role)): key
+        for role, key in wanted.items()
+    }
+    shortest: tuple[int, str] | None = None
+    for resource, future in admin.describe_configs(list(resources)).items():
+        key = resources[resource]
+        try:
+            entries = future.result(timeout=timeout_s)
+        except KafkaException as failure:
+            error: KafkaError = failure.args[0]
+            if error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                raise HistoryReadError(resource.name, _NO_TOPIC) from None
+            reason = f"cannot read its config: {error.str()}"
+            raise HistoryReadError(resource.name, reason) from None
+        value = int(entries[key].value) if key in entries else -1
+        # -1 keeps forever; a lag of 0 compacts at once (nothing is kept beyond the latest).
+        if value >= 0 and (shortest is None or value < shortest[0]):
+            shortest = (value, f"{resource.name} {key}={value}")
+    if shortest is None:
+        return HistoryHorizon(None, None)
+    return HistoryHorizon(timedelta(milliseconds=shortest[0]), shortest[1])

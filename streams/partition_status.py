@@ -1,0 +1,215 @@
+"""Who owns each schedules partition, how far behind it is, and what the tickers' group is doing.
+
+Three sources, read with the admin API (nothing joins the group): the group's description (its
+state, and each member's assignment: the owner *now*); the group's committed offsets, whose
+metadata holds the `OwnershipInfo` the owner wrote in its last firing transaction; and the end
+offsets of the schedules and changelog topics, read_committed.
+
+The metadata is as fresh as the last transaction on any of the owner's partitions. Right after a
+handover it may still be the previous owner's: `PartitionStatus.reported_by_owner` says so.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import (
+    ConsumerGroupState,
+    ConsumerGroupTopicPartitions,
+    IsolationLevel,
+    KafkaError,
+    KafkaException,
+    TopicPartition,
+)
+from confluent_kafka.admin import AdminClient, OffsetSpec
+
+from kairos.core.errors import KairosError
+from kairos.streams.ownership import OwnershipInfo
+from kairos.streams.settings import KafkaSettings
+from kairos.streams.topics import TopicRole
+
+_STATES = {
+    ConsumerGroupState.STABLE: "stable",
+    ConsumerGroupState.PREPARING_REBALANCING: "rebalancing",
+    ConsumerGroupState.COMPLETING_REBALANCING: "rebalancing",
+    ConsumerGroupState.EMPTY: "empty",
+    ConsumerGroupState.DEAD: "dead",
+}
+
+_ELECTING = {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE}
+
+
+class PartitionStatusError(KairosError):
+    """The group or the topics could not be described."""
+
+    def __init__(self, what: str, reason: str) -> None:
+        self.what = what
+        self.reason = reason
+        super().__init__(f"cannot describe {what}: {reason}")
+
+
+@dataclass(frozen=True)
+class GroupMember:
+    instance: str
+    """The member's client id: the ticker's `--instance`."""
+    member_id: str
+    host: str
+    partitions: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class PartitionStatus:
+    partition: int
+    owner: str | None
+    """The instance the group assigns the partition to now; `None`: nobody fires it."""
+    owner_host: str | None
+    committed_offset: int | None
+    """The next schedules offset the owner's state reflects; `None` before the first commit."""
+    end_offset: int
+    changelog_end_offset: int
+    ownership: OwnershipInfo | None
+    """What the last committing owner wrote with its offsets (see the module docstring)."""
+
+    @property
+    def lag(self) -> int | None:
+        """Schedule changes not yet applied by the owner."""
+        if self.committed_offset is None:
+            return None
+        return max(0, self.end_offset - self.committed_offset)
+
+    @property
+    def changelog_lag(self) -> int | None:
+        """Changelog records (and transaction markers) beyond what the owner's store reflected
+        at its last commit: what a new owner would restore on top of that store."""
+        if self.ownership is None or self.ownership.changelog_offset is None:
+            return None
+        return max(0, self.changelog_end_offset - self.ownership.changelog_offset)
+
+    @property
+    def reported_by_owner(self) -> bool:
+        return self.ownership is not None and self.ownership.instance == self.owner
+
+
+@dataclass(frozen=True)
+class GroupStatus:
+    group_id: str
+    topic: str
+    state: str
+    """stable, rebalancing, empty (no member), dead (no such group), or unknown."""
+    members: tuple[GroupMember, ...]
+    partitions: tuple[PartitionStatus, ...]
+
+    @property
+    def unowned(self) -> list[int]:
+        return [p.partition for p in self.partitions if p.owner is None]
+
+
+def read_group_status(
+    settings: KafkaSettings, group_id: str, timeout_s: float = 10.0
+) -> GroupStatus:
+    """The tickers' group and every schedules partition, as the broker sees them now."""
+    admin = AdminClient(settings.consumer_config())
+    schedules = settings.layout.name(TopicRole.SCHEDULES)
+    changelog = settings.layout.name(TopicRole.CHANGELOG)
+    count = _partition_count(admin, schedules, timeout_s)
+    description = _result(
+        admin.describe_consumer_groups([group_id], request_timeout=timeout_s)[group_id],
+        f"consumer group {group_id}",
+        timeout_s,
+    )
+    members = tuple(
+        GroupMember(
+            instance=member.client_id,
+            member_id=member.member_id,
+            host=member.host,
+            partitions=tuple(
+                sorted(
+                    tp.partition
+                    for tp in member.assignment.topic_partitions
+                    if tp.topic == schedules
+                )
+            ),
+        )
+        for member in description.members
+    )
+    owners = {p: m for m in members for p in m.partitions}
+    request = ConsumerGroupTopicPartitions(
+        group_id, [TopicPartition(schedules, p) for p in range(count)]
+    )
+    committed = _result(
+        admin.list_consumer_group_offsets([request], request_timeout=timeout_s)[group_id],
+        f"the committed offsets of {group_id}",
+        timeout_s,
+    )
+    by_partition = {tp.partition: tp for tp in committed.topic_partitions}
+    ends = _end_offsets(admin, [schedules, changelog], count, timeout_s)
+    partitions = []
+    for p in range(count):
+        tp = by_partition.get(p)
+        owner = owners.get(p)
+        partitions.append(
+            PartitionStatus(
+                partition=p,
+                owner=owner.instance if owner else None,
+                owner_host=owner.host if owner else None,
+                committed_offset=tp.offset if tp is not None and tp.offset >= 0 else None,
+                end_offset=ends[schedules, p],
+                changelog_end_offset=ends[changelog, p],
+                ownership=OwnershipInfo.decode(tp.metadata if tp is not None else None),
+            )
+        )
+    state = _STATES.get(description.state, "unknown")
+    return GroupStatus(group_id, schedules, state, members, tuple(partitions))
+
+
+def _partition_count(admin: AdminClient, topic: str, timeout_s: float) -> int:
+    try:
+        metadata = admin.list_topics(topic, timeout=timeout_s)
+    except KafkaException as error:
+        raise PartitionStatusError(topic, f"the broker did not answer: {error}") from error
+    found = metadata.topics.get(topic)
+    if found is None or found.error is not None or not found.partitions:
+        raise PartitionStatusError(
+            topic,
+            "the topic does not exist; check --bootstrap-servers and --topic-prefix, or create "
+            "the topics with `kairos topics create`",
+        )
+    return len(found.partitions)
+
+
+def _end_offsets(
+    admin: AdminClient, topics: list[str], count: int, timeout_s: float
+) -> dict[tuple[str, int], int]:
+    """Each partition's end as a read_committed reader sees it (the changelog is transactional,
+    and a pending transaction's records are not there yet for a restoring owner)."""
+    # confluent-kafka leaves OffsetSpec's factory methods unannotated.
+    latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
+    asked = {TopicPartition(t, p): latest for t in topics for p in range(count)}
+    deadline = time.monotonic() + timeout_s
+    while True:
+        futures = admin.list_offsets(
+            asked, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=timeout_s
+        )
+        try:
+            return {
+                (tp.topic, tp.partition): future.result(timeout=timeout_s).offset
+                for tp, future in futures.items()
+            }
+        except KafkaException as failure:
+            error: KafkaError = failure.args[0]
+            # A new topic's leaders are still being elected, or leadership just moved; the
+            # admin client does not retry these itself.
+            passing = error.retriable() or error.code() in _ELECTING
+            if not passing or time.monotonic() > deadline:
+                what = f"the ends of {', '.join(topics)}"
+                raise PartitionStatusError(what, error.str()) from None
+            time.sleep(0.2)
+
+
+def _result(future: Any, what: str, timeout_s: float) -> Any:
+    try:
+        return future.result(timeout=timeout_s)
+    except KafkaException as error:
+        raise PartitionStatusError(what, str(error.args[0])) from error
