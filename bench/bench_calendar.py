@@ -28,18 +28,30 @@ from kairos.core.cron import parse_cron
 from kairos.core.schedule import Schedule
 
 EXPRESSIONS = (
-    "0 0 * * *", "30 2 * * *", "*/5 * * * *", "0 * * * *", "15 9 * * 1-5",
-    "0 0 1 * *", "0 */2 * * *", "45 23 * * 0", "0 6,18 * * *", "*/15 8-17 * * MON-FRI",
+    "0 0 * * *",
+    "30 2 * * *",
+    "*/5 * * * *",
+    "0 * * * *",
+    "15 9 * * 1-5",
+    "0 0 1 * *",
+    "0 */2 * * *",
+    "45 23 * * 0",
+    "0 6,18 * * *",
+    "*/15 8-17 * * MON-FRI",
 )
 ZONES = ("UTC", "America/New_York", "Europe/Berlin", "Australia/Sydney", "Asia/Kolkata")
 AFTER = datetime(2027, 3, 14, 6, 0, tzinfo=UTC)
 
 
 def herd(size: int) -> list[Schedule]:
-    templates = [Schedule.model_validate({"id": "t", "cron": expr, "timezone": zone})
-                 for expr in EXPRESSIONS for zone in ZONES]
-    return [templates[i % len(templates)].model_copy(update={"id": f"job-{i}"})
-            for i in range(size)]
+    templates = [
+        Schedule.model_validate({"id": "t", "cron": expr, "timezone": zone})
+        for expr in EXPRESSIONS
+        for zone in ZONES
+    ]
+    return [
+        templates[i % len(templates)].model_copy(update={"id": f"job-{i}"}) for i in range(size)
+    ]
 
 
 def per_call_us(calls: int, run: Callable[[], None]) -> float:
@@ -88,16 +100,21 @@ def main() -> None:
     spread = per_call_us(len(schedules), lambda: kairos_spread_calls(schedules))
 
     print(f"python {platform.python_version()} on {platform.machine()}; after {AFTER.isoformat()}")
-    print(f"herd {len(schedules):,} schedules over {pairs} (expression, zone) pairs; "
-          f"sample {len(sample):,}")
+    print(
+        f"herd {len(schedules):,} schedules over {pairs} (expression, zone) pairs; "
+        f"sample {len(sample):,}"
+    )
     print(f"croniter, per call:                 {naive:8.2f} µs")
     print(f"kairos cold (caches cleared), call: {cold:8.2f} µs   ({naive / cold:5.1f}× faster)")
-    print(f"kairos herd, first pass, amortised: {first_herd:8.2f} µs   "
-          f"({naive / first_herd:5.1f}× faster)")
-    print(f"kairos herd, warm pass, amortised:  {second_herd:8.2f} µs   "
-          f"({naive / second_herd:5.1f}× faster)")
-    print(f"kairos spread instants, amortised:  {spread:8.2f} µs   "
-          f"({naive / spread:5.1f}× faster)")
+    print(
+        f"kairos herd, first pass, amortised: {first_herd:8.2f} µs   "
+        f"({naive / first_herd:5.1f}× faster)"
+    )
+    print(
+        f"kairos herd, warm pass, amortised:  {second_herd:8.2f} µs   "
+        f"({naive / second_herd:5.1f}× faster)"
+    )
+    print(f"kairos spread instants, amortised:  {spread:8.2f} µs   ({naive / spread:5.1f}× faster)")
     print(f"herd total, first pass:             {first_herd * len(schedules) / 1e6:8.3f} s")
 
 

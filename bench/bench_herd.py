@@ -1,6 +1,6 @@
 """The midnight herd: N schedules due at the same instant, against a raw transactional producer.
 
-Run: `.venv/bin/python bench/bench_herd.py [--sizes 10000 100000 300000] [--json out.json]`.
+Run: `.venv/bin/python -m bench.bench_herd [--sizes 10000 100000 300000] [--json out.json]`.
 
 For each N, on a local broker this script starts and stops itself:
 
@@ -22,12 +22,8 @@ import argparse
 import json
 import platform
 import re
-import socket
-import subprocess
-import sys
 import tempfile
 import time
-import urllib.request
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -35,6 +31,7 @@ from typing import Any
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from bench.common import free_port, metric, start_ticker, wait_until_held
 from kairos.core.firing import Action, Decision, ScheduleState
 from kairos.core.run_id import run_id
 from kairos.core.schedule import Schedule
@@ -52,18 +49,6 @@ COMMIT_LINE = re.compile(
 )
 
 
-def metric(port: int, name: str) -> dict[str, float]:
-    """Samples of one metric from the ticker's /metrics page, keyed by their label text."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as page:
-        text = page.read().decode()
-    samples = {}
-    for line in text.splitlines():
-        if line.startswith(name):
-            key, value = line.rsplit(" ", 1)
-            samples[key[len(name) :]] = float(value)
-    return samples
-
-
 def histogram_quantile(port: int, quantile: float) -> float:
     buckets = metric(port, "kairos_ticker_fire_lateness_seconds_bucket")
     pairs = []
@@ -79,12 +64,6 @@ def histogram_quantile(port: int, quantile: float) -> float:
     return float("inf")
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def run_kairos(bootstrap: str, size: int, workdir: Path) -> dict[str, Any]:
     settings = KafkaSettings(
         bootstrap_servers=bootstrap, topic_prefix=f"herd{size}.", schedules_partitions=PARTITIONS
@@ -97,43 +76,11 @@ def run_kairos(bootstrap: str, size: int, workdir: Path) -> dict[str, Any]:
     publish_s = time.monotonic() - started
     port = free_port()
     log_path = workdir / f"ticker-{size}.log"
-    with log_path.open("wb") as log:
-        ticker = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "kairos.cli",
-                "ticker",
-                "--instance",
-                f"bench-{size}",
-                "--state-dir",
-                str(workdir / f"state-{size}"),
-                "--bootstrap-servers",
-                bootstrap,
-                "--topic-prefix",
-                settings.topic_prefix,
-                "--schedules-partitions",
-                str(PARTITIONS),
-                "--metrics-port",
-                str(port),
-                "--log-level",
-                "DEBUG",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
+    ticker = start_ticker(
+        settings, f"bench-{size}", workdir / f"state-{size}", log_path, port, log_level="DEBUG"
+    )
     try:
-        deadline = time.monotonic() + 600
-        while True:
-            try:
-                held = metric(port, "kairos_ticker_schedules_held").get("", 0.0)
-            except OSError:
-                held = 0.0
-            if held >= size:
-                break
-            if time.monotonic() > deadline or ticker.poll() is not None:
-                raise RuntimeError(f"the ticker never held {size} schedules; see {log_path}")
-            time.sleep(0.5)
+        wait_until_held(ticker, port, size, log_path)
         herd_at = (datetime.now(UTC) + timedelta(minutes=1)).replace(second=0, microsecond=0)
         if (herd_at - datetime.now(UTC)).total_seconds() < 3:
             herd_at += timedelta(minutes=1)

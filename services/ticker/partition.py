@@ -182,7 +182,8 @@ class OwnedPartition:
             while True:
                 if time.monotonic() > deadline:
                     raise RestoreError(self.partition, f"no end of changelog after {timeout_s}s")
-                messages = consumer.consume(num_messages=_RESTORE_BATCH, timeout=0.5)
+                # consume() waits for a full batch or the timeout: keep the timeout short.
+                messages = consumer.consume(num_messages=_RESTORE_BATCH, timeout=0.05)
                 writes: list[StateWrite] = []
                 reached_end = False
                 next_offset: int | None = None

@@ -156,6 +156,9 @@ class Ticker:
                     "enable.auto.commit": False,
                     "isolation.level": "read_committed",
                     "enable.partition.eof": True,
+                    # The end of a partition is only noticed when an empty fetch returns: do not
+                    # let the broker hold it for the default half second.
+                    "fetch.wait.max.ms": 10,
                 }
             )
         )
