@@ -382,6 +382,9 @@ def history_horizon(settings: KafkaSettings, timeout_s: float = 10.0) -> History
                 raise HistoryReadError(resource.name, _NO_TOPIC) from None
             reason = f"cannot read its config: {error.str()}"
             raise HistoryReadError(resource.name, reason) from None
+        except TimeoutError:
+            reason = f"no answer from the broker within {timeout_s:.0f}s; is it running?"
+            raise HistoryReadError(resource.name, reason) from None
         value = int(entries[key].value) if key in entries else -1
         # -1 keeps forever; a lag of 0 compacts at once (nothing is kept beyond the latest).
         if value >= 0 and (shortest is None or value < shortest[0]):
