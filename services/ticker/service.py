@@ -9,6 +9,7 @@ of every owned partition and the consumer's group metadata. Rebalance callbacks 
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import threading
 import time
@@ -44,6 +45,9 @@ from kairos.streams.topics import TopicRole
 logger = logging.getLogger(__name__)
 
 Clock = Callable[[], datetime]
+
+EXIT_STUCK = 75
+"""Exit code (EX_TEMPFAIL) when librdkafka hangs in a transaction call: restart the ticker."""
 
 _PREPARE_AHEAD_MS = 120_000
 """How far ahead idle time prepares upcoming fires (decoded states, encoded templates)."""
@@ -106,21 +110,51 @@ class Ticker:
         """Fire until `stop` is set; then leave the group and close the stores cleanly."""
         if self.settings.metrics_port is not None:
             self.metrics.serve(self.settings.metrics_port)
-        self._connect()
+        threading.Thread(target=self._watch_transactions, args=(stop,), daemon=True).start()
+        backoff = _Backoff()
         try:
             while not stop.is_set():
                 try:
+                    if self._consumer is None:
+                        self._connect()
                     self.turn()
-                except _FencedError as fenced:
+                    backoff.reset()
+                except (_RebuildError, KafkaException) as failure:
+                    # Fenced, or the broker unreachable for longer than a client will wait:
+                    # drop the partitions and rejoin. The stores hold only committed state, so
+                    # nothing decided is lost and nothing is decided twice.
                     logger.error(
-                        "instance=%s fenced (%s); dropping partitions and rejoining",
+                        "instance=%s %s; dropping partitions and rejoining in %.1fs",
                         self.settings.instance,
-                        fenced,
+                        failure,
+                        backoff.delay_s,
                     )
                     self._disconnect()
-                    self._connect()
+                    stop.wait(backoff.next())
         finally:
             self._disconnect()
+
+    def _watch_transactions(self, stop: threading.Event) -> None:
+        """Exit if a transaction call never returns, so a supervisor restarts a clean process.
+
+        librdkafka's `send_offsets_to_transaction` can block past its timeout, forever, when the
+        group coordinator goes away mid-call (librdkafka issues 5456 and 5511). No Python code
+        can interrupt it; the stores hold only committed state, so a restart loses nothing.
+        """
+        limit_s = 2 * self.settings.transaction_timeout_ms / 1000 + 30
+        while not stop.wait(1.0):
+            transactions = self._transactions
+            busy_since = transactions.busy_since if transactions is not None else None
+            if busy_since is not None and time.monotonic() - busy_since > limit_s:
+                logger.critical(
+                    "instance=%s a transaction call has not returned for %.0fs (librdkafka "
+                    "#5456); exiting with code %d for a supervisor to restart this ticker",
+                    self.settings.instance,
+                    limit_s,
+                    EXIT_STUCK,
+                )
+                logging.shutdown()
+                os._exit(EXIT_STUCK)
 
     def _connect(self) -> None:
         s = self.settings
@@ -489,32 +523,44 @@ class Ticker:
         )
 
     def _abort(self, failure: KafkaException) -> None:
+        """Abandon the open transaction, then rebuild the clients from committed state.
+
+        A fresh producer with the same transactional id is the one path that works after every
+        failure (librdkafka can hang reusing a producer whose transaction failed mid-way while
+        the broker was away): its `init_transactions` bumps the epoch and aborts whatever the
+        old one left open. The stores never saw the abandoned work, and the new consumer
+        resumes from the committed offsets.
+        """
         error: KafkaError = failure.args[0]
-        reason = error.name()
-        self.metrics.aborts.labels(reason).inc()
-        if error.fatal():
-            raise _FencedError(error.str()) from failure
+        self.metrics.aborts.labels(error.name()).inc()
         logger.warning(
-            "instance=%s transaction aborted (%s); resuming from the last commit",
+            "instance=%s transaction aborted (%s); rebuilding from the last commit",
             self.settings.instance,
             error.str(),
         )
-        transactions, consumer = self._transactions, self._consumer
-        assert transactions is not None and consumer is not None
-        try:
-            transactions.abort()
-        except KafkaException as abort_failure:
-            if abort_failure.args[0].fatal():
-                raise _FencedError(abort_failure.args[0].str()) from abort_failure
-            raise
-        # The store never saw this transaction; only the consumer positions must go back.
-        for owned in self.owned.values():
-            owned.next_offset = owned.committed_offset
-            consumer.seek(
-                TopicPartition(self.schedules_topic, owned.partition, owned.committed_offset)
-            )
-        time.sleep(0.2)
+        transactions = self._transactions
+        if transactions is not None and not error.fatal():
+            try:
+                transactions.abort()
+            except KafkaException as abort_failure:
+                logger.warning("abort failed (%s)", abort_failure.args[0].str())
+        raise _RebuildError(error.str()) from failure
 
 
-class _FencedError(Exception):
-    """The producer is fenced or failed fatally: drop everything and rejoin the group."""
+class _Backoff:
+    """Exponential backoff between attempts, from 0.2 s up to 5 s."""
+
+    def __init__(self) -> None:
+        self.delay_s = 0.2
+
+    def next(self) -> float:
+        delay = self.delay_s
+        self.delay_s = min(5.0, self.delay_s * 2)
+        return delay
+
+    def reset(self) -> None:
+        self.delay_s = 0.2
+
+
+class _RebuildError(Exception):
+    """A transaction failed or the producer is fenced: drop everything and rejoin the group."""

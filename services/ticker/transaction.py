@@ -51,6 +51,8 @@ class FiringTransactions:
         self.codecs = codecs
         self.ticker_instance = ticker_instance
         self.timeout_s = timeout_s
+        self.busy_since: float | None = None
+        """`time.monotonic()` when the open transaction began; `None` between transactions."""
         self._runs = RunRequestedEncoder(codecs.run_requested, ticker_instance)
         self._progress = ProgressEncoder(codecs.ticker_progress)
 
@@ -80,6 +82,20 @@ class FiringTransactions:
 
         Raises `KafkaException` when the transaction could not be committed; the caller aborts.
         """
+        self.busy_since = time.monotonic()
+        try:
+            return self._send(work, writes, offsets, consumer, fired_at)
+        finally:
+            self.busy_since = None
+
+    def _send(
+        self,
+        work: TransactionWork,
+        writes: dict[int, list[StateWrite]],
+        offsets: list[TopicPartition],
+        consumer: Consumer,
+        fired_at: datetime,
+    ) -> dict[int, int]:
         producer = self.producer
         changelog_ends: dict[int, int] = {}
 
@@ -139,7 +155,7 @@ class FiringTransactions:
         return changelog_ends
 
     def abort(self) -> None:
-        self.producer.abort_transaction(30)
+        self.producer.abort_transaction(self.timeout_s)
 
     def _state_write(
         self, schedule_id: str, state: ScheduleState | None, redefined: bool

@@ -1,0 +1,153 @@
+"""From a consumed record to a run the store can claim, or the reason it cannot be one.
+
+Every check a `RunRequested` must pass happens here, before the claim: a record that fails one
+is dead-lettered with the reason (and never claimed), so a retry never meets a request it cannot
+run. A valid run of a kind this executor does not run is passed over, for the executors (in
+another consumer group) that do.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import timedelta
+from functools import cached_property
+from typing import Any
+
+from pydantic import ValidationError
+
+from kairos.core.errors import KairosError
+from kairos.core.run_id import RunIdError, parse_run_id
+from kairos.core.schedule import OverlapPolicy
+from kairos.services.executor.handlers import Handlers
+from kairos.services.executor.jobs import JobParams, JobParamsError, PythonJob, job_params
+from kairos.streams.codec import Codec, DecodeError
+from kairos.streams.dedupe.base import RunRequest, SourceRecord
+from kairos.streams.records import job_from_record
+
+
+class RunRequestInvalidError(KairosError):
+    """A decodable `RunRequested` that cannot be run; `run_id` is `None` when it has none."""
+
+    def __init__(self, run_id: str | None, problem: str) -> None:
+        self.run_id = run_id
+        self.problem = problem
+        super().__init__(f"run {run_id or '(no run id)'}: {problem}")
+
+
+@dataclass(frozen=True, slots=True)
+class Rejected:
+    """Dead-letter the record: `reason` and `error_class` go into the `DeadLetter`."""
+
+    reason: str
+    error_class: str
+
+
+@dataclass(frozen=True, slots=True)
+class PassedOver:
+    """A valid run that other executors run (its kind or handler is not served here)."""
+
+    run_id: str
+    kind: str
+
+
+Admissible = RunRequest | Rejected | PassedOver
+"""A run to claim, a record to dead-letter, or a run for other executors."""
+
+
+@dataclass(frozen=True)
+class ServedJobs:
+    """What this executor runs: job kinds, and the handlers of `python` jobs."""
+
+    kinds: frozenset[str]
+    handlers: Handlers
+
+    @cached_property
+    def runners(self) -> frozenset[str]:
+        """The runner of every run this executor can run (see `runner_of`)."""
+        plain = {kind for kind in self.kinds if kind != "python"}
+        handled = (
+            {f"python:{name}" for name in self.handlers.names} if "python" in self.kinds else set()
+        )
+        return frozenset(plain | handled)
+
+
+def runner_of(kind: str, params: JobParams) -> str:
+    """What a run needs to be run: its job kind, or for `python` jobs the handler."""
+    return f"python:{params.handler}" if isinstance(params, PythonJob) else kind
+
+
+def read_request(
+    key: bytes | None, value: bytes | None, source: SourceRecord, codec: Codec, served: ServedJobs
+) -> Admissible:
+    """Check one record of the runs topic.
+
+    Never raises for bad input; raises `SchemaRegistryUnavailableError` when the record cannot
+    be checked yet (retry it, do not dead-letter it).
+    """
+    if value is None:
+        return _rejected(RunRequestInvalidError(None, "a tombstone is not a RunRequested"))
+    try:
+        record = codec.decode(value)
+    except DecodeError as error:
+        return _rejected(error)
+    try:
+        request, kind = _valid_request(key, value, record, source)
+    except (RunRequestInvalidError, JobParamsError) as error:
+        return _rejected(error)
+    if request.runner in served.runners:
+        return request
+    return PassedOver(request.run_id, kind)
+
+
+def _rejected(error: KairosError) -> Rejected:
+    return Rejected(str(error), type(error).__name__)
+
+
+def _valid_request(
+    key: bytes | None, value: bytes, record: dict[str, Any], source: SourceRecord
+) -> tuple[RunRequest, str]:
+    """The run a decoded record asks for, and its job kind; raises what is wrong with it."""
+    run_id = record["run_id"]
+
+    def invalid(problem: str) -> RunRequestInvalidError:
+        return RunRequestInvalidError(run_id, problem)
+
+    if key is None or key.decode("utf-8", errors="replace") != run_id:
+        raise invalid(f"the record's key {key!r} is not its run id; key runs by run id")
+    try:
+        schedule_id, nominal = parse_run_id(run_id)
+    except RunIdError as error:
+        raise invalid(error.problem) from None
+    if (schedule_id, nominal) != (record["schedule_id"], record["nominal_at"]):
+        raise invalid(
+            f"the run id does not match schedule_id {record['schedule_id']!r} and "
+            f"nominal_at {record['nominal_at'].isoformat()}"
+        )
+    if record["overlap"] == "unknown":
+        raise invalid(
+            "its overlap policy is newer than this executor knows; upgrade executors "
+            "before producers (docs/wire-format.md)"
+        )
+    if record["max_attempts"] < 1 or record["timeout_ms"] <= 0 or record["retry_backoff_ms"] < 0:
+        raise invalid(
+            "max_attempts must be at least 1, timeout_ms above 0 and retry_backoff_ms at least 0"
+        )
+    try:
+        job = job_from_record(record["job"])
+    except (json.JSONDecodeError, ValidationError) as error:
+        raise invalid(f"its job is not valid: {error}") from None
+    request = RunRequest(
+        run_id=run_id,
+        schedule_id=schedule_id,
+        nominal_at=nominal,
+        due_at=record["due_at"],
+        fired_at=record["fired_at"],
+        overlap=OverlapPolicy(record["overlap"]),
+        max_attempts=record["max_attempts"],
+        retry_backoff=timedelta(milliseconds=record["retry_backoff_ms"]),
+        runner=runner_of(job.kind, job_params(job)),
+        value=value,
+        source=source,
+    )
+    return request, job.kind

@@ -1,0 +1,313 @@
+"""Running leased attempts: the worker that runs one, and the keeper that renews their leases.
+
+An attempt is registered as in flight when the loop hands it to a worker and leaves when its
+outcome is recorded (or refused). While it is in flight the `LeaseKeeper` renews its lease; when
+the store reports the lease lost or the run replaced, or the lease could not be renewed before it
+expired, the keeper asks the attempt to stop, so a run is never left running here while another
+executor runs it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import datetime, timedelta
+from typing import Any
+
+from confluent_kafka import Producer
+
+from kairos.services.executor.handlers import Handlers, RunContext
+from kairos.services.executor.jobs import (
+    HttpJob,
+    Invocation,
+    JobFailedError,
+    JobParams,
+    KafkaJob,
+    NoopJob,
+    PythonJob,
+    ShellJob,
+    job_params,
+    run_http,
+    run_kafka,
+    run_shell,
+)
+from kairos.services.executor.metrics import ExecutorMetrics
+from kairos.services.executor.settings import ExecutorSettings
+from kairos.streams.codec import Codec
+from kairos.streams.dedupe.base import (
+    AttemptResult,
+    AttemptTransaction,
+    DedupeStore,
+    DedupeStoreError,
+    Lease,
+    LeaseLostError,
+    LeaseStatus,
+)
+from kairos.streams.records import job_from_record
+
+logger = logging.getLogger(__name__)
+
+Clock = Callable[[], datetime]
+
+_REASON_EXTRA = 512
+"""Room in a failure reason for its explanation, beside the job's output (`output_limit_bytes`)."""
+
+
+class InFlight:
+    """One attempt this executor runs, and whether it was asked to stop."""
+
+    def __init__(self, lease: Lease) -> None:
+        self.lease = lease
+        self.held_until = lease.expires_at
+        self.stop = threading.Event()
+        self.stop_reason: str | None = None
+        self._ended = False
+        self._outcome_lock = threading.Lock()
+
+    def request_stop(self, reason: str) -> None:
+        # Under the outcome lock: a renewal that raced with the outcome's commit reports the
+        # lease lost, and must not stop an attempt that has already ended.
+        with self._outcome_lock:
+            if self._ended or self.stop.is_set():
+                return
+            self.stop_reason = reason
+            self.stop.set()
+        logger.warning(
+            "run=%s attempt=%d stopping: %s", self.lease.run_id, self.lease.attempt, reason
+        )
+
+    @contextmanager
+    def recording_outcome(self) -> Iterator[None]:
+        """Hold while the outcome is recorded; the attempt has ended afterwards, whatever the
+        store said."""
+        with self._outcome_lock:
+            try:
+                yield
+            finally:
+                self._ended = True
+
+
+class InFlightAttempts:
+    """The attempts in flight in this process; shared by the loop, the workers and the keeper."""
+
+    def __init__(self) -> None:
+        self._attempts: dict[str, InFlight] = {}
+        self._lock = threading.Lock()
+
+    def add(self, lease: Lease) -> InFlight:
+        attempt = InFlight(lease)
+        with self._lock:
+            self._attempts[lease.run_id] = attempt
+        return attempt
+
+    def remove(self, attempt: InFlight) -> None:
+        with self._lock:
+            self._attempts.pop(attempt.lease.run_id, None)
+
+    def snapshot(self) -> list[InFlight]:
+        with self._lock:
+            return list(self._attempts.values())
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._attempts)
+
+
+class LeaseKeeper(threading.Thread):
+    """Renews the leases of the attempts in flight every third of the lease."""
+
+    def __init__(
+        self, store: DedupeStore, attempts: InFlightAttempts, lease: timedelta, clock: Clock
+    ) -> None:
+        super().__init__(name="lease-keeper", daemon=True)
+        self._store = store
+        self._attempts = attempts
+        self._lease = lease
+        self._clock = clock
+        self._closed = threading.Event()
+
+    def close(self) -> None:
+        self._closed.set()
+        self.join(timeout=self._lease.total_seconds())
+
+    def run(self) -> None:
+        while not self._closed.wait(self._lease.total_seconds() / 3):
+            self.renew()
+
+    def renew(self) -> None:
+        attempts = self._attempts.snapshot()
+        if not attempts:
+            return
+        now = self._clock()
+        try:
+            statuses = self._store.renew([a.lease for a in attempts], now, self._lease)
+        except DedupeStoreError as error:
+            logger.warning("lease renewal failed: %s", error)
+            statuses = {}
+        for attempt in attempts:
+            status = statuses.get(attempt.lease.run_id)
+            if status is LeaseStatus.HELD:
+                attempt.held_until = now + self._lease
+            elif status is LeaseStatus.STOP_REQUESTED:
+                attempt.held_until = now + self._lease
+                attempt.request_stop("replaced by a newer run of the schedule (overlap replace)")
+            elif status is LeaseStatus.LOST:
+                attempt.request_stop("the lease was lost: another executor took the run over")
+            elif self._clock() >= attempt.held_until:
+                # Unrenewed, the lease may be reaped any moment: stop before a retry starts.
+                attempt.request_stop("the lease could not be renewed before it expired")
+
+
+class AttemptRunner:
+    """Runs one leased attempt on a worker thread and records its outcome in the store."""
+
+    def __init__(
+        self,
+        *,
+        store: DedupeStore,
+        settings: ExecutorSettings,
+        codec: Codec,
+        handlers: Handlers,
+        metrics: ExecutorMetrics,
+        attempts: InFlightAttempts,
+        job_producer: Callable[[], Producer],
+        clock: Clock,
+    ) -> None:
+        self._store = store
+        self._settings = settings
+        self._codec = codec
+        self._handlers = handlers
+        self._metrics = metrics
+        self._attempts = attempts
+        self._job_producer = job_producer
+        self._clock = clock
+
+    def run(self, attempt: InFlight) -> None:
+        lease = attempt.lease
+        try:
+            if lease.attempt == 1:
+                lateness = (lease.started_at - lease.due_at).total_seconds()
+                self._metrics.start_lateness.observe(max(0.0, lateness))
+            with self._store.attempt_transaction() as transaction:
+                result = self._attempt(attempt, transaction)
+                if not result.succeeded:
+                    # A failed attempt's own writes never commit; only its outcome does.
+                    transaction.rollback()
+                with attempt.recording_outcome():
+                    end = self._store.finish(lease, result, self._clock(), transaction)
+            self._metrics.outcomes.labels(end.value).inc()
+            logger.info(
+                "run=%s attempt=%d %s%s",
+                lease.run_id,
+                lease.attempt,
+                end.value,
+                "" if result.succeeded else f": {result.reason}",
+            )
+        except LeaseLostError as lost:
+            self._metrics.outcomes.labels("lease_lost").inc()
+            logger.warning("%s", lost)
+        except DedupeStoreError as error:
+            # The lease runs out and the run is retried; nothing else can be done from here.
+            self._metrics.store_errors.inc()
+            logger.error(
+                "run=%s attempt=%d outcome not recorded: %s", lease.run_id, lease.attempt, error
+            )
+        except Exception:
+            logger.exception("run=%s attempt=%d crashed the worker", lease.run_id, lease.attempt)
+        finally:
+            self._attempts.remove(attempt)
+            self._metrics.in_flight.set(len(self._attempts))
+
+    def _attempt(self, attempt: InFlight, transaction: AttemptTransaction) -> AttemptResult:
+        lease = attempt.lease
+        request = self._codec.decode(lease.value)
+        params = job_params(job_from_record(request["job"]))
+        invocation = Invocation(
+            run_id=lease.run_id,
+            schedule_id=lease.schedule_id,
+            attempt=lease.attempt,
+            nominal_at=request["nominal_at"],
+            timeout=timedelta(milliseconds=request["timeout_ms"]),
+            stop=attempt.stop,
+            deadline=time.monotonic() + request["timeout_ms"] / 1000,
+        )
+        started = time.monotonic()
+        kind = request["job"]["kind"]
+        try:
+            self._run_job(params, invocation, request, transaction)
+            result = AttemptResult(succeeded=True)
+        except JobFailedError as failed:
+            result = AttemptResult(False, self._limited(failed.reason))
+        except Exception as error:
+            # A python handler's exception, whatever its type, is that attempt's failure.
+            result = AttemptResult(False, self._limited(f"{type(error).__name__}: {error}"))
+        if attempt.stop_reason is not None and not result.succeeded:
+            result = AttemptResult(False, self._limited(f"{attempt.stop_reason}; {result.reason}"))
+        self._metrics.attempt_duration.labels(
+            kind, "succeeded" if result.succeeded else "failed"
+        ).observe(time.monotonic() - started)
+        return result
+
+    def _limited(self, reason: str | None) -> str | None:
+        limit = self._settings.output_limit_bytes + _REASON_EXTRA
+        if reason is None or len(reason) <= limit:
+            return reason
+        return reason[: limit - 3] + "..."
+
+    def _run_job(
+        self,
+        params: JobParams,
+        invocation: Invocation,
+        request: dict[str, Any],
+        transaction: AttemptTransaction,
+    ) -> None:
+        limit = self._settings.output_limit_bytes
+        if isinstance(params, NoopJob):
+            return
+        if isinstance(params, ShellJob):
+            run_shell(params, invocation, limit)
+        elif isinstance(params, HttpJob):
+            run_http(params, invocation, limit)
+        elif isinstance(params, KafkaJob):
+            run_kafka(params, invocation, self._job_producer())
+        elif isinstance(params, PythonJob):
+            self._run_handler(params, invocation, request, transaction)
+
+    def _run_handler(
+        self,
+        params: PythonJob,
+        invocation: Invocation,
+        request: dict[str, Any],
+        transaction: AttemptTransaction,
+    ) -> None:
+        handler = self._handlers.get(params.handler)
+        if handler is None:  # acquire hands out only runs of this executor's handlers
+            raise JobFailedError(
+                f"no handler {params.handler!r} in executor {self._settings.instance}"
+            )
+        # A thread cannot be killed: at the timeout the handler is asked to stop, and the
+        # attempt fails when it returns.
+        timer = threading.Timer(invocation.remaining_s(), invocation.stop.set)
+        timer.daemon = True
+        timer.start()
+        try:
+            handler(
+                RunContext(
+                    run_id=invocation.run_id,
+                    schedule_id=invocation.schedule_id,
+                    attempt=invocation.attempt,
+                    max_attempts=request["max_attempts"],
+                    nominal_at=invocation.nominal_at,
+                    fired_at=request["fired_at"],
+                    args=params.args,
+                    stop_requested=invocation.stop,
+                    _transaction=transaction,
+                )
+            )
+        finally:
+            timer.cancel()
+        if invocation.remaining_s() <= 0:
+            raise JobFailedError(invocation.timed_out_reason())

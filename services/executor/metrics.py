@@ -1,0 +1,73 @@
+"""The executor's Prometheus metrics, in a registry of its own so that tests can read them."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+_LATENESS_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
+_DURATION_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600)
+
+
+class ExecutorMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.admitted = Counter(
+            "kairos_executor_runs_admitted",
+            "Deliveries of runs by what the dedupe store made of them (ready, queued, skipped, "
+            "duplicate).",
+            ["admitted"],
+            registry=r,
+        )
+        self.duplicates = Counter(
+            "kairos_executor_duplicates_suppressed",
+            "Deliveries of a run id already claimed: redeliveries and re-published copies.",
+            registry=r,
+        )
+        self.outcomes = Counter(
+            "kairos_executor_runs",
+            "Attempts' outcomes: succeeded, retrying, dead_lettered, cancelled, lease_lost.",
+            ["outcome"],
+            registry=r,
+        )
+        self.start_lateness = Histogram(
+            "kairos_executor_start_lateness_seconds",
+            "From a run's due instant (nominal plus jitter) to the start of its first attempt.",
+            buckets=_LATENESS_BUCKETS,
+            registry=r,
+        )
+        self.attempt_duration = Histogram(
+            "kairos_executor_attempt_duration_seconds",
+            "How long one attempt ran, by job kind and result.",
+            ["kind", "result"],
+            buckets=_DURATION_BUCKETS,
+            registry=r,
+        )
+        self.in_flight = Gauge(
+            "kairos_executor_attempts_in_flight", "Attempts running in this process.", registry=r
+        )
+        self.reaped = Counter(
+            "kairos_executor_leases_reaped",
+            "Attempts ended because their executor stopped renewing the lease.",
+            registry=r,
+        )
+        self.dead_letters = Counter(
+            "kairos_executor_records_dead_lettered",
+            "Records of the runs topic that are not runnable requests, by error class.",
+            ["error_class"],
+            registry=r,
+        )
+        self.passed_over = Counter(
+            "kairos_executor_runs_passed_over",
+            "Runs of a kind or handler this executor does not run, left to other executors.",
+            ["kind"],
+            registry=r,
+        )
+        self.store_errors = Counter(
+            "kairos_executor_store_errors",
+            "Dedupe store calls that failed (retried on the next turn).",
+            registry=r,
+        )
+
+    def serve(self, port: int) -> None:
+        start_http_server(port, registry=self.registry)

@@ -1,0 +1,58 @@
+"""How one executor process runs: its identity, its store, its limits and its timings."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from kairos.services.executor.jobs import JOB_KINDS
+from kairos.streams.dedupe import sqlite_url
+
+BUILT_IN_KINDS = frozenset({"noop", "shell", "http", "kafka"})
+"""What `kairos executor` runs by default; `python` needs handlers (see docs/executors.md)."""
+
+
+class ExecutorSettings(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    instance: str = Field(min_length=1, pattern=r"^[A-Za-z0-9._-]+$")
+    """This executor's unique name: lease owner and `executor_instance` of its events."""
+    state_dir: Path
+    """Where the embedded SQLite dedupe store lives when `dedupe_url` is not set."""
+    dedupe_url: str | None = None
+    """`postgresql://…` (executors on many hosts) or `sqlite:////path` (one host)."""
+    group_id: str = "kairos-executors"
+    kinds: frozenset[str] = BUILT_IN_KINDS
+    """Job kinds this executor runs; runs of other known kinds are left to the executors that
+    run them (another consumer group), runs of unknown kinds are dead-lettered."""
+    concurrency: int = Field(default=8, ge=1)
+    """Attempts running at once in this process."""
+    lease: timedelta = Field(default=timedelta(seconds=30), ge=timedelta(seconds=1))
+    """How long an attempt stays this executor's without a renewal; renewed every third of it.
+    After a crash, the run is retried elsewhere once its lease expires."""
+    poll_interval: timedelta = Field(default=timedelta(milliseconds=200), gt=timedelta(0))
+    """The longest the loop waits for records before it looks for due retries and leases."""
+    offset_commit_interval: timedelta = Field(default=timedelta(seconds=1), ge=timedelta(0))
+    """Consumed offsets are committed at most this often (claims are durable before). Longer
+    means fewer commits and more duplicates (suppressed) redelivered after a crash."""
+    shutdown_grace: timedelta = Field(default=timedelta(seconds=30), ge=timedelta(0))
+    """After SIGTERM, how long running attempts may take to finish before they are stopped."""
+    session_timeout_ms: int = Field(default=10_000, ge=500)
+    output_limit_bytes: int = Field(default=4096, ge=64)
+    """Output of a shell job (its tail) or body of an HTTP response kept for the failure reason."""
+    retention: timedelta = Field(default=timedelta(days=90), gt=timedelta(0))
+    """How long finished runs are remembered as duplicates: at least the runs topic retention."""
+    metrics_port: int | None = None
+
+    @model_validator(mode="after")
+    def _known_kinds(self) -> ExecutorSettings:
+        unknown = self.kinds - set(JOB_KINDS)
+        if unknown:
+            raise ValueError(f"unknown job kinds {sorted(unknown)}; known: {sorted(JOB_KINDS)}")
+        return self
+
+    @property
+    def store_url(self) -> str:
+        return self.dedupe_url or sqlite_url(self.state_dir / "dedupe.sqlite3")
