@@ -15,7 +15,7 @@ setup: $(BIN)/kairos
 
 ## Start the embedded local deployment (broker, topics, ticker, executor, a sample schedule).
 run: setup
-	$(BIN)/kairos dev kafka start
+	$(BIN)/kairos dev up
 
 ## The whole test suite: unit tests and broker tests against a real local Kafka.
 test: setup

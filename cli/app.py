@@ -10,6 +10,7 @@ from kairos.cli import (
     apply,
     audit,
     dev,
+    executor,
     partitions,
     preview,
     replay,
@@ -29,6 +30,7 @@ app.add_typer(dev.app, name="dev")
 app.command("preview")(preview.preview)
 app.add_typer(topics.app, name="topics")
 app.command("ticker")(ticker.ticker)
+app.command("executor")(executor.executor)
 app.command("apply")(apply.apply)
 app.add_typer(schedules.app, name="schedules")
 app.command("partitions")(partitions.partitions)

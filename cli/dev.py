@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from kairos.cli.dev_up import up
 from kairos.services.local_kafka import DEFAULT_DATA_DIR, LocalKafka, LocalKafkaError
 
 app = typer.Typer(help="Run Kairos locally on its embedded defaults.", no_args_is_help=True)
@@ -14,6 +15,7 @@ kafka_app = typer.Typer(
     help="A real single-node Kafka broker on loopback (KRaft, no Docker).", no_args_is_help=True
 )
 app.add_typer(kafka_app, name="kafka")
+app.command("up")(up)
 
 DataDirOption = Annotated[
     Path,

@@ -51,7 +51,12 @@ class ServiceProcess:
         """SIGTERM and wait; returns the exit code."""
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
-        code = self.process.wait(timeout=timeout_s)
+        try:
+            code = self.process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            # Never leave a process behind a failed test; the caller sees it did not stop.
+            self.process.kill()
+            code = self.process.wait()
         self._log.close()
         return code
 
@@ -85,3 +90,48 @@ def start_ticker(
         ],
         log_dir / f"{instance}.log",
     )
+
+
+def start_executor(
+    settings: KafkaSettings,
+    instance: str,
+    state_dir: Path,
+    log_dir: Path,
+    *,
+    dedupe_url: str | None = None,
+    handlers: str | None = None,
+    kinds: str | None = None,
+    lease: str = "2s",
+    shutdown_grace: str = "10s",
+    offset_commit_interval: str = "200ms",
+    concurrency: int = 4,
+    session_timeout_ms: int = 3000,
+    metrics_port: int | None = None,
+    env: dict[str, str] | None = None,
+    log_level: str = "INFO",
+) -> ServiceProcess:
+    """An executor process with test timings: short leases, frequent commits, quick failover.
+
+    Its consumer group is named after the deployment's topic prefix, so executors of different
+    tests never share a group.
+    """
+    args = [
+        "executor",
+        "--instance", instance,
+        "--state-dir", str(state_dir),
+        "--bootstrap-servers", settings.bootstrap_servers,
+        "--topic-prefix", settings.topic_prefix,
+        "--group-id", f"{settings.topic_prefix}executors",
+        "--lease", lease,
+        "--shutdown-grace", shutdown_grace,
+        "--offset-commit-interval", offset_commit_interval,
+        "--poll-interval", "100ms",
+        "--concurrency", str(concurrency),
+        "--session-timeout-ms", str(session_timeout_ms),
+        "--log-level", log_level,
+    ]
+    for flag, value in (("--dedupe-url", dedupe_url), ("--handlers", handlers),
+                        ("--kinds", kinds), ("--metrics-port", metrics_port)):
+        if value is not None:
+            args += [flag, str(value)]
+    return ServiceProcess(args, log_dir / f"{instance}.log", env=env)

@@ -1,0 +1,220 @@
+"""`kairos dev up`: the whole of Kairos on one machine, in one command.
+
+Starts the local broker (unless one already runs in the same home), creates the topics, starts
+a ticker and an executor as child processes, applies the sample schedules, and prints run
+events as they arrive. Ctrl-C (or SIGTERM) stops everything it started, and only that.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import threading
+import time
+from contextlib import ExitStack
+from datetime import UTC, datetime
+from importlib import resources
+from pathlib import Path
+from types import FrameType
+from typing import Annotated, Any
+
+import typer
+from confluent_kafka import Consumer
+from confluent_kafka.admin import AdminClient
+
+from kairos.cli.options import fail
+from kairos.core.errors import KairosError
+from kairos.core.schedule import load_schedules
+from kairos.services.local_kafka import DEFAULT_DATA_DIR, LocalKafka
+from kairos.streams.codec import DecodeError, make_codecs
+from kairos.streams.schedule_publisher import SchedulesClient
+from kairos.streams.settings import KafkaSettings
+from kairos.streams.topics import TopicRole, create_topics
+
+DEFAULT_HOME = DEFAULT_DATA_DIR.parent / "dev"
+_CHILD_GRACE_S = 30
+
+
+def _sample_schedules_text() -> str:
+    return resources.files("kairos.cli").joinpath("sample_schedules.yaml").read_text()
+
+
+class _Child:
+    """A Kairos service started as `python -m kairos.cli …`, logging to a file."""
+
+    def __init__(self, name: str, args: list[str], log_path: Path) -> None:
+        self.name = name
+        self.log_path = log_path
+        with log_path.open("ab") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "kairos.cli", *args],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                # Its own process group: the terminal's Ctrl-C reaches only `dev up`, which then
+                # stops the child in order (SIGTERM, grace period), instead of all at once.
+                start_new_session=True,
+            )
+
+    def check_alive(self) -> None:
+        code = self.process.poll()
+        if code is not None:
+            raise KairosError(f"the {self.name} exited with code {code}; see {self.log_path}")
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=_CHILD_GRACE_S)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def _print_event(event: dict[str, Any]) -> None:
+    started, finished = event["started_at"], event["finished_at"]
+    detail = ""
+    if event["kind"] == "started" and started is not None:
+        lateness = (started - event["nominal_at"]).total_seconds()
+        detail = f" {lateness:.3f}s after its nominal instant"
+    elif finished is not None and started is not None:
+        detail = f" in {(finished - started).total_seconds():.3f}s"
+    if event["reason"]:
+        detail += f" ({event['reason']})"
+    now = datetime.now(UTC).strftime("%H:%M:%S")
+    typer.echo(f"{now}  {event['kind']:<13} {event['run_id']} attempt {event['attempt']}{detail}")
+
+
+def up(
+    home: Annotated[
+        Path,
+        typer.Option(
+            envvar="KAIROS_DEV_HOME",
+            help="Where the broker, the ticker and the executor keep their data and logs.",
+        ),
+    ] = DEFAULT_HOME,
+    schedules_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--schedules", "-f", help="A schedules file to apply instead of the sample one."
+        ),
+    ] = None,
+    stop_after: Annotated[
+        int | None,
+        typer.Option(help="Stop by itself after this many runs succeeded (for scripts)."),
+    ] = None,
+    timeout_s: Annotated[
+        float | None,
+        typer.Option("--timeout", help="Stop by itself after this many seconds."),
+    ] = None,
+) -> None:
+    """Start a local broker, a ticker and an executor, apply sample schedules, show the runs."""
+    stop = threading.Event()
+
+    def request_stop(_signum: int, _frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGINT, request_stop)
+    signal.signal(signal.SIGTERM, request_stop)
+    try:
+        text = schedules_file.read_text() if schedules_file else _sample_schedules_text()
+        is_json = schedules_file is not None and schedules_file.suffix == ".json"
+        schedules = load_schedules(text, "json" if is_json else "yaml")
+    except (OSError, KairosError) as error:
+        raise fail(f"cannot read the schedules: {error}") from error
+    home.mkdir(parents=True, exist_ok=True)
+    with ExitStack() as cleanup:
+        broker = LocalKafka(data_dir=home / "kafka")
+        typer.echo("starting the local Kafka broker (the first start downloads it with Maven)…")
+        try:
+            status, started = broker.start()
+        except KairosError as error:
+            raise fail(str(error)) from error
+        if started:
+            cleanup.callback(broker.stop)
+        bootstrap = status.bootstrap_servers
+        assert bootstrap is not None
+        settings = KafkaSettings(bootstrap_servers=bootstrap)
+        create_topics(AdminClient(settings.consumer_config()), settings.layout)
+        common = ["--bootstrap-servers", bootstrap, "--topic-prefix", settings.topic_prefix]
+        children = [
+            _Child(
+                "ticker",
+                [
+                    "ticker",
+                    "--instance",
+                    "dev-ticker",
+                    "--state-dir",
+                    str(home / "ticker"),
+                    *common,
+                ],
+                home / "ticker.log",
+            ),
+            _Child(
+                "executor",
+                [
+                    "executor",
+                    "--instance",
+                    "dev-executor",
+                    "--state-dir",
+                    str(home / "executor"),
+                    *common,
+                ],
+                home / "executor.log",
+            ),
+        ]
+        for child in reversed(children):
+            cleanup.callback(child.stop)
+        with SchedulesClient(settings, changed_by="kairos dev up") as client:
+            client.upsert_all(schedules, reason="kairos dev up sample")
+        typer.echo(
+            f"broker {bootstrap}; ticker and executor running (logs in {home}); "
+            f"applied {len(schedules)} schedules. Runs appear below as they fire; Ctrl-C stops."
+        )
+        _follow_runs(settings, children, stop, stop_after, timeout_s)
+    typer.echo("stopped everything dev up started")
+
+
+def _follow_runs(
+    settings: KafkaSettings,
+    children: list[_Child],
+    stop: threading.Event,
+    stop_after: int | None,
+    timeout_s: float | None,
+) -> None:
+    codec = make_codecs().run_event
+    consumer = Consumer(
+        settings.consumer_config(
+            **{
+                "group.id": f"kairos-dev-up-{time.time_ns()}",
+                "auto.offset.reset": "latest",
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+            }
+        )
+    )
+    consumer.subscribe([settings.layout.name(TopicRole.RUN_EVENTS)])
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    succeeded = 0
+    try:
+        while not stop.is_set():
+            if deadline is not None and time.monotonic() > deadline:
+                raise fail(f"no {stop_after} succeeded runs within {timeout_s}s")
+            for child in children:
+                child.check_alive()
+            message = consumer.poll(0.5)
+            if message is None or message.error() is not None or message.value() is None:
+                continue
+            try:
+                event = codec.decode(message.value() or b"")
+            except DecodeError:
+                continue
+            _print_event(event)
+            succeeded += event["kind"] == "succeeded"
+            if stop_after is not None and succeeded >= stop_after:
+                return
+    except KairosError as error:
+        raise fail(str(error)) from error
+    finally:
+        consumer.close()

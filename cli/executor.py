@@ -1,0 +1,139 @@
+"""`kairos executor`: run one executor process until SIGTERM or Ctrl-C."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from pydantic import ValidationError
+
+from kairos.cli.options import (
+    DEFAULT_BOOTSTRAP,
+    BootstrapOption,
+    TopicPrefixOption,
+    fail,
+    kafka_settings,
+)
+from kairos.core.durations import parse_duration
+from kairos.core.errors import KairosError
+from kairos.services.executor import ExecutorSettings, Handlers, run_executor
+from kairos.services.executor.settings import BUILT_IN_KINDS
+
+
+def _load_handlers(reference: str) -> Handlers:
+    """Import `module:attribute`, a `Handlers` registry of a team's python jobs."""
+    module_name, _, attribute = reference.partition(":")
+    if not module_name or not attribute:
+        raise fail(
+            f"--handlers {reference!r}: write it as module:attribute, e.g. billing.jobs:handlers"
+        )
+    try:
+        registry = getattr(importlib.import_module(module_name), attribute)
+    except (ImportError, AttributeError) as error:
+        raise fail(f"--handlers {reference!r}: {error}") from error
+    if not isinstance(registry, Handlers):
+        raise fail(f"--handlers {reference!r} is a {type(registry).__name__}, not Handlers")
+    return registry
+
+
+def executor(
+    instance: Annotated[
+        str, typer.Option(envvar="KAIROS_EXECUTOR_INSTANCE", help="This executor's unique name.")
+    ],
+    state_dir: Annotated[
+        Path,
+        typer.Option(
+            envvar="KAIROS_STATE_DIR",
+            help="Where the embedded SQLite dedupe store lives (without --dedupe-url).",
+        ),
+    ],
+    dedupe_url: Annotated[
+        str | None,
+        typer.Option(
+            envvar="KAIROS_DEDUPE_URL",
+            help="postgresql://user@host:5432/db (executors on many hosts) or "
+            "sqlite:////path (shared on one host).",
+        ),
+    ] = None,
+    bootstrap_servers: BootstrapOption = DEFAULT_BOOTSTRAP,
+    topic_prefix: TopicPrefixOption = "kairos.",
+    group_id: Annotated[
+        str, typer.Option(envvar="KAIROS_EXECUTOR_GROUP", help="Consumer group of the executors.")
+    ] = "kairos-executors",
+    handlers: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--handlers",
+            help="module:attribute of a Handlers registry of python jobs (repeatable).",
+        ),
+    ] = None,
+    kinds: Annotated[
+        str | None,
+        typer.Option(
+            help="Comma-separated job kinds to run; default: noop,shell,http,kafka, "
+            "plus python with --handlers."
+        ),
+    ] = None,
+    concurrency: Annotated[int, typer.Option(min=1, help="Attempts running at once.")] = 8,
+    lease: Annotated[
+        str, typer.Option(help="How long a running attempt is this executor's unrenewed.")
+    ] = "30s",
+    shutdown_grace: Annotated[
+        str, typer.Option(help="How long attempts may take to finish after SIGTERM.")
+    ] = "30s",
+    offset_commit_interval: Annotated[
+        str, typer.Option(help="Commit consumed offsets at most this often.")
+    ] = "1s",
+    poll_interval: Annotated[
+        str, typer.Option(help="Longest wait for records per turn of the loop.")
+    ] = "200ms",
+    session_timeout_ms: Annotated[
+        int,
+        typer.Option(
+            envvar="KAIROS_SESSION_TIMEOUT_MS",
+            help="How long a silent executor keeps its partitions.",
+        ),
+    ] = 10_000,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(envvar="KAIROS_METRICS_PORT", help="Serve Prometheus metrics on this port."),
+    ] = None,
+    log_level: Annotated[str, typer.Option(envvar="KAIROS_LOG_LEVEL")] = "INFO",
+) -> None:
+    """Run fired jobs at least once, deduplicated by run id: retries, overlap, dead letters."""
+    logging.getLogger().setLevel(log_level.upper())
+    try:
+        registry = Handlers.combined(_load_handlers(r) for r in handlers or [])
+        if kinds is not None:
+            served = frozenset(k.strip() for k in kinds.split(",") if k.strip())
+        else:
+            served = BUILT_IN_KINDS | ({"python"} if registry.names else set())
+        settings = ExecutorSettings(
+            instance=instance,
+            state_dir=state_dir,
+            dedupe_url=dedupe_url,
+            group_id=group_id,
+            kinds=served,
+            concurrency=concurrency,
+            lease=parse_duration(lease),
+            shutdown_grace=parse_duration(shutdown_grace),
+            offset_commit_interval=parse_duration(offset_commit_interval),
+            poll_interval=parse_duration(poll_interval),
+            session_timeout_ms=session_timeout_ms,
+            metrics_port=metrics_port,
+        )
+    except ValidationError as invalid:
+        problems = "; ".join(
+            f"{'.'.join(str(part) for part in error['loc']) or 'settings'}: {error['msg']}"
+            for error in invalid.errors(include_url=False)
+        )
+        raise fail(problems) from invalid
+    except (ValueError, KairosError) as error:
+        raise fail(str(error)) from error
+    try:
+        run_executor(kafka_settings(bootstrap_servers, topic_prefix), settings, registry)
+    except KairosError as error:
+        raise fail(str(error)) from error

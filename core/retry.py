@@ -1,0 +1,52 @@
+"""What happens after an attempt of a run fails: another attempt later, or the end of the run.
+
+Pure: the failure instant is passed in. The executor's dedupe store applies the decision in the
+same database transaction that records the failed attempt, so every executor sharing the store
+sees the retry, and whichever is free when it is due runs it.
+
+Rules (docs/executors.md states them for users):
+
+- `max_attempts` counts attempts, the first included; a run with `max_attempts: 3` fails at most
+  three times before it is dead-lettered.
+- The delay after the n-th failed attempt is `retry_backoff × 2^(n-1)`: 10s, 20s, 40s, … for the
+  default backoff, capped at `MAX_BACKOFF` so a run with many attempts still retries hourly.
+- A zero backoff retries at once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+MAX_BACKOFF = timedelta(hours=1)
+"""The longest wait between two attempts, however many attempts failed."""
+
+# 2^40 times a millisecond is 35 years: beyond MAX_BACKOFF for every backoff, and small enough
+# that the multiplication never overflows a timedelta.
+_MAX_DOUBLINGS = 40
+
+
+@dataclass(frozen=True, slots=True)
+class RetryDecision:
+    """Another attempt at `next_attempt_at`, or (`retry` false) the run is exhausted."""
+
+    retry: bool
+    next_attempt_at: datetime | None = None
+
+
+def backoff_delay(backoff: timedelta, failed_attempt: int) -> timedelta:
+    """The wait after attempt number `failed_attempt` (1 for the first) failed."""
+    if failed_attempt < 1:
+        raise ValueError(f"attempts are numbered from 1, got {failed_attempt}")
+    if backoff <= timedelta(0):
+        return timedelta(0)
+    return min(backoff * (1 << min(failed_attempt - 1, _MAX_DOUBLINGS)), MAX_BACKOFF)
+
+
+def after_failure(
+    *, attempt: int, max_attempts: int, backoff: timedelta, failed_at: datetime
+) -> RetryDecision:
+    """Decide what follows the failure of attempt number `attempt` at `failed_at`."""
+    if attempt >= max_attempts:
+        return RetryDecision(retry=False)
+    return RetryDecision(retry=True, next_attempt_at=failed_at + backoff_delay(backoff, attempt))

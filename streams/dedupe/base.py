@@ -1,0 +1,337 @@
+"""The executors' dedupe store: the one place that knows which runs exist and who runs them.
+
+Delivery of `RunRequested` is at least once; this store makes the outcome effectively once. Every
+implementation keeps these rules (tests/local/test_dedupe_contract.py checks them on each):
+
+1. **Claim once.** `admit` records a run id in a database transaction the first time it is
+   delivered; every later delivery of that id, from any executor, is a `DUPLICATE` (its count is
+   kept) and changes nothing else. A run id is claimed once however often it is delivered.
+2. **Overlap in the store.** `admit` decides the new run's fate with
+   `kairos.core.overlap.decide_admission` while holding the schedule's lock, so executors on many
+   hosts apply a schedule's overlap policy one decision at a time.
+3. **Leases.** `acquire` hands a ready, due run to one executor under a lease and starts its next
+   attempt; no other executor acquires it while the lease is held. `renew` extends leases and
+   reports those lost or asked to stop. `reap_expired` ends the attempts whose lease expired (their
+   executor died or hung) as failed, so the run is retried by any executor: never run twice at once
+   while leases are renewed, never abandoned when they are not.
+4. **Fenced outcomes.** `finish` records an attempt's outcome only if the lease is still the
+   caller's (same owner, same attempt, still running); otherwise it raises `LeaseLostError` and
+   writes nothing, including a handler's own writes in the `HandlerTransaction`.
+5. **Retries from the store.** A failed attempt is retried (`kairos.core.retry.after_failure`)
+   by making the run ready again at its next attempt instant; an exhausted run ends
+   `DEAD_LETTERED`. A run that ends lets the schedule's next queued run start.
+6. **Outbox.** Every change writes the lifecycle events it causes in the same transaction;
+   `publish_events` hands them, in order, to one publisher at a time and deletes them only after
+   the publisher returned. Events are published at least once and never before their change
+   committed.
+7. **Time is an argument.** Methods take `now`; a store never reads the clock.
+
+Methods raise `DedupeStoreError` when the database fails; the caller retries later.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Any, Protocol
+
+from kairos.core.errors import KairosError
+from kairos.core.overlap import RunState
+from kairos.core.schedule import OverlapPolicy
+
+
+class DedupeStoreError(KairosError):
+    """The database failed or refused; `store` names it (URL without password)."""
+
+    def __init__(self, store: str, problem: str) -> None:
+        self.store = store
+        self.problem = problem
+        super().__init__(f"dedupe store {store}: {problem}")
+
+
+class LeaseLostError(KairosError):
+    """An outcome came from an executor that no longer holds the run's lease; nothing was written.
+
+    Another executor reaped the lease (this one stopped renewing it in time) or the run was
+    replaced. The attempt's result is discarded; the run's current owner decides what follows.
+    """
+
+    def __init__(self, run_id: str, owner: str, attempt: int) -> None:
+        self.run_id = run_id
+        self.owner = owner
+        self.attempt = attempt
+        super().__init__(
+            f"run {run_id}: attempt {attempt} no longer belongs to executor {owner}; "
+            "its outcome was discarded (renew leases more often than they expire)"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class SourceRecord:
+    """Where a record was consumed: topic, partition, offset."""
+
+    topic: str
+    partition: int
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class RunRequest:
+    """A decoded, valid `RunRequested` with the bytes it arrived as (kept for retries and DLQ)."""
+
+    run_id: str
+    schedule_id: str
+    nominal_at: datetime
+    due_at: datetime
+    fired_at: datetime
+    overlap: OverlapPolicy
+    max_attempts: int
+    retry_backoff: timedelta
+    runner: str
+    """What can run it: the job kind, or `python:<handler>`. Executors acquire only the runs of
+    runners they have, so executors with different kinds and handlers can share a store."""
+    value: bytes
+    source: SourceRecord
+
+
+class Admitted(StrEnum):
+    """What `admit` did with one delivery."""
+
+    READY = "ready"
+    """Claimed: the run starts as soon as an executor acquires it."""
+    QUEUED = "queued"
+    """Claimed: the run waits for an earlier run of its schedule (overlap)."""
+    SKIPPED = "skipped"
+    """Claimed and ended at once by the overlap policy `skip`."""
+    DUPLICATE = "duplicate"
+    """The run id was claimed before: this delivery is suppressed."""
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    run_id: str
+    admitted: Admitted
+    deliveries: int
+    """Deliveries of this run id seen so far, this one included."""
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """The right to run attempt `attempt` of a run, held by executor `owner`."""
+
+    run_id: str
+    schedule_id: str
+    attempt: int
+    owner: str
+    started_at: datetime
+    expires_at: datetime
+    due_at: datetime
+    value: bytes
+    """The `RunRequested` as it was consumed."""
+
+
+class LeaseStatus(StrEnum):
+    HELD = "held"
+    LOST = "lost"
+    """Reaped or finished elsewhere: stop the attempt, its outcome will be refused."""
+    STOP_REQUESTED = "stop_requested"
+    """Still held, but a newer run replaces this one: stop the attempt."""
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptResult:
+    succeeded: bool
+    reason: str | None = None
+    """Why the attempt failed; `None` when it succeeded."""
+
+
+class RunEnd(StrEnum):
+    """What `finish` made of an attempt's outcome."""
+
+    SUCCEEDED = "succeeded"
+    RETRYING = "retrying"
+    DEAD_LETTERED = "dead_lettered"
+    CANCELLED = "cancelled"
+
+
+class EventKind(StrEnum):
+    """The `RunEvent` kinds the store writes (the Avro enum's symbols)."""
+
+    STARTED = "started"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    RETRYING = "retrying"
+    SKIPPED = "skipped"
+    DEAD_LETTERED = "dead_lettered"
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetteredRun:
+    """What a `DeadLetter` record of an exhausted run copies: the request as first consumed."""
+
+    source: SourceRecord
+    value: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxEvent:
+    """A lifecycle event waiting in the outbox, with the run's fields a `RunEvent` carries."""
+
+    run_id: str
+    schedule_id: str
+    kind: EventKind
+    attempt: int
+    executor_instance: str
+    nominal_at: datetime
+    fired_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    reason: str | None
+    next_attempt_at: datetime | None
+    dead_letter: DeadLetteredRun | None
+    """Set on `DEAD_LETTERED` events: a `DeadLetter` record goes out with the event."""
+
+
+@dataclass(frozen=True, slots=True)
+class StoredRun:
+    """A run as the store has it (for inspection and tests)."""
+
+    run_id: str
+    schedule_id: str
+    state: RunState
+    attempt: int
+    max_attempts: int
+    deliveries: int
+    lease_owner: str | None
+    reason: str | None
+
+
+class HandlerTransaction(Protocol):
+    """The store's database transaction, lent to a `python` job handler.
+
+    Writes made with `execute` commit together with the attempt's outcome, or not at all: when
+    the handler raises, the lease was lost, or the executor dies before the commit. SQL uses the
+    driver's placeholders: `?` for SQLite, `%s` for PostgreSQL (see `dialect`).
+    """
+
+    @property
+    def dialect(self) -> str:
+        """`sqlite` or `postgresql`."""
+        ...
+
+    @property
+    def connection(self) -> Any:
+        """The driver's connection (`sqlite3.Connection` or `psycopg.Connection`), in the
+        transaction: for what `execute` does not cover. Never commit or roll it back."""
+        ...
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """Run one statement in the transaction; returns the rows it produced, if any."""
+        ...
+
+
+class AttemptTransaction(HandlerTransaction, Protocol):
+    """A `HandlerTransaction` that `DedupeStore.finish` commits (or the executor rolls back)."""
+
+    @property
+    def begun(self) -> bool:
+        """Whether the handler asked for the transaction (it begins on first use)."""
+        ...
+
+    def begin(self) -> HandlerTransaction:
+        """Begin the transaction if it has not begun; returns it for the handler."""
+        ...
+
+    def rollback(self) -> None:
+        """Discard the handler's writes (a no-op if the transaction never began)."""
+        ...
+
+
+Publisher = Callable[[Sequence[OutboxEvent]], None]
+"""Publishes events durably (produce and flush) or raises; the store deletes them after."""
+
+
+class DedupeStore(Protocol):
+    """See the module docstring for the rules every implementation keeps."""
+
+    @property
+    def name(self) -> str:
+        """The store for messages and logs: a path or a URL without password."""
+        ...
+
+    def admit(
+        self, requests: Sequence[RunRequest], now: datetime, instance: str
+    ) -> list[Admission]:
+        """Claim each request's run id, or count it as a duplicate, in one transaction.
+
+        The results are in the order of `requests`; a run id twice in `requests` is a duplicate
+        the second time. Durable when this returns: commit the consumed offsets only after.
+        """
+        ...
+
+    def acquire(
+        self, owner: str, runners: Collection[str], now: datetime, lease: timedelta, limit: int
+    ) -> list[Lease]:
+        """Start the next attempt of up to `limit` ready runs due at `now`, leased to `owner`.
+
+        Only runs of the given `runners` are taken, in order of their due instant; a `started`
+        event is written for each.
+        """
+        ...
+
+    def renew(
+        self, leases: Sequence[Lease], now: datetime, lease: timedelta
+    ) -> dict[str, LeaseStatus]:
+        """Extend each lease still held to `now + lease`; the status of each, by run id."""
+        ...
+
+    def attempt_transaction(self) -> AbstractContextManager[AttemptTransaction]:
+        """A transaction for one attempt of a `python` handler, begun lazily, on this thread's
+        connection; rolled back on leaving unless `finish` committed it."""
+        ...
+
+    def finish(
+        self,
+        lease: Lease,
+        result: AttemptResult,
+        now: datetime,
+        transaction: AttemptTransaction | None = None,
+    ) -> RunEnd:
+        """Record the outcome of the leased attempt, fenced by the lease, and what follows.
+
+        With a begun `transaction`, the outcome is written in it and it commits: the handler's
+        writes and the outcome are one atomic change. Raises `LeaseLostError` (writing nothing)
+        when the lease is no longer the caller's.
+        """
+        ...
+
+    def reap_expired(self, now: datetime, instance: str) -> list[tuple[str, RunEnd]]:
+        """End every running attempt whose lease expired before `now` as failed; retry or
+        dead-letter each run like a failure. Returns each run id with what followed."""
+        ...
+
+    def publish_events(self, publish: Publisher, limit: int) -> int:
+        """Hand up to `limit` outbox events, oldest first, to `publish`, then delete them.
+
+        One publisher at a time across every executor sharing the store, so events keep their
+        order; returns 0 at once when another holds the outbox. If `publish` raises, the events
+        stay for the next call.
+        """
+        ...
+
+    def get(self, run_id: str) -> StoredRun | None: ...
+
+    def prune_finished(self, before: datetime, limit: int) -> int:
+        """Delete up to `limit` finished runs last changed before `before`; returns how many.
+
+        A pruned run id is no longer recognised as a duplicate: prune only beyond the longest
+        time a request can still be delivered (the runs topic's retention).
+        """
+        ...
+
+    def close(self) -> None:
+        """Close every connection of every thread."""
+        ...

@@ -1,0 +1,289 @@
+"""What the SQL dedupe stores share below the state machine: connections, transactions, schema.
+
+Each thread gets its own connection (the executor's loop, its heartbeat and each worker run
+concurrently), in autocommit mode; a write transaction is opened explicitly with the dialect's
+`BEGIN`. A database error leaves the connection in doubt, so it is dropped and the next call
+reconnects: a restarted database costs one failed call, not the executor.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any, ClassVar, Protocol, TypeVar
+
+from kairos.streams.dedupe.base import DedupeStoreError, HandlerTransaction
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+SCHEMA_VERSION = 1
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MS = timedelta(milliseconds=1)
+_TRANSIENT_RETRIES = 5
+
+
+class Cursor(Protocol):
+    @property
+    def rowcount(self) -> int: ...
+
+    @property
+    def description(self) -> Any: ...
+
+    def fetchone(self) -> Any: ...
+
+    def fetchall(self) -> list[Any]: ...
+
+
+class Connection(Protocol):
+    def execute(self, sql: str, params: Sequence[Any] = ..., /) -> Cursor: ...
+
+    def close(self) -> None: ...
+
+
+def to_ms(instant: datetime) -> int:
+    return (instant - _EPOCH) // _MS
+
+
+def from_ms(ms: int) -> datetime:
+    return _EPOCH + timedelta(milliseconds=ms)
+
+
+def maybe_from_ms(ms: int | None) -> datetime | None:
+    return None if ms is None else from_ms(ms)
+
+
+def schema_statements(*, bigint: str, blob: str, serial_key: str) -> list[str]:
+    """The store's tables in the dialect's types; every statement is idempotent."""
+    return [
+        "CREATE TABLE IF NOT EXISTS kairos_dedupe_schema (version INTEGER NOT NULL)",
+        # One row per run id ever claimed (until pruned). `value` is the RunRequested as first
+        # consumed: retries decode it again and a dead letter copies it.
+        f"""CREATE TABLE IF NOT EXISTS kairos_runs (
+            run_id TEXT PRIMARY KEY,
+            schedule_id TEXT NOT NULL,
+            nominal_ms {bigint} NOT NULL,
+            due_ms {bigint} NOT NULL,
+            fired_ms {bigint} NOT NULL,
+            overlap TEXT NOT NULL,
+            state TEXT NOT NULL,
+            attempt INTEGER NOT NULL,
+            max_attempts INTEGER NOT NULL,
+            retry_backoff_ms {bigint} NOT NULL,
+            runner TEXT NOT NULL,
+            next_ms {bigint} NOT NULL,
+            lease_owner TEXT,
+            lease_expires_ms {bigint},
+            started_ms {bigint},
+            stop_reason TEXT,
+            deliveries INTEGER NOT NULL,
+            reason TEXT,
+            value {blob} NOT NULL,
+            source_topic TEXT NOT NULL,
+            source_partition INTEGER NOT NULL,
+            source_offset {bigint} NOT NULL,
+            created_ms {bigint} NOT NULL,
+            updated_ms {bigint} NOT NULL)""",
+        "CREATE INDEX IF NOT EXISTS kairos_runs_by_next ON kairos_runs (state, next_ms)",
+        "CREATE INDEX IF NOT EXISTS kairos_runs_by_lease ON kairos_runs (state, lease_expires_ms)",
+        "CREATE INDEX IF NOT EXISTS kairos_runs_by_update ON kairos_runs (state, updated_ms)",
+        "CREATE INDEX IF NOT EXISTS kairos_runs_by_schedule ON kairos_runs (schedule_id, state)",
+        # Lifecycle events written with the change that caused them, published afterwards.
+        f"""CREATE TABLE IF NOT EXISTS kairos_outbox (
+            id {serial_key},
+            run_id TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            attempt INTEGER NOT NULL,
+            executor_instance TEXT NOT NULL,
+            started_ms {bigint},
+            finished_ms {bigint},
+            reason TEXT,
+            next_attempt_ms {bigint},
+            dead_letter INTEGER NOT NULL)""",
+    ]
+
+
+class Database(ABC):
+    """Per-thread connections and transactions on one SQL database; subclasses connect."""
+
+    dialect: ClassVar[str]
+    begin_sql: ClassVar[str]
+    """Opens a write transaction."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._local = threading.local()
+        self._connections: set[Connection] = set()
+        self._connections_lock = threading.Lock()
+        self.transaction(self._create_schema)
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @abstractmethod
+    def _connect(self) -> Connection: ...
+
+    @abstractmethod
+    def _schema_statements(self) -> list[str]:
+        """Idempotent DDL, run in one transaction when the store opens."""
+
+    @abstractmethod
+    def is_database_error(self, error: BaseException) -> bool: ...
+
+    @abstractmethod
+    def _is_transient(self, error: BaseException) -> bool:
+        """A conflict that the same transaction, run again, will likely not meet."""
+
+    def q(self, sql: str) -> str:
+        """The statement in the driver's placeholder style (written here with `?`)."""
+        return sql
+
+    def connection(self) -> Connection:
+        """This thread's connection, opened on first use."""
+        conn: Connection | None = getattr(self._local, "connection", None)
+        if conn is None:
+            try:
+                conn = self._connect()
+            except Exception as error:
+                if self.is_database_error(error):
+                    raise DedupeStoreError(self._name, f"cannot connect: {error}") from error
+                raise
+            self._local.connection = conn
+            with self._connections_lock:
+                self._connections.add(conn)
+        return conn
+
+    def drop_connection(self) -> None:
+        """Forget this thread's connection after an error left it in doubt; reconnect next time."""
+        conn: Connection | None = getattr(self._local, "connection", None)
+        self._local.connection = None
+        if conn is None:
+            return
+        with self._connections_lock:
+            self._connections.discard(conn)
+        try:
+            conn.close()
+        except Exception as error:
+            logger.debug("store=%s closing a failed connection: %s", self._name, error)
+
+    def rollback(self, conn: Connection) -> None:
+        try:
+            conn.execute("ROLLBACK")
+        except Exception as error:
+            logger.warning("store=%s rollback failed (%s); reconnecting", self._name, error)
+            self.drop_connection()
+
+    def transaction(self, work: Callable[[Connection], T]) -> T:
+        """Run `work` in a write transaction on this thread's connection; retry conflicts.
+
+        Errors other than the database's pass through after the rollback (`LeaseLostError`);
+        database errors become `DedupeStoreError`.
+        """
+        for attempt in range(1, _TRANSIENT_RETRIES + 1):
+            conn = self.connection()
+            try:
+                conn.execute(self.begin_sql)
+                result = work(conn)
+                conn.execute("COMMIT")
+            except BaseException as error:
+                self.rollback(conn)
+                if not self.is_database_error(error):
+                    raise
+                if self._is_transient(error) and attempt < _TRANSIENT_RETRIES:
+                    logger.info("store=%s transaction conflict (%s); retrying", self._name, error)
+                    continue
+                self.drop_connection()
+                raise DedupeStoreError(self._name, str(error)) from error
+            return result
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    def statement(self, sql: str, params: Sequence[Any]) -> Cursor:
+        """One statement in a transaction of its own (the connections are in autocommit mode)."""
+        try:
+            return self.connection().execute(self.q(sql), params)
+        except Exception as error:
+            if not self.is_database_error(error):
+                raise
+            self.drop_connection()
+            raise DedupeStoreError(self._name, str(error)) from error
+
+    def _create_schema(self, conn: Connection) -> None:
+        for statement in self._schema_statements():
+            conn.execute(statement)
+        row = conn.execute("SELECT version FROM kairos_dedupe_schema").fetchone()
+        if row is None:
+            conn.execute(
+                self.q("INSERT INTO kairos_dedupe_schema (version) VALUES (?)"), (SCHEMA_VERSION,)
+            )
+        elif row[0] > SCHEMA_VERSION:
+            raise DedupeStoreError(
+                self._name,
+                f"its schema version {row[0]} is newer than this Kairos knows "
+                f"({SCHEMA_VERSION}); upgrade this executor",
+            )
+
+    def close(self) -> None:
+        with self._connections_lock:
+            connections, self._connections = self._connections, set()
+        for conn in connections:
+            try:
+                conn.close()
+            except Exception as error:
+                logger.debug("store=%s close: %s", self._name, error)
+
+
+class LazyTransaction:
+    """The transaction of one attempt of a `python` handler, begun when the handler asks for it,
+    on the worker thread's connection. Implements `AttemptTransaction`."""
+
+    def __init__(self, database: Database) -> None:
+        self.database = database
+        self._conn = database.connection()
+        self._begun = False
+
+    @property
+    def dialect(self) -> str:
+        return self.database.dialect
+
+    @property
+    def connection(self) -> Any:
+        return self._conn
+
+    @property
+    def begun(self) -> bool:
+        return self._begun
+
+    def begin(self) -> HandlerTransaction:
+        if not self._begun:
+            self._conn.execute(self.database.begin_sql)
+            self._begun = True
+        return self
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        self.begin()
+        cursor = self._conn.execute(sql, params)
+        return [] if cursor.description is None else [tuple(row) for row in cursor.fetchall()]
+
+    def rollback(self) -> None:
+        if self._begun:
+            self._begun = False
+            self.database.rollback(self._conn)
+
+    def commit_with(self, work: Callable[[Connection], T]) -> T:
+        """Run `work` in this transaction and commit everything; roll back on any error."""
+        try:
+            result = work(self._conn)
+            self._conn.execute("COMMIT")
+        except BaseException as error:
+            self.rollback()
+            if self.database.is_database_error(error):
+                self.database.drop_connection()
+                raise DedupeStoreError(self.database.name, str(error)) from error
+            raise
+        self._begun = False
+        return result

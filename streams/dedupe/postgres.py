@@ -1,0 +1,75 @@
+"""The shared dedupe store: PostgreSQL, for executors on many hosts.
+
+Decisions about one schedule's runs are serialised by a transaction-scoped advisory lock on the
+schedule id; work is taken with `FOR UPDATE SKIP LOCKED`, so executors never wait for each other
+to acquire; one executor at a time publishes the outbox (a second advisory lock, tried, not
+waited for). Connections are in autocommit mode and open transactions explicitly.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, cast
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+import psycopg.errors
+
+from kairos.streams.dedupe.database import Connection, schema_statements
+from kairos.streams.dedupe.sql import SqlDedupeStore
+
+CONNECT_TIMEOUT_S = 10
+
+
+def redacted(url: str) -> str:
+    """The URL without its password, for messages and logs."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    netloc = f"{parts.username}:***@{host}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+class PostgresDedupeStore(SqlDedupeStore):
+    dialect: ClassVar[str] = "postgresql"
+    begin_sql: ClassVar[str] = "BEGIN"
+    for_update: ClassVar[str] = " FOR UPDATE"
+    skip_locked: ClassVar[str] = " FOR UPDATE SKIP LOCKED"
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        super().__init__(redacted(url))
+
+    def _connect(self) -> Connection:
+        conn = psycopg.connect(self.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
+        return cast(Connection, conn)
+
+    def q(self, sql: str) -> str:
+        return sql.replace("?", "%s")
+
+    def _schema_statements(self) -> list[str]:
+        # Two executors starting together would race on CREATE TABLE IF NOT EXISTS.
+        return [
+            "SELECT pg_advisory_xact_lock(hashtextextended('kairos-dedupe-schema', 0))",
+            *schema_statements(bigint="BIGINT", blob="BYTEA", serial_key="BIGSERIAL PRIMARY KEY"),
+        ]
+
+    def _lock_schedule(self, conn: Connection, schedule_id: str) -> None:
+        conn.execute(
+            "SELECT pg_advisory_xact_lock(hashtextextended('kairos-schedule:' || %s, 0))",
+            (schedule_id,),
+        )
+
+    def _take_outbox(self, conn: Connection) -> bool:
+        row = conn.execute(
+            "SELECT pg_try_advisory_xact_lock(hashtextextended('kairos-dedupe-outbox', 0))"
+        ).fetchone()
+        return bool(row[0])
+
+    def is_database_error(self, error: BaseException) -> bool:
+        return isinstance(error, psycopg.Error)
+
+    def _is_transient(self, error: BaseException) -> bool:
+        return isinstance(
+            error, psycopg.errors.DeadlockDetected | psycopg.errors.SerializationFailure
+        )

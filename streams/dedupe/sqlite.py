@@ -1,0 +1,57 @@
+"""The embedded dedupe store: one SQLite file, shared by the executors of one host.
+
+Every write transaction is `BEGIN IMMEDIATE`: SQLite has one writer at a time, so transactions
+are serial and need no row or schedule locks. WAL mode lets readers run beside the writer, and
+`synchronous=FULL` makes a claim durable when its transaction returns, before offsets commit.
+A `python` handler's transaction holds the write lock while the handler runs: keep transactional
+handlers short on SQLite, or use PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import ClassVar
+
+from kairos.streams.dedupe.database import Connection, schema_statements
+from kairos.streams.dedupe.sql import SqlDedupeStore
+
+BUSY_TIMEOUT_S = 10.0
+"""How long a transaction waits for another process's write before it fails (and is retried)."""
+
+
+class SqliteDedupeStore(SqlDedupeStore):
+    dialect: ClassVar[str] = "sqlite"
+    begin_sql: ClassVar[str] = "BEGIN IMMEDIATE"
+    for_update: ClassVar[str] = ""
+    skip_locked: ClassVar[str] = ""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        super().__init__(str(path))
+
+    def _connect(self) -> Connection:
+        # Autocommit mode (isolation_level None): transactions are opened explicitly.
+        conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=FULL")
+        return conn
+
+    def _schema_statements(self) -> list[str]:
+        return schema_statements(
+            bigint="INTEGER", blob="BLOB", serial_key="INTEGER PRIMARY KEY AUTOINCREMENT"
+        )
+
+    def _lock_schedule(self, conn: Connection, schedule_id: str) -> None:
+        """Nothing to do: the transaction already holds the database's only write lock."""
+
+    def _take_outbox(self, conn: Connection) -> bool:
+        return True
+
+    def is_database_error(self, error: BaseException) -> bool:
+        return isinstance(error, sqlite3.Error)
+
+    def _is_transient(self, error: BaseException) -> bool:
+        code = getattr(error, "sqlite_errorcode", None)
+        return code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)

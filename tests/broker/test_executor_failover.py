@@ -1,0 +1,142 @@
+"""Two executor processes share the work through the store; a SIGKILLed one's run moves over.
+
+Each shell job writes a journal line when it starts and when it ends, with the executor that
+ran it, so the test can see every attempt's interval: no run may ever run twice at once.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections import defaultdict
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from kairos.streams.dedupe import open_dedupe_store, sqlite_url
+from tests.helpers import eventually
+from tests.processes import ServiceProcess
+
+if TYPE_CHECKING:
+    from tests.broker.conftest import Launcher, RunsTopic
+
+NOMINAL = datetime(2027, 3, 14, 7, 0, tzinfo=UTC)
+LEASE_S = 2
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        url = sqlite_url(tmp_path / "shared" / "dedupe.sqlite3")
+        open_dedupe_store(url).close()
+        return url
+    shared: str = request.getfixturevalue("postgres_url")
+    return shared
+
+
+def journalled(journal: Path, seconds: float) -> dict[str, str]:
+    line = f'"$KAIROS_RUN_ID $KAIROS_ATTEMPT $WORKER $(date +%s.%N)" >> {journal}'
+    return {"kind": "shell", "command": f"echo start {line}; sleep {seconds}; echo end {line}"}
+
+
+def attempts(journal: Path) -> dict[tuple[str, int], dict[str, float | str]]:
+    """(run id, attempt) → its worker, start and (if it ended) end instants (epoch seconds)."""
+    seen: dict[tuple[str, int], dict[str, float | str]] = defaultdict(dict)
+    for line in journal.read_text().splitlines():
+        edge, run_id, attempt, worker, at = line.split()
+        seen[run_id, int(attempt)].update({edge: float(at), "worker": worker})
+    return seen
+
+
+def assert_never_twice_at_once(journal: Path, killed_at: float = float("inf")) -> None:
+    by_run: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for (run_id, _), seen in attempts(journal).items():
+        # An attempt without an end was killed with its executor.
+        by_run[run_id].append((float(seen["start"]), float(seen.get("end", killed_at))))
+    for run_id, spans in by_run.items():
+        spans.sort()
+        for (_, end), (start, _) in itertools.pairwise(spans):
+            assert start > end, f"{run_id} ran twice at once: {spans}"
+
+
+def test_two_executors_share_runs_and_a_killed_ones_run_is_retried_by_the_other(
+    runs_topic: RunsTopic, launch_executor: Launcher, store_url: str, tmp_path: Path
+) -> None:
+    journal = tmp_path / "journal"
+    journal.touch()
+    executors = {
+        name: launch_executor(
+            name,
+            dedupe_url=store_url,
+            lease=f"{LEASE_S}s",
+            concurrency=3,
+            env={"WORKER": name},
+        )
+        for name in ("e1", "e2")
+    }
+    survivors: list[ServiceProcess] = list(executors.values())
+    try:
+        for process in executors.values():
+            process.wait_for_log("partitions assigned")
+        batch = [
+            runs_topic.request(f"batch-{n:02d}", NOMINAL, journalled(journal, 1)) for n in range(12)
+        ]
+        runs_topic.publish(*batch)
+        eventually(
+            lambda: sum(1 for e in runs_topic.events() if e["kind"] == "succeeded") == 12,
+            timeout_s=60,
+            interval_s=0.5,
+            message="the batch did not finish",
+        )
+        assert {seen["worker"] for seen in attempts(journal).values()} == {"e1", "e2"}, (
+            "both executors run work"
+        )
+        assert_never_twice_at_once(journal)
+
+        long_run = runs_topic.request("long", NOMINAL, journalled(journal, 4), retry_backoff_ms=0)
+        runs_topic.publish(long_run)
+        first = eventually(
+            lambda: attempts(journal).get((long_run["run_id"], 1)),
+            timeout_s=60,
+            message="the long run did not start",
+        )
+        victim = executors[str(first["worker"])]
+        victim.kill()
+        killed_at = time.time()
+        survivors.remove(victim)
+
+        def retried() -> list[tuple[str, int]]:
+            steps = runs_topic.steps(long_run["run_id"])
+            assert steps[-1:] == [("succeeded", 2)], steps
+            return steps
+
+        assert eventually(retried, timeout_s=60, interval_s=0.5) == [
+            ("started", 1),
+            ("failed", 1),
+            ("retrying", 1),
+            ("started", 2),
+            ("succeeded", 2),
+        ]
+    finally:
+        for process in survivors:
+            assert process.stop() == 0, process.log()[-3000:]
+
+    seen = attempts(journal)
+    assert "end" not in seen[long_run["run_id"], 1], "the killed attempt's job died with it"
+    retry = seen[long_run["run_id"], 2]
+    assert retry["worker"] != first["worker"]
+    # Retried only once the lease expired: at least two thirds of it after the kill, since it
+    # was renewed at most a third of a lease before.
+    assert float(retry["start"]) - killed_at >= LEASE_S * 2 / 3 - 0.1
+    assert_never_twice_at_once(journal, killed_at)
+    failed = next(
+        e
+        for e in runs_topic.events()
+        if e["run_id"] == long_run["run_id"] and e["kind"] == "failed"
+    )
+    assert failed["reason"] == (
+        f"lease expired: executor {first['worker']} stopped renewing it during attempt 1"
+    )
+    assert failed["finished_at"] - failed["started_at"] >= timedelta(seconds=LEASE_S * 2 / 3)
