@@ -13,6 +13,8 @@ from pydantic import ValidationError
 from kairos.cli.options import (
     DEFAULT_BOOTSTRAP,
     BootstrapOption,
+    LogLevelOption,
+    MetricsPortOption,
     TopicPrefixOption,
     fail,
     kafka_settings,
@@ -97,11 +99,8 @@ def executor(
             help="How long a silent executor keeps its partitions.",
         ),
     ] = 10_000,
-    metrics_port: Annotated[
-        int | None,
-        typer.Option(envvar="KAIROS_METRICS_PORT", help="Serve Prometheus metrics on this port."),
-    ] = None,
-    log_level: Annotated[str, typer.Option(envvar="KAIROS_LOG_LEVEL")] = "INFO",
+    metrics_port: MetricsPortOption = None,
+    log_level: LogLevelOption = "INFO",
 ) -> None:
     """Run fired jobs at least once, deduplicated by run id: retries, overlap, dead letters."""
     logging.getLogger().setLevel(log_level.upper())

@@ -32,6 +32,13 @@ PartitionsOption = Annotated[
     ),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
+MetricsPortOption = Annotated[
+    int | None,
+    typer.Option(envvar="KAIROS_METRICS_PORT", help="Serve Prometheus metrics on this port."),
+]
+LogLevelOption = Annotated[
+    str, typer.Option(envvar="KAIROS_LOG_LEVEL", help="DEBUG, INFO, WARNING or ERROR.")
+]
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 

@@ -14,6 +14,8 @@ import typer
 from kairos.cli.options import (
     DEFAULT_BOOTSTRAP,
     BootstrapOption,
+    LogLevelOption,
+    MetricsPortOption,
     PartitionsOption,
     TopicPrefixOption,
     fail,
@@ -46,11 +48,8 @@ def ticker(
             help="How long a silent ticker keeps its partitions before another takes over.",
         ),
     ] = 10_000,
-    metrics_port: Annotated[
-        int | None,
-        typer.Option(envvar="KAIROS_METRICS_PORT", help="Serve Prometheus metrics on this port."),
-    ] = None,
-    log_level: Annotated[str, typer.Option(envvar="KAIROS_LOG_LEVEL")] = "INFO",
+    metrics_port: MetricsPortOption = None,
+    log_level: LogLevelOption = "INFO",
 ) -> None:
     """Own schedules partitions and fire their due occurrences in fenced transactions."""
     logging.getLogger().setLevel(log_level.upper())

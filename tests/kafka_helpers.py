@@ -6,9 +6,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer, ConsumerGroupState, KafkaError, TopicPartition
+from confluent_kafka.admin import AdminClient
 
-from tests.helpers import unique_name
+from tests.helpers import eventually, unique_name
 
 
 def read_topic(
@@ -56,3 +57,21 @@ def read_topic(
         return found
     finally:
         consumer.close()
+
+
+def wait_for_stable_group(bootstrap: str, group: str, members: int, timeout_s: float = 60) -> None:
+    """Until `group` is Stable with `members` members that each own partitions.
+
+    A member's first assignment log line can precede a second rebalance (the next member
+    joining); records sent during that rebalance reach their consumers late and out of order.
+    """
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+
+    def stable() -> bool:
+        described = admin.describe_consumer_groups([group])[group].result(timeout=10)
+        owning = [m for m in described.members if m.assignment.topic_partitions]
+        assert described.state == ConsumerGroupState.STABLE, described.state
+        assert len(owning) == members, f"{len(owning)} of {members} members own partitions"
+        return True
+
+    eventually(stable, timeout_s=timeout_s, interval_s=0.5, message=f"group {group} not stable")

@@ -16,28 +16,22 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from pydantic import BaseModel, ConfigDict, Field
 
-from kairos.core.errors import KairosError
 from kairos.core.firing import (
     MISFIRE_GRACE,
     ScheduleState,
     decide_due,
-    deleted,
-    upserted,
 )
+from kairos.services.ticker.changes import ScheduleChanges
 from kairos.services.ticker.metrics import TickerMetrics
 from kairos.services.ticker.partition import OwnedPartition, to_ms
 from kairos.services.ticker.transaction import FiringTransactions, Topics
 from kairos.services.ticker.work import TransactionWork
-from kairos.streams.codec import Codecs, DecodeError, make_codecs
+from kairos.streams.codec import Codecs, make_codecs
 from kairos.streams.ownership import OwnershipInfo
-from kairos.streams.records import (
-    schedule_from_definition,
-)
 from kairos.streams.settings import KafkaSettings
 from kairos.streams.state_store import PartitionStore
 from kairos.streams.topics import TopicRole
@@ -76,10 +70,6 @@ class TickerSettings(BaseModel):
     metrics_port: int | None = None
 
 
-class SchedulePayloadError(KairosError):
-    """A schedule event that cannot be applied; it is dead-lettered with this reason."""
-
-
 class Ticker:
     def __init__(
         self,
@@ -100,6 +90,7 @@ class Ticker:
         self.run_events_topic = layout.name(TopicRole.RUN_EVENTS)
         self.dead_letters_topic = layout.name(TopicRole.DEAD_LETTERS)
         self.owned: dict[int, OwnedPartition] = {}
+        self._changes = ScheduleChanges(self.codecs, f"ticker:{settings.instance}")
         self._consumer: Consumer | None = None
         self._transactions: FiringTransactions | None = None
         self._restorer: Consumer | None = None
@@ -365,84 +356,7 @@ class Ticker:
             return
         owned.next_offset = offset + 1
         work.consumed += 1
-        try:
-            self._apply_change(owned, message, offset, now, work)
-        except (DecodeError, SchedulePayloadError) as problem:
-            self._dead_letter(message, problem, now, work)
-
-    def _apply_change(
-        self,
-        owned: OwnedPartition,
-        message: Message,
-        offset: int,
-        now: datetime,
-        work: TransactionWork,
-    ) -> None:
-        raw_key = message.key()
-        if raw_key is None:
-            raise SchedulePayloadError("a schedule event must be keyed by its schedule id")
-        schedule_id = raw_key.decode("utf-8", errors="replace")
-        value = message.value()
-        state = work.current(owned, schedule_id)
-        if value is None:
-            # A tombstone: compaction's delete marker, published after a ScheduleDeleted event.
-            if state is not None:
-                _, timestamp = message.timestamp()
-                changed_at = datetime.fromtimestamp(timestamp / 1000, UTC)
-                outcome = deleted(state, changed_at, now)
-                work.record(owned.partition, schedule_id, outcome, state, redefined=True)
-            return
-        event = self.codecs.schedule_event.decode(value)
-        if event["schedule_id"] != schedule_id:
-            raise SchedulePayloadError(
-                f"key {schedule_id!r} does not match the event's schedule_id "
-                f"{event['schedule_id']!r}; key each event by its schedule id"
-            )
-        changed_at = event["changed_at"]
-        definition = event["definition"]
-        if definition is None:
-            # Only a delete carries no definition (docs/wire-format.md); anything else without
-            # one breaks the contract and must not silently delete the schedule.
-            if event["change"] != "deleted":
-                raise SchedulePayloadError(
-                    f"a {event['change']!r} event must carry the whole definition; "
-                    "publish the schedule's full definition with every change but a delete"
-                )
-            if state is None:
-                return
-            outcome = deleted(state, changed_at, now)
-        else:
-            try:
-                schedule = schedule_from_definition(definition)
-            except (ValueError, TypeError, KeyError) as invalid:
-                raise SchedulePayloadError(f"invalid definition: {invalid}") from invalid
-            if schedule.id != schedule_id:
-                raise SchedulePayloadError(
-                    f"definition id {schedule.id!r} differs from the key {schedule_id!r}"
-                )
-            # Created, edited, paused or resumed: the definition says which.
-            outcome = upserted(state, schedule, offset, changed_at, now)
-        work.record(owned.partition, schedule_id, outcome, state, redefined=True)
-
-    def _dead_letter(
-        self, message: Message, problem: KairosError, now: datetime, work: TransactionWork
-    ) -> None:
-        partition, offset = message.partition(), message.offset()
-        logger.warning(
-            "dead-lettering schedules partition=%s offset=%s: %s", partition, offset, problem
-        )
-        record: dict[str, Any] = {
-            "source_topic": message.topic(),
-            "source_partition": partition,
-            "source_offset": offset,
-            "key": message.key(),
-            "value": message.value(),
-            "reason": str(problem),
-            "error_class": type(problem).__name__,
-            "dead_lettered_at": now,
-            "dead_lettered_by": f"ticker:{self.settings.instance}",
-        }
-        work.dead_letters.append(self.codecs.dead_letter.encode(record))
+        self._changes.take(owned, message, offset, now, work)
 
     def _decide_due(self, now: datetime, work: TransactionWork) -> None:
         now_ms = to_ms(now)

@@ -17,6 +17,7 @@ import pytest
 
 from kairos.streams.dedupe import open_dedupe_store, sqlite_url
 from tests.helpers import eventually, sleep_until
+from tests.kafka_helpers import wait_for_stable_group
 
 if TYPE_CHECKING:
     from tests.broker.conftest import Launcher, RunsTopic
@@ -73,6 +74,12 @@ def test_skip_queue_and_replace_hold_across_executors_when_jobs_outlast_the_peri
     try:
         for process in executors:
             process.wait_for_log("partitions assigned")
+        # Queued runs start in the order they are delivered: publish only once no rebalance
+        # can hold one partition back while another delivers.
+        settings = runs_topic.settings
+        wait_for_stable_group(
+            settings.bootstrap_servers, f"{settings.topic_prefix}executors", members=2
+        )
         start = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=1)
 
         def run(schedule_id: str, second: int, command: str, overlap: str) -> dict[str, Any]:

@@ -27,7 +27,7 @@ from kairos.streams.schedule_publisher import SchedulesClient
 from kairos.streams.settings import KafkaSettings
 from kairos.streams.topics import TopicRole
 from tests.helpers import eventually, sleep_until, unique_name
-from tests.processes import start_ticker
+from tests.processes import start_executor, start_ticker
 
 CODECS = make_codecs()
 SECOND = timedelta(seconds=1)
@@ -362,7 +362,8 @@ def nominals(start: datetime, end: datetime, period: timedelta) -> int:
 def test_two_tickers_and_a_sigkill_lose_nothing_and_fire_nothing_twice(
     kafka_settings: KafkaSettings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("KAIROS_TICKER_GROUP", unique_name("tickers"))
+    group = unique_name("tickers")
+    monkeypatch.setenv("KAIROS_TICKER_GROUP", group)
     start = datetime.now(UTC).replace(microsecond=0) + 8 * SECOND
     count = 300
     with SchedulesClient(kafka_settings, changed_by="audit-test") as client:
@@ -371,10 +372,13 @@ def test_two_tickers_and_a_sigkill_lose_nothing_and_fire_nothing_twice(
         )
     killed = start_ticker(kafka_settings, "a", tmp_path / "a", tmp_path)
     survivor = start_ticker(kafka_settings, "b", tmp_path / "b", tmp_path)
+    executor = start_executor(kafka_settings, "e", tmp_path / "e", tmp_path)
     try:
         killed.wait_for_log("handover event=assigned")
         survivor.wait_for_log("handover event=assigned")
         sleep_until(start + 10 * SECOND)
+        before = owners(kafka_settings, group)
+        assert before == {"a", "b"}, before
         killed.kill()
         end = datetime.now(UTC).replace(microsecond=0) + 10 * SECOND
         sleep_until(end + SECOND)
@@ -384,14 +388,40 @@ def test_two_tickers_and_a_sigkill_lose_nothing_and_fire_nothing_twice(
             interval_s=2,
             message="the audit still finds occurrences lost after the failover",
         )
-    finally:
+        # The handover is visible to operators: the survivor owns every partition.
+        assert eventually(lambda: owners(kafka_settings, group) == {"b"}, timeout_s=30)
+        # No more fires, so the executor can drain what was fired.
         assert survivor.stop() == 0, survivor.log()[-3000:]
+        # Every fired run was executed once (noop jobs): the outcomes come from run events.
+        executed = eventually(
+            lambda: succeeded(passing_audit(kafka_settings, start, end)),
+            timeout_s=120,
+            interval_s=2,
+            message="the executor did not report every run succeeded",
+        )
+    finally:
+        survivor.stop()
+        assert executor.stop() == 0, executor.log()[-3000:]
     report = as_json(result)
     expected = count * nominals(start, end, 2 * SECOND)
     assert (report["expected"], report["fired"]) == (expected, expected)
     assert (report["lost"], report["duplicates"], report["unexpected"]) == (0, 0, 0)
-    # The killed ticker's occurrences waited for the failover: late, not lost.
-    assert report["lateness_ms"]["max"] >= 1000, report["lateness_ms"]
+    assert executed == expected
+    # The killed ticker's occurrences waited for the failover (the 3 s session timeout, counted
+    # from its last heartbeat, then the restore): late, not lost.
+    assert report["lateness_ms"]["max"] >= 300, report["lateness_ms"]
+
+
+def owners(settings: KafkaSettings, group: str) -> set[str]:
+    result = kairos(settings, "partitions", "--group-id", group, "--json")
+    return {p["owner"] for p in as_json(result)["partitions"] if p["owner"]}
+
+
+def succeeded(result: Result) -> int:
+    report = as_json(result)
+    done = int(report["outcomes"].get("succeeded", 0))
+    assert done == report["fired"], report["outcomes"]
+    return done
 
 
 def test_occurrences_missed_while_every_ticker_is_down_are_lost_until_a_restart_fires_them(
