@@ -8,7 +8,8 @@ Keys are bytes with a one-letter family prefix:
 - `d<be64 due ms><schedule id>` → empty: the due index, which RocksDB keeps in time order
   because the instant is fixed-width big-endian;
 - `m:changelog` → be64 of the next changelog offset the store has not applied;
-- `m:count` → be64 of the number of schedules held (counting keys would scan them all).
+- `m:count` → be64 of the number of schedules held (counting keys would scan them all);
+- `m:written_at` → be64 wall-clock ms of the last write (how stale a warm restore would be).
 
 Every change, including the changelog offset it reflects, is written in one `WriteBatch`, so
 after a crash the store and its offset never disagree: restore replays the changelog from that
@@ -18,6 +19,7 @@ offset. The store is a cache of the changelog, which is the source of truth.
 from __future__ import annotations
 
 import struct
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +35,7 @@ _DUE_OF = b"x"
 _DUE = b"d"
 _CHANGELOG_OFFSET = b"m:changelog"
 _COUNT = b"m:count"
+_WRITTEN_AT = b"m:written_at"
 
 
 class StateStoreError(KairosError):
@@ -136,7 +139,14 @@ class PartitionStore:
                 batch.put(_DUE + due + key, b"")
         batch.put(_CHANGELOG_OFFSET, _BE64.pack(changelog_offset))
         batch.put(_COUNT, _BE64.pack(count))
+        batch.put(_WRITTEN_AT, _BE64.pack(int(time.time() * 1000)))
         self._db.write(batch)
+
+    @property
+    def written_at_ms(self) -> int | None:
+        """Wall-clock ms of the last write; `None` for a store never written."""
+        raw = self._db.get(_WRITTEN_AT)
+        return None if raw is None else int(_BE64.unpack(raw)[0])
 
     @property
     def count(self) -> int:

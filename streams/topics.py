@@ -18,6 +18,9 @@ from kairos.core.errors import KairosError
 logger = logging.getLogger(__name__)
 
 DAY_MS = 24 * 60 * 60 * 1000
+CHANGELOG_DELETE_RETENTION_MS = DAY_MS
+"""How long a compacted-away deletion stays readable on the changelog: a ticker store last
+written longer ago than this may have missed it, so it restores cold (services/ticker)."""
 
 
 class TopicRole(StrEnum):
@@ -63,7 +66,11 @@ class TopicLayout:
                 self.name(TopicRole.CHANGELOG),
                 self.schedules_partitions,
                 # The changelog is the ticker's own state: only the latest value per key matters.
-                {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.1"},
+                {
+                    "cleanup.policy": "compact",
+                    "min.cleanable.dirty.ratio": "0.1",
+                    "delete.retention.ms": str(CHANGELOG_DELETE_RETENTION_MS),
+                },
             ),
             TopicSpec(self.name(TopicRole.RUNS), self.runs_partitions, timed),
             TopicSpec(self.name(TopicRole.RUN_EVENTS), self.runs_partitions, timed),

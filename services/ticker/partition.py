@@ -20,6 +20,7 @@ from kairos.core.firing import ScheduleState
 from kairos.streams.codec import Codecs
 from kairos.streams.records import state_from_records
 from kairos.streams.state_store import PartitionStore, StateWrite
+from kairos.streams.topics import CHANGELOG_DELETE_RETENTION_MS
 
 logger = logging.getLogger(__name__)
 
@@ -27,6 +28,7 @@ _RESTORE_BATCH = 5_000
 _CACHE_LIMIT = 2_000_000
 """Decoded states kept in memory per partition; past it the cache starts over (bounded RSS)."""
 PROGRESS_SUFFIX = "#progress"
+_WARM_RESTORE_MAX_AGE_MS = CHANGELOG_DELETE_RETENTION_MS // 2
 _BE64 = struct.Struct(">q")
 DUE_HEADER = "kairos.due_ms"
 
@@ -87,6 +89,15 @@ def _restored_write(key: str, message: Message) -> StateWrite:
     return StateWrite(key, value, None, None)
 
 
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def too_old_for_warm_restore(written_at_ms: int | None, at_ms: int) -> bool:
+    """A store older than half the changelog's deletion retention may have missed a deletion."""
+    return written_at_ms is None or at_ms - written_at_ms > _WARM_RESTORE_MAX_AGE_MS
+
+
 def to_ms(instant: datetime) -> int:
     return int(instant.timestamp() * 1000)
 
@@ -144,6 +155,17 @@ class OwnedPartition:
         low, high = consumer.get_watermark_offsets(
             TopicPartition(changelog_topic, self.partition), timeout=timeout_s
         )
+        if stored is not None and too_old_for_warm_restore(self.store.written_at_ms, now_ms()):
+            # The changelog may have compacted away a deletion this store never saw; replaying
+            # only the delta would keep firing a deleted schedule.
+            logger.warning(
+                "partition %d: store last written more than %.1f h ago; restoring cold",
+                self.partition,
+                _WARM_RESTORE_MAX_AGE_MS / 3_600_000,
+            )
+            self.store.destroy()
+            self.store = PartitionStore(self.store.path)
+            stored = None
         if stored is not None and not low <= stored <= high:
             # The changelog was recreated or truncated under us: the store cannot be trusted.
             logger.warning(

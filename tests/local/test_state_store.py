@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -59,7 +60,10 @@ def test_updates_move_the_due_entry_and_deletes_remove_it(tmp_path: Path) -> Non
 def test_state_and_changelog_offset_survive_reopen(tmp_path: Path) -> None:
     store = PartitionStore(tmp_path / "p0")
     assert store.changelog_offset is None
+    assert store.written_at_ms is None
+    before = int(time.time() * 1000)
     store.apply([StateWrite("a", b"v1", b"p", 1_000)], changelog_offset=42)
+    assert before <= (store.written_at_ms or 0) <= int(time.time() * 1000)
     store.close()
     reopened = PartitionStore(tmp_path / "p0")
     assert reopened.changelog_offset == 42
