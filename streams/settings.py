@@ -37,6 +37,28 @@ class KafkaSettings(BaseModel):
         config.update(overrides)
         return config
 
+    def group_member_config(
+        self, group_id: str, instance: str, session_timeout_ms: int, **overrides: Any
+    ) -> dict[str, Any]:
+        """A long-lived consumer-group member (ticker, executor) that reads only committed data.
+
+        read_committed also makes the offset fetch at assignment wait for a pending transaction
+        of the previous owner (KIP-447 require_stable); offsets are committed by the service.
+        """
+        return self.consumer_config(
+            **{
+                "group.id": group_id,
+                "client.id": instance,
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+                "isolation.level": "read_committed",
+                "session.timeout.ms": session_timeout_ms,
+                "heartbeat.interval.ms": max(100, session_timeout_ms // 5),
+                "partition.assignment.strategy": "cooperative-sticky",
+                **overrides,
+            }
+        )
+
     def consumer_config(self, **overrides: Any) -> dict[str, Any]:
         base = self.client_config(**overrides)
         # A consumer rejects producer-only properties.

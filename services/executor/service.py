@@ -128,20 +128,9 @@ class Executor:
             clock=self.clock,
         )
         self.pool = ThreadPoolExecutor(s.concurrency, thread_name_prefix="attempt")
+        # read_committed: runs of an aborted ticker transaction were never fired.
         self.consumer = Consumer(
-            self.kafka.consumer_config(
-                **{
-                    "group.id": s.group_id,
-                    "client.id": s.instance,
-                    "enable.auto.commit": False,
-                    "auto.offset.reset": "earliest",
-                    # Runs of an aborted ticker transaction were never fired.
-                    "isolation.level": "read_committed",
-                    "session.timeout.ms": s.session_timeout_ms,
-                    "heartbeat.interval.ms": max(100, s.session_timeout_ms // 5),
-                    "partition.assignment.strategy": "cooperative-sticky",
-                }
-            )
+            self.kafka.group_member_config(s.group_id, s.instance, s.session_timeout_ms)
         )
         self.consumer.subscribe(
             [self.runs_topic],

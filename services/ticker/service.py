@@ -187,21 +187,10 @@ class Ticker:
                 }
             )
         )
+        # read_committed: the offset fetch at assignment waits for a pending transaction of the
+        # previous owner (KIP-447 require_stable); see _on_assign.
         self._consumer = Consumer(
-            self.kafka.consumer_config(
-                **{
-                    "group.id": s.group_id,
-                    "client.id": s.instance,
-                    "enable.auto.commit": False,
-                    "auto.offset.reset": "earliest",
-                    # Also makes the offset fetch at assignment wait for a pending transaction of
-                    # the previous owner (KIP-447 require_stable): see _on_assign.
-                    "isolation.level": "read_committed",
-                    "session.timeout.ms": s.session_timeout_ms,
-                    "heartbeat.interval.ms": max(100, s.session_timeout_ms // 5),
-                    "partition.assignment.strategy": "cooperative-sticky",
-                }
-            )
+            self.kafka.group_member_config(s.group_id, s.instance, s.session_timeout_ms)
         )
         self._consumer.subscribe(
             [self.schedules_topic],

@@ -57,6 +57,17 @@ def expected_run_ids(ids: list[str], start: datetime, period_s: int, through: da
     return {f"{i}@{n:%Y-%m-%dT%H:%M:%SZ}" for i in ids for n in nominals}
 
 
+def wait_until_all_fired(
+    settings: KafkaSettings, expected: set[str], timeout_s: float, message: str
+) -> None:
+    eventually(
+        lambda: expected <= {r["run_id"] for r in committed_runs(settings)},
+        timeout_s=timeout_s,
+        interval_s=2,
+        message=message,
+    )
+
+
 def assert_each_once(runs: list[dict[str, Any]], expected: set[str]) -> None:
     counts = Counter(str(r["run_id"]) for r in runs)
     duplicates = {run_id: n for run_id, n in counts.items() if n > 1}
@@ -84,11 +95,8 @@ def test_sigkill_of_a_ticker_moves_its_partitions_and_loses_nothing(
         through = killed_at + timedelta(seconds=20)
         sleep_until(through + timedelta(seconds=2))
         expected = expected_run_ids(ids, start, period_s, through)
-        eventually(
-            lambda: expected <= {r["run_id"] for r in committed_runs(kafka_settings)},
-            timeout_s=60,
-            interval_s=2,
-            message="occurrences up to 20s after the kill did not all fire",
+        wait_until_all_fired(
+            kafka_settings, expected, 60, "occurrences up to 20s after the kill did not all fire"
         )
     finally:
         assert second.stop() == 0, second.log()[-3000:]
@@ -147,11 +155,8 @@ def test_a_paused_ticker_cannot_commit_after_losing_its_partitions(
         through = datetime.now(UTC) + timedelta(seconds=period_s)
         sleep_until(through + timedelta(seconds=2))
         expected = expected_run_ids(ids, start, period_s, through)
-        eventually(
-            lambda: expected <= {r["run_id"] for r in committed_runs(kafka_settings)},
-            timeout_s=90,
-            interval_s=2,
-            message="occurrences after the pause did not all fire",
+        wait_until_all_fired(
+            kafka_settings, expected, 90, "occurrences after the pause did not all fire"
         )
     finally:
         paused.signal(signal.SIGCONT)
@@ -189,11 +194,8 @@ def test_whole_group_down_then_restarted_fires_missed_occurrences_once(
         through = datetime.now(UTC) + timedelta(seconds=4)
         sleep_until(through + timedelta(seconds=2))
         expected = expected_run_ids(ids, start, period_s, through)
-        eventually(
-            lambda: expected <= {r["run_id"] for r in committed_runs(kafka_settings)},
-            timeout_s=60,
-            interval_s=2,
-            message="missed occurrences did not all fire after the restart",
+        wait_until_all_fired(
+            kafka_settings, expected, 60, "missed occurrences did not all fire after the restart"
         )
     finally:
         assert restarted.stop() == 0
