@@ -57,7 +57,7 @@ def due_ms(state: ScheduleState | None) -> int | None:
     return None if due is None else int(due.timestamp() * 1000)
 
 
-def changelog_headers(due: int | None) -> list[tuple[str, bytes]]:
+def changelog_headers(due: int | None) -> list[tuple[str, str | bytes | None]]:
     """The due instant rides beside each changelog value, so restore never decodes values."""
     return [] if due is None else [(DUE_HEADER, _BE64.pack(due))]
 
@@ -112,8 +112,9 @@ class OwnedPartition:
         self.store = store
         self._codecs = codecs
         self._states: dict[str, ScheduleState] = {}
-        self.prepared_cursor: tuple[int, str | None] = (0, None)
-        """Due-index position up to which upcoming fires are prepared (see Ticker.turn)."""
+        self.prepared_cursor: tuple[int, int] = (0, 0)
+        """(due instant, position among the schedules due then) where preparing upcoming fires
+        resumes (see Ticker.turn)."""
         self.owned_since = owned_since
         self.last_fire_lateness_ms: int | None = None
         self.committed_offset = -1

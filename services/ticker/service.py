@@ -26,6 +26,7 @@ from kairos.core.firing import (
     decide_due,
 )
 from kairos.services.ticker.changes import ScheduleChanges
+from kairos.services.ticker.garbage import IdleCollector
 from kairos.services.ticker.metrics import TickerMetrics
 from kairos.services.ticker.partition import OwnedPartition, to_ms
 from kairos.services.ticker.transaction import FiringTransactions, Topics
@@ -46,6 +47,8 @@ EXIT_STUCK = 75
 _PREPARE_AHEAD_MS = 120_000
 """How far ahead idle time prepares upcoming fires (decoded states, encoded templates)."""
 _PREPARE_MIN_IDLE_S = 0.02
+_PREPARE_SLICE = 256
+"""Schedules prepared between two looks at the clock."""
 
 _PER_SCHEDULE_LIMIT = 100
 """Occurrences one schedule may decide per transaction; the rest of a backlog waits a turn."""
@@ -94,6 +97,7 @@ class Ticker:
         self._consumer: Consumer | None = None
         self._transactions: FiringTransactions | None = None
         self._restorer: Consumer | None = None
+        self._garbage = IdleCollector()
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -288,8 +292,10 @@ class Ticker:
         wait_s = self._wait_s()
         if wait_s > _PREPARE_MIN_IDLE_S:
             # Idle until the next fire: decode and encode ahead what upcoming fires need, so a
-            # herd spends its time sending, not computing.
+            # herd spends its time sending, not computing; then keep the garbage collector's
+            # walks over everything held out of the firing path.
             wait_s -= self._prepare_upcoming(budget_s=wait_s * 0.8)
+            self._garbage.idle(self._until_next_due_s())
         messages = consumer.consume(num_messages=10_000, timeout=max(0.0, wait_s))
         now = self.clock()
         work = TransactionWork()
@@ -306,31 +312,37 @@ class Ticker:
         now_ms = to_ms(self.clock())
         horizon = now_ms + _PREPARE_AHEAD_MS
         for owned in self.owned.values():
-            from_ms, after_id = owned.prepared_cursor
+            from_ms, position = owned.prepared_cursor
             if from_ms < now_ms:
-                from_ms, after_id = now_ms, None
-            while time.monotonic() - started < budget_s:
-                upcoming = owned.store.due(from_ms, horizon, 256, after_id)
-                if not upcoming:
-                    break
-                for _, schedule_id in upcoming:
-                    state = owned.state(schedule_id)
-                    if state is not None:
-                        transactions.prepare(state, owned.partition)
-                from_ms, after_id = upcoming[-1]
-                owned.prepared_cursor = (from_ms, after_id)
+                from_ms, position = now_ms, 0
+            for instant, schedule_ids in owned.store.due_instants(from_ms, horizon):
+                if instant > from_ms:
+                    position = 0
+                while position < len(schedule_ids):
+                    if time.monotonic() - started >= budget_s:
+                        owned.prepared_cursor = (instant, position)
+                        return time.monotonic() - started
+                    for schedule_id in schedule_ids[position : position + _PREPARE_SLICE]:
+                        state = owned.state(schedule_id)
+                        if state is not None:
+                            transactions.prepare(state, owned.partition)
+                    position += _PREPARE_SLICE
+                owned.prepared_cursor = (instant, len(schedule_ids))
         return time.monotonic() - started
 
     def _wait_s(self) -> float:
+        return min(self.settings.max_wait_s, self._until_next_due_s())
+
+    def _until_next_due_s(self) -> float:
+        """Seconds until the earliest due fire of any owned partition (infinite: none)."""
         nearest: int | None = None
         for owned in self.owned.values():
             due = owned.store.next_due_ms()
             if due is not None and (nearest is None or due < nearest):
                 nearest = due
         if nearest is None:
-            return self.settings.max_wait_s
-        until = (nearest - to_ms(self.clock())) / 1000
-        return min(self.settings.max_wait_s, max(0.0, until))
+            return float("inf")
+        return max(0.0, (nearest - to_ms(self.clock())) / 1000)
 
     def _take_change(self, message: Message, now: datetime, work: TransactionWork) -> None:
         error = message.error()

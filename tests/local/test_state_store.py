@@ -22,16 +22,18 @@ def test_due_index_iterates_in_time_order_and_respects_bounds(tmp_path: Path) ->
         StateWrite("idle", b"v6", b"p", None),
     ]
     store.apply(writes, changelog_offset=6)
+    # Schedules due at one instant come together, in the order they became due there.
     assert store.due(0, 2_500, limit=10) == [
         (1_000, "early"),
+        (2_000, "middle-b"),
         (2_000, "middle-a"),
-        (2_000, "middle-b"),
     ]
-    assert store.due(1_500, 10**13, limit=2) == [(2_000, "middle-a"), (2_000, "middle-b")]
+    assert store.due(1_500, 10**13, limit=2) == [(2_000, "middle-b"), (2_000, "middle-a")]
     assert store.next_due_ms() == 1_000
-    assert store.due(2_000, 10**13, limit=2, after_id="middle-a") == [
-        (2_000, "middle-b"),
-        (3_000, "late"),
+    assert list(store.due_instants(2_000, 10**13)) == [
+        (2_000, ["middle-b", "middle-a"]),
+        (3_000, ["late"]),
+        (1_893_456_000_000, ["far"]),
     ]
     assert sorted(store.schedule_ids()) == sorted(w.schedule_id for w in writes)
     assert store.count == len(writes)
@@ -69,6 +71,7 @@ def test_state_and_changelog_offset_survive_reopen(tmp_path: Path) -> None:
     assert reopened.changelog_offset == 42
     assert reopened.get("a") == (b"v1", b"p")
     assert reopened.due(0, 2_000, 10) == [(1_000, "a")]
+    assert reopened.count == 1
     reopened.destroy()
     assert PartitionStore(tmp_path / "p0").changelog_offset is None
 
@@ -97,3 +100,30 @@ def test_one_batch_may_rewrite_a_schedule_many_times(tmp_path: Path) -> None:
     assert store.due(0, 10_000, 10) == [(3_000, "a"), (9_000, "b")]
     assert store.get("a") == (b"v2", b"p3")
     store.close()
+
+
+def test_the_due_index_read_at_open_is_the_one_written(tmp_path: Path) -> None:
+    store = PartitionStore(tmp_path / "p0")
+    store.apply([StateWrite(f"s{n}", b"v", b"p", 1_000 * (n % 3)) for n in range(9)], 9)
+    store.apply([StateWrite("s0", None, b"p", 5_000), StateWrite("s1", None, b"p", None)], 11)
+    store.apply([StateWrite("s2", None, None, None, deleted=True)], 12)
+    before = list(store.due_instants(0, 10_000))
+    store.close()
+    reopened = PartitionStore(tmp_path / "p0")
+    after = list(reopened.due_instants(0, 10_000))
+    assert [(instant, sorted(ids)) for instant, ids in after] == [
+        (instant, sorted(ids)) for instant, ids in before
+    ]
+    assert [instant for instant, _ in after] == [0, 1_000, 2_000, 5_000]
+    assert reopened.count == 8
+    reopened.close()
+
+
+def test_a_failed_batch_leaves_the_memory_index_untouched(tmp_path: Path) -> None:
+    store = PartitionStore(tmp_path / "p0")
+    store.apply([StateWrite("a", b"v", b"p", 1_000)], 1)
+    store.close()
+    with pytest.raises(Exception, match=r"(?i)closed|invalid|not open"):
+        store.apply([StateWrite("a", None, b"p", 9_000)], 2)
+    assert store.next_due_ms() == 1_000
+    assert store.count == 1
