@@ -155,6 +155,36 @@ def decide_due(
     return _decide(state, until, now, limit, jittered=True)
 
 
+def decide_ahead(state: ScheduleState) -> Outcome | None:
+    """Decide `state`'s next occurrence as if at its due instant, before that instant comes.
+
+    A herd's decisions can then be made in idle time; at the fire, `holds_at` tells whether this
+    is exactly what `decide_due` would decide then. `None` when nothing is due.
+    """
+    due = state.due_at
+    if due is None:
+        return None
+    return decide_due(state, until=due, now=due, limit=1)
+
+
+def holds_at(ahead: Outcome, now: datetime) -> bool:
+    """Whether `decide_due(state, until=now, now=now)` decides `ahead` (from `decide_ahead`).
+
+    It does when the one occurrence is still on time at `now` (within the misfire grace and the
+    catch-up window, so no skip rule applies) and the next one is not due yet.
+    """
+    if len(ahead.decisions) != 1 or ahead.state is None:
+        return False
+    decision = ahead.decisions[0]
+    if decision.action is not Action.FIRE or now - decision.fire_at > MISFIRE_GRACE:
+        return False
+    window = ahead.state.schedule.catchup_window
+    if window is not None and now - decision.nominal > window:
+        return False
+    following = ahead.state.due_at
+    return following is None or following > now
+
+
 def _decide(
     state: ScheduleState, until: datetime, now: datetime, limit: int | None, *, jittered: bool
 ) -> Outcome:

@@ -7,6 +7,7 @@ topic whose partition count or configuration drifted from this declaration.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -132,7 +133,32 @@ def create_topics(admin: AdminClient, layout: TopicLayout, timeout_s: float = 10
         else:
             created.append(name)
             logger.info("created topic %s", name)
+    _wait_until_visible(admin, {spec.name: spec.partitions for spec in missing}, timeout_s)
     return created
+
+
+def _wait_until_visible(admin: AdminClient, partitions: dict[str, int], timeout_s: float) -> None:
+    """Return once metadata shows every topic with all its partitions led.
+
+    A client that starts right after the creation could otherwise miss a topic in its first
+    metadata answer; a consumer then takes the topic for non-existent and gets no assignment
+    until its next full metadata refresh.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        topics = admin.list_topics(timeout=timeout_s).topics
+        waiting = [
+            name
+            for name, count in partitions.items()
+            if name not in topics
+            or len(topics[name].partitions) < count
+            or any(p.leader < 0 for p in topics[name].partitions.values())
+        ]
+        if not waiting:
+            return
+        if time.monotonic() > deadline:
+            raise TopicAdminError(waiting[0], f"not visible in metadata after {timeout_s}s")
+        time.sleep(0.05)
 
 
 def describe_topics(

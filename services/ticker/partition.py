@@ -16,7 +16,7 @@ from datetime import datetime
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
 from kairos.core.errors import KairosError
-from kairos.core.firing import ScheduleState
+from kairos.core.firing import Outcome, ScheduleState
 from kairos.streams.codec import Codecs
 from kairos.streams.records import state_from_records
 from kairos.streams.state_store import PartitionStore, StateWrite
@@ -102,6 +102,19 @@ def to_ms(instant: datetime) -> int:
     return int(instant.timestamp() * 1000)
 
 
+@dataclass(frozen=True, slots=True)
+class Ahead:
+    """A schedule's next occurrence decided in idle time, from exactly `state`.
+
+    `outcome` is reused at the fire when `holds_at` says deciding then gives the same; `write`
+    is what the store and changelog will hold after it.
+    """
+
+    state: ScheduleState
+    outcome: Outcome
+    write: StateWrite
+
+
 class OwnedPartition:
     """A schedules partition this ticker owns, with the offsets its state reflects."""
 
@@ -112,6 +125,7 @@ class OwnedPartition:
         self.store = store
         self._codecs = codecs
         self._states: dict[str, ScheduleState] = {}
+        self._ahead: dict[str, Ahead] = {}
         self.prepared_cursor: tuple[int, int] = (0, 0)
         """(due instant, position among the schedules due then) where preparing upcoming fires
         resumes (see Ticker.turn)."""
@@ -141,9 +155,20 @@ class OwnedPartition:
             self._states[schedule_id] = state
         return state
 
+    def decided_ahead(self, state: ScheduleState) -> Ahead | None:
+        """What was decided ahead from exactly this state, if anything."""
+        ahead = self._ahead.get(state.schedule.id)
+        return ahead if ahead is not None and ahead.state is state else None
+
+    def keep_ahead(self, ahead: Ahead) -> None:
+        if len(self._ahead) >= _CACHE_LIMIT:
+            self._ahead.clear()
+        self._ahead[ahead.state.schedule.id] = ahead
+
     def committed(self, states: dict[str, ScheduleState | None]) -> None:
         """Remember states a committed transaction wrote (never those of an aborted one)."""
         for schedule_id, state in states.items():
+            self._ahead.pop(schedule_id, None)
             if state is None:
                 self._states.pop(schedule_id, None)
             else:

@@ -24,6 +24,7 @@ from kairos.core.firing import (
     MISFIRE_GRACE,
     ScheduleState,
     decide_due,
+    holds_at,
 )
 from kairos.services.ticker.changes import ScheduleChanges
 from kairos.services.ticker.garbage import IdleCollector
@@ -40,6 +41,7 @@ from kairos.streams.topics import TopicRole
 logger = logging.getLogger(__name__)
 
 Clock = Callable[[], datetime]
+_RebalanceCallback = Callable[[Consumer, list[TopicPartition]], None]
 
 EXIT_STUCK = 75
 """Exit code (EX_TEMPFAIL) when librdkafka hangs in a transaction call: restart the ticker."""
@@ -98,6 +100,7 @@ class Ticker:
         self._transactions: FiringTransactions | None = None
         self._restorer: Consumer | None = None
         self._garbage = IdleCollector()
+        self._callback_failure: Exception | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -198,9 +201,9 @@ class Ticker:
         )
         self._consumer.subscribe(
             [self.schedules_topic],
-            on_assign=self._on_assign,
-            on_revoke=self._on_revoke,
-            on_lost=self._on_lost,
+            on_assign=self._guarded(self._on_assign),
+            on_revoke=self._guarded(self._on_revoke),
+            on_lost=self._guarded(self._on_lost),
         )
 
     def _disconnect(self) -> None:
@@ -220,6 +223,23 @@ class Ticker:
 
     # -- rebalance ---------------------------------------------------------------------------
 
+    def _guarded(self, callback: _RebalanceCallback) -> _RebalanceCallback:
+        """Keep a rebalance callback's failure from escaping into librdkafka.
+
+        An exception raised inside a callback comes out of `consume()` mangled (a bare
+        `KafkaError`, which no `except` clause catches), killing the loop. It is kept instead,
+        and `turn` raises it once `consume()` returns, so the ticker rebuilds and rejoins.
+        """
+
+        def guarded(consumer: Consumer, partitions: list[TopicPartition]) -> None:
+            try:
+                callback(consumer, partitions)
+            except Exception as failure:
+                logger.exception("instance=%s rebalance callback failed", self.settings.instance)
+                self._callback_failure = failure
+
+        return guarded
+
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         assert self._restorer is not None
         # 1. Stable committed offsets: with read_committed, the fetch waits while a transaction
@@ -230,6 +250,8 @@ class Ticker:
             # 2. Restore the store from the changelog, which now holds every committed fire.
             path = self.settings.state_dir / self.schedules_topic / str(tp.partition)
             owned = OwnedPartition(tp.partition, PartitionStore(path), self.codecs, self.clock())
+            # Held from the start, so a failure further on still closes its store (_disconnect).
+            self.owned[tp.partition] = owned
             report = owned.restore(
                 self._restorer, self.changelog_topic, self.settings.restore_timeout_s
             )
@@ -242,7 +264,6 @@ class Ticker:
             # A valid offset for every owned partition, always: librdkafka sends no offset commit
             # (and so no fencing) in a transaction whose offsets are all invalid.
             owned.committed_offset = owned.next_offset = start
-            self.owned[tp.partition] = owned
             starts.append(TopicPartition(self.schedules_topic, tp.partition, start))
             logger.info(
                 "handover event=assigned instance=%s partition=%d offset=%d restore=%s "
@@ -297,6 +318,9 @@ class Ticker:
             wait_s -= self._prepare_upcoming(budget_s=wait_s * 0.8)
             self._garbage.idle(self._until_next_due_s())
         messages = consumer.consume(num_messages=10_000, timeout=max(0.0, wait_s))
+        failure, self._callback_failure = self._callback_failure, None
+        if failure is not None:
+            raise _RebuildError(f"rebalance callback failed: {failure}") from failure
         now = self.clock()
         work = TransactionWork()
         for message in messages:
@@ -324,8 +348,10 @@ class Ticker:
                         return time.monotonic() - started
                     for schedule_id in schedule_ids[position : position + _PREPARE_SLICE]:
                         state = owned.state(schedule_id)
-                        if state is not None:
-                            transactions.prepare(state, owned.partition)
+                        if state is not None and owned.decided_ahead(state) is None:
+                            ahead = transactions.prepare(state, owned.partition)
+                            if ahead is not None:
+                                owned.keep_ahead(ahead)
                     position += _PREPARE_SLICE
                 owned.prepared_cursor = (instant, len(schedule_ids))
         return time.monotonic() - started
@@ -374,14 +400,28 @@ class Ticker:
                 room = min(lane_limit, budget - work.decisions)
                 if room <= 0:
                     return
+                in_this_work = work.states.get(owned.partition, {})
                 for _, schedule_id in owned.store.due(lane_from, now_ms, room):
-                    pending = work.current(owned, schedule_id)
-                    if pending is not None and pending.due_at is not None and pending.due_at <= now:
-                        self._decide(owned, pending, now, work)
+                    if schedule_id in in_this_work:
+                        pending = in_this_work[schedule_id]
+                        if pending is None or pending.due_at is None or pending.due_at > now:
+                            continue
+                    else:
+                        # Committed and in the due index up to now: due, no need to ask.
+                        pending = owned.state(schedule_id)
+                        if pending is None:
+                            continue
+                    self._decide(owned, pending, now, work)
 
     def _decide(
         self, owned: OwnedPartition, state: ScheduleState, now: datetime, work: TransactionWork
     ) -> None:
+        ahead = owned.decided_ahead(state)
+        if ahead is not None and holds_at(ahead.outcome, now):
+            work.record(
+                owned.partition, state.schedule.id, ahead.outcome, state, written_ahead=ahead.write
+            )
+            return
         outcome = decide_due(state, until=now, now=now, limit=_PER_SCHEDULE_LIMIT)
         work.record(owned.partition, state.schedule.id, outcome, state)
 

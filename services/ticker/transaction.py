@@ -14,8 +14,8 @@ from datetime import datetime
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
-from kairos.core.firing import ScheduleState
-from kairos.services.ticker.partition import changelog_headers, due_ms, progress_key
+from kairos.core.firing import ScheduleState, decide_ahead
+from kairos.services.ticker.partition import Ahead, changelog_headers, due_ms, progress_key
 from kairos.services.ticker.work import TransactionWork
 from kairos.streams.codec import Codecs
 from kairos.streams.records import skipped_run_event_record, state_record
@@ -58,19 +58,25 @@ class FiringTransactions:
         self._runs = RunRequestedEncoder(codecs.run_requested, ticker_instance)
         self._progress = ProgressEncoder(codecs.ticker_progress)
 
-    def prepare(self, state: ScheduleState, partition: int) -> None:
-        """Encode what a schedule's fires will need, before they are due."""
+    def prepare(self, state: ScheduleState, partition: int) -> Ahead | None:
+        """Decide and encode what the schedule's next fire will need, before it is due."""
         self._runs.prepare(state, partition)
+        outcome = decide_ahead(state)
+        if outcome is None:
+            return None
+        return Ahead(state, outcome, self._state_write(state.schedule.id, outcome.state, False))
 
     def state_writes(self, work: TransactionWork) -> dict[int, list[StateWrite]]:
         """What the stores will hold after the commit: exactly the changelog's bytes."""
-        return {
-            partition: [
-                self._state_write(sid, state, sid in work.redefined.get(partition, set()))
+        writes: dict[int, list[StateWrite]] = {}
+        for partition, states in work.states.items():
+            redefined = work.redefined.get(partition, set())
+            ahead = work.written_ahead.get(partition, {})
+            writes[partition] = [
+                ahead.get(sid) or self._state_write(sid, state, sid in redefined)
                 for sid, state in states.items()
             ]
-            for partition, states in work.states.items()
-        }
+        return writes
 
     def send(
         self,

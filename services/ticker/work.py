@@ -11,6 +11,7 @@ from datetime import datetime
 
 from kairos.core.firing import Action, Decision, Outcome, ScheduleState
 from kairos.services.ticker.partition import OwnedPartition
+from kairos.streams.state_store import StateWrite
 
 
 @dataclass
@@ -23,6 +24,8 @@ class TransactionWork:
     """The new state of each schedule touched, per partition (`None`: deleted)."""
     redefined: dict[int, set[str]] = field(default_factory=dict)
     """Schedules whose definition changed in this transaction (not only their progress)."""
+    written_ahead: dict[int, dict[str, StateWrite]] = field(default_factory=dict)
+    """The state writes, prepared in idle time, of schedules whose new state was decided ahead."""
     consumed: int = 0
 
     @property
@@ -48,8 +51,12 @@ class TransactionWork:
         owed_by: ScheduleState | None,
         *,
         redefined: bool = False,
+        written_ahead: StateWrite | None = None,
     ) -> None:
-        """Take an outcome: its decisions (owed under `owed_by`) and the schedule's new state."""
+        """Take an outcome: its decisions (owed under `owed_by`) and the schedule's new state.
+
+        `written_ahead` is the state write of an outcome decided ahead (see `Ahead`).
+        """
         for decision in outcome.decisions:
             if decision.action is Action.FIRE:
                 assert owed_by is not None, "only an existing schedule owes occurrences"
@@ -59,6 +66,11 @@ class TransactionWork:
         self.states.setdefault(partition, {})[schedule_id] = outcome.state
         if redefined:
             self.redefined.setdefault(partition, set()).add(schedule_id)
+        if written_ahead is not None:
+            self.written_ahead.setdefault(partition, {})[schedule_id] = written_ahead
+        elif partition in self.written_ahead:
+            # A later outcome in the same transaction replaces the one decided ahead.
+            self.written_ahead[partition].pop(schedule_id, None)
 
     def changed_due_by(self, partition: int, now: datetime) -> list[ScheduleState]:
         """States changed in this transaction that are already due (a change takes effect now)."""
