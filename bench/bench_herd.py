@@ -7,114 +7,108 @@ For each N, on a local broker this script starts and stops itself:
 1. N schedules `* * * * *` are published and one ticker process (the real `kairos ticker`)
    takes them in; once it holds all N, the next minute boundary is the herd instant.
 2. Kairos: seconds from the herd instant until the transaction committing the N-th run of that
-   minute (from the ticker's DEBUG commit log), fires per second, and the ticker's own
-   due→commit lateness histogram (p50/p99 read off its Prometheus buckets).
+   minute, and fires per second. Each run's lateness is the commit of its transaction minus the
+   herd instant, both from the ticker's DEBUG commit log (`runs=` per committed transaction).
 3. Raw: a confluent-kafka transactional producer writes N records of the same size as a
    RunRequested to a fresh topic with as many partitions, in transactions as large as the
-   ticker's; seconds from its first produce to its last commit.
+   ticker's; seconds from its first produce to its last commit, and each record's lateness as
+   its transaction's commit minus the first produce.
 
+CPU seconds over the herd: the ticker process (Kairos), this script (raw), the broker (extra).
 The ratio Kairos/raw compares rates measured in the same run on the same broker.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import re
 import tempfile
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from bench.common import free_port, metric, start_ticker, wait_until_held
+from bench.common import (
+    PARTITIONS,
+    deployment,
+    local_broker,
+    minute_after,
+    own_cpu_s,
+    publish,
+    sleep_until,
+    start_ticker,
+    wait_until_held,
+)
+from bench.outcome import Outcome, percentiles, process_tree_cpu_s, write_outcomes
 from kairos.core.firing import Action, Decision, ScheduleState
 from kairos.core.run_id import run_id
 from kairos.core.schedule import Schedule
-from kairos.services.local_kafka import LocalKafka
 from kairos.streams.codec import make_codecs
 from kairos.streams.records import run_requested_record
-from kairos.streams.schedule_publisher import SchedulesClient
-from kairos.streams.settings import KafkaSettings
-from kairos.streams.topics import create_topics
 
-PARTITIONS = 12
 TRANSACTION_SIZE = 20_000
 COMMIT_LINE = re.compile(
     r"^(\S+ \S+) DEBUG kairos\.services\.ticker\.service: transaction committed \S+ runs=(\d+)"
 )
 
 
-def histogram_quantile(port: int, quantile: float) -> float:
-    buckets = metric(port, "kairos_ticker_fire_lateness_seconds_bucket")
-    pairs = []
-    for key, count in buckets.items():
-        bound = re.search(r'le="([^"]+)"', key)
-        if bound is not None:
-            pairs.append((float(bound.group(1)), count))
-    pairs.sort()
-    total = pairs[-1][1]
-    for bound, count in pairs:
-        if count >= quantile * total:
-            return bound
-    return float("inf")
-
-
-def run_kairos(bootstrap: str, size: int, workdir: Path) -> dict[str, Any]:
-    settings = KafkaSettings(
-        bootstrap_servers=bootstrap, topic_prefix=f"herd{size}.", schedules_partitions=PARTITIONS
+def run_kairos(bootstrap: str, broker_pid: int, size: int, workdir: Path) -> Outcome:
+    settings = deployment(bootstrap, f"herd{size}.")
+    publish_s = publish(
+        settings, (Schedule(id=f"herd-{n:07d}", cron="* * * * *") for n in range(size))
     )
-    create_topics(AdminClient({"bootstrap.servers": bootstrap}), settings.layout)
-    schedules = [Schedule(id=f"herd-{n:07d}", cron="* * * * *") for n in range(size)]
-    started = time.monotonic()
-    with SchedulesClient(settings, changed_by="bench") as client:
-        client.upsert_all(schedules)
-    publish_s = time.monotonic() - started
-    port = free_port()
     log_path = workdir / f"ticker-{size}.log"
     ticker = start_ticker(
-        settings, f"bench-{size}", workdir / f"state-{size}", log_path, port, log_level="DEBUG"
+        settings, f"bench-{size}", workdir / f"state-{size}", log_path, log_level="DEBUG"
     )
     try:
-        wait_until_held(ticker, port, size, log_path)
-        herd_at = (datetime.now(UTC) + timedelta(minutes=1)).replace(second=0, microsecond=0)
-        if (herd_at - datetime.now(UTC)).total_seconds() < 3:
-            herd_at += timedelta(minutes=1)
+        wait_until_held([ticker], size)
+        herd_at = minute_after(datetime.now(UTC) + timedelta(seconds=3))
         print(f"  N={size:,}: published in {publish_s:.1f}s; herd at {herd_at:%H:%M:%S}Z")
-        last_commit = wait_for_runs(log_path, herd_at, size, deadline=time.monotonic() + 600)
-        herd_s = (last_commit - herd_at).total_seconds()
-        return {
-            "herd_seconds": herd_s,
-            "fires_per_second": size / herd_s,
-            "lateness_p50_s": histogram_quantile(port, 0.50),
-            "lateness_p99_s": histogram_quantile(port, 0.99),
-        }
+        sleep_until(herd_at - timedelta(seconds=0.5))
+        before = ticker.cpu_s(), process_tree_cpu_s(broker_pid)
+        lateness_s = wait_for_runs(log_path, herd_at, size, deadline=time.monotonic() + 600)
+        cpu_s, broker_cpu_s = ticker.cpu_s() - before[0], process_tree_cpu_s(broker_pid) - before[1]
     finally:
-        ticker.terminate()
-        ticker.wait(timeout=60)
+        ticker.stop()
+    herd_s = lateness_s[-1]
+    return Outcome(
+        system="kairos",
+        scenario="herd",
+        n=size,
+        config="default",
+        fires=size,
+        expected=size,
+        seconds=herd_s,
+        fires_per_s=size / herd_s,
+        lateness_ms=percentiles([s * 1000 for s in lateness_s]),
+        cpu_s=cpu_s,
+        extra={"publish_s": publish_s, "broker_cpu_s": broker_cpu_s},
+    )
 
 
-def wait_for_runs(log_path: Path, herd_at: datetime, size: int, deadline: float) -> datetime:
+def wait_for_runs(log_path: Path, herd_at: datetime, size: int, deadline: float) -> list[float]:
+    """Seconds from `herd_at` to the commit of each of the herd's `size` runs, in order."""
     while time.monotonic() < deadline:
-        total = 0
+        lateness: list[float] = []
         for line in log_path.read_text(errors="replace").splitlines():
             match = COMMIT_LINE.match(line)
             if not match:
                 continue
             at = datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S,%f").replace(tzinfo=UTC)
             if at >= herd_at:
-                total += int(match.group(2))
-                if total >= size:
-                    return at
+                runs = min(int(match.group(2)), size - len(lateness))
+                lateness += [(at - herd_at).total_seconds()] * runs
+                if len(lateness) >= size:
+                    return lateness
         time.sleep(0.5)
     raise RuntimeError(f"the herd of {size} was not committed in time; see {log_path}")
 
 
-def run_raw(bootstrap: str, size: int, record_size: int) -> dict[str, Any]:
+def run_raw(bootstrap: str, broker_pid: int, size: int, record_size: int) -> Outcome:
     topic = f"raw-{size}-{int(time.time())}"
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(timeout=30)
@@ -130,10 +124,13 @@ def run_raw(bootstrap: str, size: int, record_size: int) -> dict[str, Any]:
     )
     producer.init_transactions(30)
     value = b"x" * record_size
+    before = own_cpu_s(), process_tree_cpu_s(broker_pid)
     started = time.monotonic()
+    lateness_s: list[float] = []
     for first in range(0, size, TRANSACTION_SIZE):
         producer.begin_transaction()
-        for n in range(first, min(size, first + TRANSACTION_SIZE)):
+        last = min(size, first + TRANSACTION_SIZE)
+        for n in range(first, last):
             while True:
                 try:
                     producer.produce(topic, key=f"herd-{n:07d}@run", value=value)
@@ -141,8 +138,21 @@ def run_raw(bootstrap: str, size: int, record_size: int) -> dict[str, Any]:
                 except BufferError:
                     producer.poll(0.01)
         producer.commit_transaction(60)
-    seconds = time.monotonic() - started
-    return {"seconds": seconds, "records_per_second": size / seconds}
+        lateness_s += [time.monotonic() - started] * (last - first)
+    seconds = lateness_s[-1]
+    return Outcome(
+        system="raw-producer",
+        scenario="herd",
+        n=size,
+        config="default",
+        fires=size,
+        expected=size,
+        seconds=seconds,
+        fires_per_s=size / seconds,
+        lateness_ms=percentiles([s * 1000 for s in lateness_s]),
+        cpu_s=own_cpu_s() - before[0],
+        extra={"broker_cpu_s": process_tree_cpu_s(broker_pid) - before[1]},
+    )
 
 
 def record_size() -> int:
@@ -159,32 +169,32 @@ def record_size() -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 300_000])
-    parser.add_argument("--json", type=Path, help="write the results here")
+    parser.add_argument("--json", type=Path, help="write the Outcome rows here")
     args = parser.parse_args()
     size_bytes = record_size()
     print(f"python {platform.python_version()} on {platform.machine()}; record {size_bytes} B")
-    with tempfile.TemporaryDirectory(prefix="kairos-bench-") as tmp:
-        workdir = Path(tmp)
-        broker = LocalKafka(data_dir=workdir / "kafka")
-        status, _ = broker.start()
-        assert status.bootstrap_servers is not None
-        results = []
-        try:
-            for size in args.sizes:
-                raw = run_raw(status.bootstrap_servers, size, size_bytes)
-                kairos = run_kairos(status.bootstrap_servers, size, workdir)
-                ratio = kairos["fires_per_second"] / raw["records_per_second"]
-                results.append({"n": size, "kairos": kairos, "raw": raw, "ratio": ratio})
-                print(
-                    f"  N={size:>7,}  kairos {kairos['herd_seconds']:6.2f}s "
-                    f"({kairos['fires_per_second']:>9,.0f}/s, p50 ≤{kairos['lateness_p50_s']}s, "
-                    f"p99 ≤{kairos['lateness_p99_s']}s)  raw {raw['seconds']:5.2f}s "
-                    f"({raw['records_per_second']:>9,.0f}/s)  kairos/raw {ratio:.2f}"
-                )
-        finally:
-            broker.stop()
-    if args.json:
-        args.json.write_text(json.dumps({"record_bytes": size_bytes, "results": results}, indent=2))
+    outcomes = []
+    with (
+        tempfile.TemporaryDirectory(prefix="kairos-bench-") as tmp,
+        local_broker(Path(tmp)) as broker,
+    ):
+        assert broker.bootstrap_servers is not None and broker.pid is not None
+        for size in args.sizes:
+            raw = run_raw(broker.bootstrap_servers, broker.pid, size, size_bytes)
+            kairos = run_kairos(broker.bootstrap_servers, broker.pid, size, Path(tmp))
+            for outcome in (raw, kairos):
+                outcome.extra["record_bytes"] = size_bytes
+            outcomes += [kairos, raw]
+            assert kairos.fires_per_s is not None and raw.fires_per_s is not None
+            ratio = kairos.fires_per_s / raw.fires_per_s
+            print(
+                f"  N={size:>7,}  kairos {kairos.seconds:6.2f}s "
+                f"({kairos.fires_per_s:>9,.0f}/s, p50 {kairos.lateness_ms['p50'] / 1000:.2f}s, "
+                f"p99 {kairos.lateness_ms['p99'] / 1000:.2f}s)  raw {raw.seconds:5.2f}s "
+                f"({raw.fires_per_s:>9,.0f}/s)  kairos/raw {ratio:.2f}"
+            )
+            if args.json:
+                write_outcomes(args.json, outcomes)
 
 
 if __name__ == "__main__":

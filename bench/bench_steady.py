@@ -1,0 +1,161 @@
+"""Steady load: N every-minute schedules spread over the minute, fires observed as a consumer.
+
+Run: `.venv/bin/python -m bench.bench_steady [--sizes 10000 100000 1000000] [--window 120]
+[--tickers 1] [--json bench/results/steady.json]`.
+
+For each N, on a local broker this script starts and stops itself:
+
+1. N schedules `* * * * *` with a one-minute jitter are published (timed). The jitter offset is
+   a hash of each run id, so the N fires of a minute are spread evenly over it: a steady
+   N/60 fires per second, not a herd.
+2. The ticker processes (the real `kairos ticker`) take them in; then an observer reads the
+   runs topic read_committed and stamps each `RunRequested` of the window when it sees it.
+3. Warm-up: the window starts at the first minute boundary at least `--warmup` seconds after the
+   tickers hold all N. The minute after the ingest is not steady: each schedule owes its first
+   occurrence from the minute after its creation, so the first fires overlap the ingest's last
+   transactions and find nothing prepared ahead. After a full minute of
+   firing, the ticker is in the state it keeps day after day: every schedule decided at least
+   once, its next fire prepared if idle time allowed (the ticker prepares fires up to two
+   minutes ahead whenever the next due instant is over 20 ms away, so the larger N, the less
+   room it finds), and the observer, started before the window, is at the end of the topic.
+4. Window: every occurrence of the whole nominal minutes in it is due inside it (jitter < 1 min).
+   Lateness is observed − due of each occurrence's first sighting; lost are expected run ids
+   not seen by the end of the drain (the window's end plus `--drain` seconds), duplicated are
+   run ids seen more than once. CPU seconds of the tickers, the broker and this script (the
+   observer) are taken over the window.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from datetime import UTC, datetime, timedelta
+from math import nan
+from pathlib import Path
+
+import psutil
+
+from bench.common import (
+    RunsObserver,
+    deployment,
+    local_broker,
+    minute_after,
+    own_cpu_s,
+    publish,
+    run_ids,
+    sleep_until,
+    start_ticker,
+    steady_ids,
+    steady_schedules,
+    tally,
+    wait_until_held,
+)
+from bench.outcome import Outcome, process_tree_cpu_s, write_outcomes
+
+
+def measure(
+    bootstrap: str, broker_pid: int, size: int, args: argparse.Namespace, workdir: Path
+) -> Outcome:
+    settings = deployment(bootstrap, f"steady{size}x{args.tickers}.")
+    ids = steady_ids(size)
+    publish_s = publish(settings, steady_schedules(ids))
+    print(f"  N={size:,}: published in {publish_s:.1f}s", flush=True)
+    tickers = [
+        start_ticker(
+            settings,
+            f"steady-{size}-{t}",
+            workdir / f"state-{size}-{t}",
+            workdir / f"ticker-{size}-{t}.log",
+        )
+        for t in range(args.tickers)
+    ]
+    try:
+        ingest_started = time.monotonic()
+        wait_until_held(tickers, size)
+        ingest_s = time.monotonic() - ingest_started
+        start = minute_after(datetime.now(UTC) + timedelta(seconds=args.warmup))
+        end = start + timedelta(seconds=args.window)
+        observer = RunsObserver(settings, keep_from=start.timestamp())
+        try:
+            print(
+                f"  N={size:,}: held after {ingest_s:.1f}s; window "
+                f"{start:%H:%M:%S}–{end:%H:%M:%S}Z",
+                flush=True,
+            )
+            expected = run_ids(ids, start, args.window // 60)
+            sleep_until(start)
+            before = (sum(t.cpu_s() for t in tickers), process_tree_cpu_s(broker_pid), own_cpu_s())
+            sleep_until(end)
+            after = (sum(t.cpu_s() for t in tickers), process_tree_cpu_s(broker_pid), own_cpu_s())
+            rss_mb = sum(psutil.Process(t.process.pid).memory_info().rss for t in tickers) / 2**20
+            unseen = observer.wait_for(expected, time.monotonic() + args.drain)
+        finally:
+            observer.stop()
+        seen = tally(observer.observations(), expected)
+    finally:
+        for ticker in tickers:
+            ticker.stop()
+    ticker_cpu, broker_cpu, observer_cpu = (b - a for a, b in zip(before, after, strict=True))
+    late = seen.lateness_ms
+    print(
+        f"  N={size:>9,}  fires {seen.fires:>9,}/{len(expected):,} "
+        f"({seen.fires / args.window:,.0f}/s)  lost {seen.lost}  dup {seen.duplicated}  "
+        f"lateness p50 {late.get('p50', nan):,.0f} ms p99 {late.get('p99', nan):,.0f} ms "
+        f"max {late.get('max', nan):,.0f} ms  ticker CPU {ticker_cpu:.1f}s "
+        f"({ticker_cpu / args.window:.0%} of a core)  broker CPU {broker_cpu:.1f}s  "
+        f"observer CPU {observer_cpu:.1f}s",
+        flush=True,
+    )
+    return Outcome(
+        system="kairos",
+        scenario="steady",
+        n=size,
+        config="default",
+        fires=seen.fires,
+        expected=len(expected),
+        lost=seen.lost,
+        duplicated=seen.duplicated,
+        seconds=args.window,
+        fires_per_s=seen.fires / args.window,
+        lateness_ms=seen.lateness_ms,
+        cpu_s=ticker_cpu,
+        finished=not unseen,
+        extra={
+            "tickers": args.tickers,
+            "publish_s": publish_s,
+            "ingest_s": ingest_s,
+            "broker_cpu_s": broker_cpu,
+            "observer_cpu_s": observer_cpu,
+            "ticker_rss_mb": rss_mb,
+            "window_start": start.isoformat(),
+        },
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
+    parser.add_argument("--window", type=int, default=120, help="seconds, whole minutes")
+    parser.add_argument("--warmup", type=int, default=60, help="seconds at least, see above")
+    parser.add_argument("--drain", type=int, default=120, help="seconds to wait for late fires")
+    parser.add_argument("--tickers", type=int, default=1)
+    parser.add_argument("--json", type=Path, help="write the Outcome rows here")
+    args = parser.parse_args()
+    if args.window <= 0 or args.window % 60:
+        parser.error("--window must be a whole number of minutes, in seconds (60, 120, …)")
+    outcomes = []
+    with (
+        tempfile.TemporaryDirectory(prefix="kairos-bench-") as tmp,
+        local_broker(Path(tmp)) as broker,
+    ):
+        assert broker.bootstrap_servers is not None and broker.pid is not None
+        for size in args.sizes:
+            outcomes.append(measure(broker.bootstrap_servers, broker.pid, size, args, Path(tmp)))
+            if args.json:
+                # Rewritten after each size, so a bound hit by a larger N keeps the smaller ones.
+                write_outcomes(args.json, outcomes)
+
+
+if __name__ == "__main__":
+    main()
