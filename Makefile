@@ -26,5 +26,10 @@ check: setup
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
+## Every benchmark, Kairos and its peers, one after the other (about an hour; see docs/benchmarks.md).
+bench: setup
+	$(BIN)/pip install --quiet -e ".[dev,bench]"
+	bench/run_all.sh
+
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

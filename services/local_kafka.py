@@ -351,6 +351,10 @@ class LocalKafka:
             # Failover must be testable in seconds, so allow short consumer session timeouts.
             "group.min.session.timeout.ms": "500",
             "group.initial.rebalance.delay.ms": "0",
+            # A ticker killed inside a transaction holds back read_committed readers of every
+            # partition it wrote to until the broker aborts that transaction: look for expired
+            # ones every second instead of every ten (docs/operations.md, "A killed ticker").
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
             # Kairos declares every topic it uses; a typo must fail, not create a topic.
             "auto.create.topics.enable": "false",
         }
