@@ -85,18 +85,25 @@ def chart(
     title: str,
     path: Path,
 ) -> None:
-    series: dict[str, list[tuple[int, float]]] = defaultdict(list)
+    series: dict[str, list[tuple[int, float, bool]]] = defaultdict(list)
     for outcome in rows:
         y = value(outcome)
         if y is not None and y > 0:  # a log axis has no zero
-            series[label(outcome, rows)].append((outcome.n, y))
+            series[label(outcome, rows)].append((outcome.n, y, outcome.finished))
     if not series:
         print(f"no data for {path.name}", file=sys.stderr)
         return
     figure, axes = plt.subplots(figsize=(7, 4.5))
     for name, points in sorted(series.items()):
         points.sort()
-        axes.plot([n for n, _ in points], [y for _, y in points], marker="o", label=name)
+        (line,) = axes.plot([n for n, _, _ in points], [y for _, y, _ in points], label=name)
+        for n, y, finished in points:
+            # A run stopped at its time bound is a lower bound, not a result: draw it hollow.
+            axes.plot(
+                n, y, marker="o", color=line.get_color(), fillstyle="full" if finished else "none"
+            )
+    if any(not finished for points in series.values() for _, _, finished in points):
+        title += "\n(hollow: stopped at the time bound before every fire; a lower bound)"
     axes.set_xscale("log")
     axes.set_yscale("log")
     axes.set_xlabel("schedules (N)")
