@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every benchmark in docs/benchmarks.md, one after the other (never two at once: they share the
-# machine's cores), then the plots. About an hour on a 2-core machine. Each script starts and
+# machine's cores), then the plots. About 75 minutes on a 2-core machine. Each script starts and
 # stops the servers it uses; results go to bench/results/, plots to docs/img/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,6 +20,7 @@ fi
 # Kairos against the raw transactional producer, then Kairos alone.
 $PY -m bench.bench_herd --sizes 10000 100000 300000 --json "$OUT/herd.json"
 $PY -m bench.bench_steady --sizes 10000 100000 --window 60 --json "$OUT/steady.json"
+$PY -m bench.bench_steady --sizes 1000000 --window 60 --json "$OUT/steady-1m.json"
 $PY -m bench.bench_failover --size 10000 --window 60 --json "$OUT/failover.json"
 $PY -m bench.bench_restore --sizes 10000 100000 300000 --json "$OUT/restore.json"
 
