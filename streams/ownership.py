@@ -8,7 +8,8 @@ extra. `kairos partitions` reads it back with the committed offsets.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
+from dataclasses import fields as dataclass_fields
 from datetime import datetime
 
 
@@ -26,7 +27,8 @@ class OwnershipInfo:
     """The changelog offset the owner's store reflects; the changelog's end minus it is the lag."""
 
     def encode(self) -> str:
-        fields = asdict(self)
+        # Shallow: asdict deep-copies every value, per partition per transaction.
+        fields = {field.name: getattr(self, field.name) for field in dataclass_fields(self)}
         fields["since"] = self.since.isoformat()
         fields["next_due"] = self.next_due.isoformat() if self.next_due else None
         return json.dumps(fields, separators=(",", ":"))
