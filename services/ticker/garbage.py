@@ -3,7 +3,8 @@
 A ticker holds millions of long-lived objects (schedule states, run templates, the due index).
 A full collection walks every one of them: 0.6 s per 100,000 schedules, measured, and a herd
 allocates enough to trigger several, each stalling every fire behind it (1.6 s of a 7.6 s herd of
-100,000). So, in idle time, the young generations are collected and whatever survives is frozen:
+100,000). So, between two turns of the ticker, the young generations are collected and whatever
+survives is frozen:
 the collector skips frozen objects, which are still freed by reference counting when dropped.
 A full collection of everything runs only when the next fire is far enough away for its pause.
 """
@@ -34,7 +35,7 @@ class IdleCollector:
         """How long the last full collection took: the idle time the next one needs."""
 
     def idle(self, idle_s: float) -> None:
-        """Called with the seconds until the next fire is due."""
+        """Called between turns with the seconds until the next fire is due."""
         now = self._clock()
         if now - self._last_full >= self.full_every_s and idle_s > 2 * self._full_pause_s + 0.5:
             gc.unfreeze()

@@ -313,10 +313,11 @@ class Ticker:
         wait_s = self._wait_s()
         if wait_s > _PREPARE_MIN_IDLE_S:
             # Idle until the next fire: decode and encode ahead what upcoming fires need, so a
-            # herd spends its time sending, not computing; then keep the garbage collector's
-            # walks over everything held out of the firing path.
+            # herd spends its time sending, not computing.
             wait_s -= self._prepare_upcoming(budget_s=wait_s * 0.8)
-            self._garbage.idle(self._until_next_due_s())
+        # Every turn, idle or not: a steady load leaves no idle time, and without freezing the
+        # collector's automatic full walks over everything held stall it for seconds.
+        self._garbage.idle(self._until_next_due_s())
         messages = consumer.consume(num_messages=10_000, timeout=max(0.0, wait_s))
         failure, self._callback_failure = self._callback_failure, None
         if failure is not None:
