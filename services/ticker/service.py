@@ -310,14 +310,17 @@ class Ticker:
         """Consume, decide, and commit one transaction (if there is anything to commit)."""
         consumer = self._consumer
         assert consumer is not None
-        wait_s = self._wait_s()
+        until_due_s = self._until_next_due_s()
+        wait_s = min(self.settings.max_wait_s, until_due_s)
         if wait_s > _PREPARE_MIN_IDLE_S:
             # Idle until the next fire: decode and encode ahead what upcoming fires need, so a
             # herd spends its time sending, not computing.
-            wait_s -= self._prepare_upcoming(budget_s=wait_s * 0.8)
+            spent_s = self._prepare_upcoming(budget_s=wait_s * 0.8)
+            wait_s -= spent_s
+            until_due_s -= spent_s
         # Every turn, idle or not: a steady load leaves no idle time, and without freezing the
         # collector's automatic full walks over everything held stall it for seconds.
-        self._garbage.idle(self._until_next_due_s())
+        self._garbage.idle(until_due_s)
         messages = consumer.consume(num_messages=10_000, timeout=max(0.0, wait_s))
         failure, self._callback_failure = self._callback_failure, None
         if failure is not None:
@@ -356,9 +359,6 @@ class Ticker:
                     position += _PREPARE_SLICE
                 owned.prepared_cursor = (instant, len(schedule_ids))
         return time.monotonic() - started
-
-    def _wait_s(self) -> float:
-        return min(self.settings.max_wait_s, self._until_next_due_s())
 
     def _until_next_due_s(self) -> float:
         """Seconds until the earliest due fire of any owned partition (infinite: none)."""
