@@ -3,25 +3,28 @@
 Keys are bytes with a one-letter family prefix:
 
 - `s<schedule id>` → the definition the ticker holds, exactly the bytes of its changelog value;
-- `p<schedule id>` → the schedule's firing progress, likewise the bytes of its changelog value;
-- `d<be64 due ms><schedule id>` → empty: the due index, which RocksDB keeps in time order
-  because the instant is fixed-width big-endian;
+- `p<schedule id>` → be64 of the schedule's due instant in ms (-1: not due), then its firing
+  progress, exactly the bytes of its changelog value;
 - `m:changelog` → be64 of the next changelog offset the store has not applied;
 - `m:count` → be64 of the number of schedules held (counting keys would scan them all);
-- `m:written_at` → be64 wall-clock ms of the last write (how stale a warm restore would be).
+- `m:written_at` → be64 wall-clock ms of the last write (how stale a warm restore would be);
+- `m:format` → the layout's version; a store of another layout is discarded at open and
+  restored from the changelog.
 
 Every change, including the changelog offset it reflects, is written in one `WriteBatch`, so
 after a crash the store and its offset never disagree: restore replays the changelog from that
 offset. The store is a cache of the changelog, which is the source of truth.
 
-The due index is read once, when the store opens, into memory (`DueIndex`); from then on the
-ticker reads only the memory copy and each batch updates both. Walking RocksDB's index on every
-transaction would step over the tombstones a herd just left behind, and pay a Python call per
-entry: the profile of a 100k herd spent a fifth of its time there.
+The due index lives in memory (`DueIndex`), built when the store opens from the due instants
+that prefix the progress values. A fire rewrites one key, its progress, and the due instant
+moves with it: a separate time-ordered index in RocksDB cost three writes per fire (delete the
+old entry, put the progress, put the new entry), and walking it on every transaction stepped over
+the tombstones a herd had just left behind (see docs/benchmarks.md, the herd's profile).
 """
 
 from __future__ import annotations
 
+import logging
 import struct
 import time
 from collections.abc import Iterable, Iterator
@@ -33,13 +36,18 @@ from sortedcontainers import SortedDict
 
 from kairos.core.errors import KairosError
 
+logger = logging.getLogger(__name__)
+
 _BE64 = struct.Struct(">q")
 _STATE = b"s"
 _PROGRESS = b"p"
-_DUE = b"d"
 _CHANGELOG_OFFSET = b"m:changelog"
 _COUNT = b"m:count"
 _WRITTEN_AT = b"m:written_at"
+_FORMAT = b"m:format"
+_FORMAT_VERSION = b"2"
+_NOT_DUE = -1
+_DUE_WIDTH = _BE64.size
 
 
 class StateStoreError(KairosError):
@@ -127,19 +135,34 @@ class PartitionStore:
                 path,
                 f"cannot open ({error}); is another ticker using this --state-dir?",
             ) from error
+        if self._db.get(_FORMAT) != _FORMAT_VERSION:
+            self._start_over_if_written()
         raw_count = self._db.get(_COUNT)
         self._count = 0 if raw_count is None else int(_BE64.unpack(raw_count)[0])
         self._index = self._load_due_index()
 
+    def _start_over_if_written(self) -> None:
+        if self._db.get(_CHANGELOG_OFFSET) is not None:
+            # Written by another version's layout: a cache of the changelog, so start it over.
+            logger.warning("state store %s has another layout; restoring it cold", self.path)
+            self._db.close()
+            Rdict.destroy(str(self.path))
+            options = Options(raw_mode=True)
+            options.create_if_missing(True)
+            self._db = Rdict(str(self.path), options)
+        self._db.put(_FORMAT, _FORMAT_VERSION)
+
     def _load_due_index(self) -> DueIndex:
         index = DueIndex()
         it = self._db.iter()
-        it.seek(_DUE)
+        it.seek(_PROGRESS)
         while it.valid():
             key: bytes = it.key()
-            if not key.startswith(_DUE):
+            if not key.startswith(_PROGRESS):
                 break
-            index.move(key[9:].decode(), int(_BE64.unpack_from(key, 1)[0]))
+            due = int(_BE64.unpack_from(it.value())[0])
+            if due != _NOT_DUE:
+                index.move(key[1:].decode(), due)
             it.next()
         return index
 
@@ -158,8 +181,7 @@ class PartitionStore:
         definition: bytes | None = self._db.get(_STATE + key)
         if definition is None:
             return None
-        progress: bytes | None = self._db.get(_PROGRESS + key)
-        return definition, progress
+        return definition, self._stored_progress(key)
 
     def apply(self, writes: Iterable[StateWrite], changelog_offset: int) -> None:
         """Apply `writes` in order and record `changelog_offset`, atomically.
@@ -171,21 +193,19 @@ class PartitionStore:
         batch = WriteBatch(raw_mode=True)
         count = self._count
         present: dict[str, bool] = {}
+        progress_of: dict[str, bytes | None] = {}
         moved: dict[str, int | None] = {}
-        index = self._index
+        pack = _BE64.pack
         for write in writes:
             schedule_id = write.schedule_id
             key = schedule_id.encode()
             if (write.deleted or write.definition is not None) and schedule_id not in present:
                 # Only a (re)definition or a deletion can change the count.
                 present[schedule_id] = self._db.get(_STATE + key) is not None
-            old_due = moved[schedule_id] if schedule_id in moved else index.due_of(schedule_id)
-            if old_due is not None:
-                batch.delete(_DUE + _BE64.pack(old_due) + key)
             if write.deleted:
                 count -= present[schedule_id]
                 present[schedule_id] = False
-                moved[schedule_id] = None
+                moved[schedule_id] = progress_of[schedule_id] = None
                 batch.delete(_STATE + key)
                 batch.delete(_PROGRESS + key)
                 continue
@@ -193,18 +213,33 @@ class PartitionStore:
                 count += not present[schedule_id]
                 present[schedule_id] = True
                 batch.put(_STATE + key, write.definition)
-            if write.progress is not None:
-                batch.put(_PROGRESS + key, write.progress)
-            moved[schedule_id] = write.due_ms
-            if write.due_ms is not None:
-                batch.put(_DUE + _BE64.pack(write.due_ms) + key, b"")
-        batch.put(_CHANGELOG_OFFSET, _BE64.pack(changelog_offset))
-        batch.put(_COUNT, _BE64.pack(count))
-        batch.put(_WRITTEN_AT, _BE64.pack(int(time.time() * 1000)))
+            progress = write.progress
+            due = write.due_ms
+            if progress is None:
+                # A definition whose progress has not followed yet (a restore batch may end
+                # between the two): not due until it does, keeping the progress it had.
+                due = None
+                progress = (
+                    progress_of[schedule_id]
+                    if schedule_id in progress_of
+                    else self._stored_progress(key)
+                )
+            moved[schedule_id] = due
+            if progress is not None:
+                progress_of[schedule_id] = progress
+                batch.put(_PROGRESS + key, pack(_NOT_DUE if due is None else due) + progress)
+        batch.put(_CHANGELOG_OFFSET, pack(changelog_offset))
+        batch.put(_COUNT, pack(count))
+        batch.put(_WRITTEN_AT, pack(int(time.time() * 1000)))
         self._db.write(batch)
         self._count = count
+        index = self._index
         for schedule_id, due_ms in moved.items():
             index.move(schedule_id, due_ms)
+
+    def _stored_progress(self, key: bytes) -> bytes | None:
+        stored: bytes | None = self._db.get(_PROGRESS + key)
+        return None if stored is None else stored[_DUE_WIDTH:]
 
     @property
     def written_at_ms(self) -> int | None:
