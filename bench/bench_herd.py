@@ -46,10 +46,13 @@ from bench.outcome import Outcome, percentiles, process_tree_cpu_s, write_outcom
 from kairos.core.firing import Action, Decision, ScheduleState
 from kairos.core.run_id import run_id
 from kairos.core.schedule import Schedule
+from kairos.services.ticker.service import TickerSettings
 from kairos.streams.codec import make_codecs
 from kairos.streams.records import run_requested_record
 
-TRANSACTION_SIZE = 20_000
+TRANSACTION_SIZE = TickerSettings.model_fields["max_decisions_per_transaction"].default
+QUIET_BEFORE_HERD = timedelta(seconds=30)
+"""Idle time before the herd: the ticker decides ahead what it will fire (a 300k herd: ~10 s)."""
 COMMIT_LINE = re.compile(
     r"^(\S+ \S+) DEBUG kairos\.services\.ticker\.service: transaction committed \S+ runs=(\d+)"
 )
@@ -66,9 +69,8 @@ def run_kairos(bootstrap: str, broker_pid: int, size: int, workdir: Path) -> Out
     )
     try:
         wait_until_held([ticker], size)
-        herd_at = minute_after(datetime.now(UTC) + timedelta(seconds=3))
+        herd_at = quiet_minute(log_path, minute_after(datetime.now(UTC) + timedelta(seconds=3)))
         print(f"  N={size:,}: published in {publish_s:.1f}s; herd at {herd_at:%H:%M:%S}Z")
-        sleep_until(herd_at - timedelta(seconds=0.5))
         before = ticker.cpu_s(), process_tree_cpu_s(broker_pid)
         lateness_s = wait_for_runs(log_path, herd_at, size, deadline=time.monotonic() + 600)
         cpu_s, broker_cpu_s = ticker.cpu_s() - before[0], process_tree_cpu_s(broker_pid) - before[1]
@@ -90,18 +92,39 @@ def run_kairos(bootstrap: str, broker_pid: int, size: int, workdir: Path) -> Out
     )
 
 
+def committed_runs(log_path: Path) -> list[tuple[datetime, int]]:
+    """Each transaction the ticker committed: when, and how many runs it held."""
+    commits = []
+    for line in log_path.read_text(errors="replace").splitlines():
+        match = COMMIT_LINE.match(line)
+        if match:
+            at = datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S,%f").replace(tzinfo=UTC)
+            commits.append((at, int(match.group(2))))
+    return commits
+
+
+def quiet_minute(log_path: Path, candidate: datetime) -> datetime:
+    """The first minute boundary from `candidate` that the ticker meets idle.
+
+    While the ticker still takes in a large N, it fires the minutes it passes (and catches up
+    on those it missed): a herd measured on top of that would measure both. Waits until just
+    before the boundary it returns.
+    """
+    while True:
+        sleep_until(candidate - timedelta(seconds=0.5))
+        busy = [at for at, runs in committed_runs(log_path) if runs]
+        if not busy or busy[-1] < candidate - QUIET_BEFORE_HERD:
+            return candidate
+        candidate += timedelta(minutes=1)
+
+
 def wait_for_runs(log_path: Path, herd_at: datetime, size: int, deadline: float) -> list[float]:
     """Seconds from `herd_at` to the commit of each of the herd's `size` runs, in order."""
     while time.monotonic() < deadline:
         lateness: list[float] = []
-        for line in log_path.read_text(errors="replace").splitlines():
-            match = COMMIT_LINE.match(line)
-            if not match:
-                continue
-            at = datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S,%f").replace(tzinfo=UTC)
+        for at, runs in committed_runs(log_path):
             if at >= herd_at:
-                runs = min(int(match.group(2)), size - len(lateness))
-                lateness += [(at - herd_at).total_seconds()] * runs
+                lateness += [(at - herd_at).total_seconds()] * min(runs, size - len(lateness))
                 if len(lateness) >= size:
                     return lateness
         time.sleep(0.5)

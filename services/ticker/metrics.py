@@ -2,20 +2,63 @@
 
 from __future__ import annotations
 
+import threading
+from bisect import bisect_left
+from collections.abc import Iterator
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import HistogramMetricFamily
+from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 _LATENESS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 3600)
+
+
+class CountedHistogram(Collector):
+    """A histogram that takes many equal observations at once.
+
+    A transaction's runs share a handful of due instants and one commit instant, so their
+    lateness takes a handful of values: observing each run alone was 8% of a herd's time.
+    """
+
+    def __init__(
+        self, name: str, documentation: str, buckets: tuple[float, ...], registry: CollectorRegistry
+    ) -> None:
+        self._name = name
+        self._documentation = documentation
+        self._bounds = buckets
+        self._counts = [0] * (len(buckets) + 1)
+        self._sum = 0.0
+        self._lock = threading.Lock()
+        registry.register(self)
+
+    def observe(self, value: float, count: int = 1) -> None:
+        """`count` observations of `value`."""
+        with self._lock:
+            self._counts[bisect_left(self._bounds, value)] += count
+            self._sum += value * count
+
+    def collect(self) -> Iterator[HistogramMetricFamily]:
+        with self._lock:
+            counts, total = list(self._counts), self._sum
+        cumulative, buckets = 0, []
+        for bound, count in zip((*map(floatToGoString, self._bounds), "+Inf"), counts, strict=True):
+            cumulative += count
+            buckets.append((bound, float(cumulative)))
+        yield HistogramMetricFamily(
+            self._name, self._documentation, buckets=buckets, sum_value=total
+        )
 
 
 class TickerMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
-        self.lateness = Histogram(
+        self.lateness = CountedHistogram(
             "kairos_ticker_fire_lateness_seconds",
             "From an occurrence's due instant to the commit of its RunRequested.",
-            buckets=_LATENESS_BUCKETS,
-            registry=r,
+            _LATENESS_BUCKETS,
+            r,
         )
         self.fires = Counter("kairos_ticker_fires", "RunRequested records committed.", registry=r)
         self.skips = Counter(

@@ -130,7 +130,9 @@ class OwnedPartition:
         """(due instant, position among the schedules due then) where preparing upcoming fires
         resumes (see Ticker.turn)."""
         self.owned_since = owned_since
+        self.last_fire_at: datetime | None = None
         self.last_fire_lateness_ms: int | None = None
+        """Lateness of the fire due at `last_fire_at`, the latest this owner committed."""
         self.committed_offset = -1
         """The schedules-topic offset the last committed transaction recorded (next to read)."""
         self.next_offset = -1

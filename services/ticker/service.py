@@ -13,6 +13,7 @@ import os
 import socket
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -68,7 +69,7 @@ class TickerSettings(BaseModel):
     group_id: str = "kairos-tickers"
     session_timeout_ms: int = Field(default=10_000, ge=500)
     transaction_timeout_ms: int = Field(default=10_000, ge=1_000)
-    max_decisions_per_transaction: int = Field(default=20_000, ge=1)
+    max_decisions_per_transaction: int = Field(default=50_000, ge=1)
     catchup_per_transaction: int = Field(default=2_000, ge=1)
     max_wait_s: float = Field(default=0.1, gt=0)
     restore_timeout_s: float = Field(default=300, gt=0)
@@ -458,10 +459,14 @@ class Ticker:
         for owned in self.owned.values():
             owned.committed_offset = owned.next_offset
         self.metrics.schedules_held.set(sum(o.store.count for o in self.owned.values()))
-        for decision, _, partition in work.runs:
-            lateness = max(0.0, (committed_at - decision.fire_at).total_seconds())
-            self.metrics.lateness.observe(lateness)
-            self.owned[partition].last_fire_lateness_ms = int(lateness * 1000)
+        # Runs fired together share a few due instants: observe each instant once, counted.
+        fired = Counter((decision.fire_at, partition) for decision, _, partition in work.runs)
+        for (fire_at, partition), count in fired.items():
+            lateness = max(0.0, (committed_at - fire_at).total_seconds())
+            self.metrics.lateness.observe(lateness, count)
+            owned = self.owned[partition]
+            if owned.last_fire_at is None or fire_at >= owned.last_fire_at:
+                owned.last_fire_at, owned.last_fire_lateness_ms = fire_at, int(lateness * 1000)
         self.metrics.fires.inc(len(work.runs))
         self.metrics.skips.inc(len(work.skips))
         self.metrics.dead_letters.inc(len(work.dead_letters))
