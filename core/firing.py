@@ -21,7 +21,7 @@ Rules (docs/defaults.md states them for users):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
 
@@ -65,17 +65,20 @@ class ScheduleState:
     version: int
     next_nominal: datetime | None
     last_decided_nominal: datetime | None = None
+    due_at: datetime | None = field(init=False, compare=False, repr=False)
+    """When the ticker must look at this schedule next; `None` when nothing is pending."""
+
+    def __post_init__(self) -> None:
+        # Computed once: a fire asks for it several times (deciding, holds_at, the store's due
+        # index), and at a million schedules the jitter's hash missed every cache.
+        due = None
+        if not self.schedule.paused and self.next_nominal is not None:
+            due = fire_instant_with_jitter(self.schedule, self.next_nominal)
+        object.__setattr__(self, "due_at", due)
 
     @property
     def paused(self) -> bool:
         return self.schedule.paused
-
-    @property
-    def due_at(self) -> datetime | None:
-        """When the ticker must look at this schedule next; `None` when nothing is pending."""
-        if self.paused or self.next_nominal is None:
-            return None
-        return fire_instant_with_jitter(self.schedule, self.next_nominal)
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,8 +197,10 @@ def _decide(
     decisions: list[Decision] = []
     nominal = state.next_nominal
     last = state.last_decided_nominal
+    fire_at = state.due_at
     while nominal is not None and (limit is None or len(decisions) < limit):
-        fire_at = fire_instant_with_jitter(schedule, nominal)
+        if fire_at is None:
+            fire_at = fire_instant_with_jitter(schedule, nominal)
         if (fire_at if jittered else nominal) > until:
             break
         following = next_fire(schedule, nominal)
@@ -220,6 +225,7 @@ def _decide(
         )
         last = nominal
         nominal = next_nominal
+        fire_at = None
     # Built directly rather than with dataclasses.replace: this runs once per fire of a herd.
     return Outcome(ScheduleState(state.schedule, state.version, nominal, last), decisions)
 
