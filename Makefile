@@ -26,7 +26,7 @@ check: setup
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
-## Every benchmark, Kairos and its peers, one after the other (about 75 minutes; see docs/benchmarks.md).
+## Every benchmark, Kairos and its peers, one after the other (about two hours; see docs/benchmarks.md).
 bench: setup
 	$(BIN)/pip install --quiet -e ".[dev,bench]"
 	bench/run_all.sh

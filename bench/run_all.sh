@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every benchmark in docs/benchmarks.md, one after the other (never two at once: they share the
-# machine's cores), then the plots. About 75 minutes on a 2-core machine. Each script starts and
+# machine's cores), then the plots. About two hours on a 2-core machine. Each script starts and
 # stops the servers it uses; results go to bench/results/, plots to docs/img/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,9 +20,12 @@ fi
 # Kairos against the raw transactional producer, then Kairos alone.
 $PY -m bench.bench_herd --sizes 10000 100000 300000 --json "$OUT/herd.json"
 $PY -m bench.bench_steady --sizes 10000 100000 --window 60 --json "$OUT/steady.json"
+$PY -m bench.bench_steady --sizes 300000 --window 60 --json "$OUT/steady-300k.json"
 $PY -m bench.bench_steady --sizes 1000000 --window 60 --json "$OUT/steady-1m.json"
+$PY -m bench.bench_steady --sizes 1000000 --window 60 --tickers 2 --json "$OUT/steady-1m-2t.json"
 $PY -m bench.bench_failover --size 10000 --window 60 --json "$OUT/failover.json"
 $PY -m bench.bench_restore --sizes 10000 100000 300000 --json "$OUT/restore.json"
+$PY -m bench.bench_restore --sizes 1000000 --json "$OUT/restore-1m.json"
 
 # The peers: herd and steady with failure detection tuned like Kairos's; failover both tuned
 # and with each peer's defaults.
@@ -32,7 +35,7 @@ $PY -m bench.peer_apscheduler --scenarios herd steady --configs tuned \
 $PY -m bench.peer_apscheduler --scenarios failover --configs tuned default \
     --steady-size 10000 --window 60 --timeout 120 --json "$OUT/apscheduler-failover.json"
 $PY -m bench.peer_redbeat --scenarios herd steady --configs tuned \
-    --sizes 10000 100000 --steady-sizes 10000 --window 60 --timeout 120 \
+    --sizes 10000 100000 300000 --steady-sizes 10000 --window 60 --timeout 120 \
     --json "$OUT/redbeat.json"
 $PY -m bench.peer_redbeat --scenarios failover --configs tuned default \
     --steady-sizes 10000 --window 60 --timeout 120 --json "$OUT/redbeat-failover.json"
