@@ -29,6 +29,7 @@ from confluent_kafka import OFFSET_END, Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from bench.outcome import percentiles, process_tree_cpu_s
+from kairos.cli.ticker import ticker_arguments
 from kairos.core.run_id import run_id
 from kairos.core.schedule import Schedule
 from kairos.services.local_kafka import BrokerStatus, LocalKafka
@@ -198,24 +199,15 @@ def start_ticker(
         sys.executable,
         "-m",
         "kairos.cli",
-        "ticker",
-        "--instance",
-        instance,
-        "--state-dir",
-        str(state_dir),
-        "--bootstrap-servers",
-        settings.bootstrap_servers,
-        "--topic-prefix",
-        settings.topic_prefix,
-        "--schedules-partitions",
-        str(settings.schedules_partitions),
-        "--metrics-port",
-        str(port),
-        "--log-level",
-        log_level,
+        *ticker_arguments(
+            settings,
+            instance,
+            state_dir,
+            session_timeout_ms=session_timeout_ms,
+            metrics_port=port,
+            log_level=log_level,
+        ),
     ]
-    if session_timeout_ms is not None:
-        args += ["--session-timeout-ms", str(session_timeout_ms)]
     with log.open("ab") as out:
         process = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT)
     return TickerProcess(instance, process, port, log)

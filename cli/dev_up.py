@@ -24,6 +24,7 @@ from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient
 
 from kairos.cli.options import fail
+from kairos.cli.ticker import ticker_arguments
 from kairos.core.errors import KairosError
 from kairos.core.schedule import load_schedules
 from kairos.services.local_kafka import DEFAULT_DATA_DIR, LocalKafka
@@ -137,18 +138,10 @@ def up(
         assert bootstrap is not None
         settings = KafkaSettings(bootstrap_servers=bootstrap)
         create_topics(AdminClient(settings.consumer_config()), settings.layout)
-        common = ["--bootstrap-servers", bootstrap, "--topic-prefix", settings.topic_prefix]
         children = [
             _Child(
                 "ticker",
-                [
-                    "ticker",
-                    "--instance",
-                    "dev-ticker",
-                    "--state-dir",
-                    str(home / "ticker"),
-                    *common,
-                ],
+                ticker_arguments(settings, "dev-ticker", home / "ticker"),
                 home / "ticker.log",
             ),
             _Child(
@@ -159,7 +152,10 @@ def up(
                     "dev-executor",
                     "--state-dir",
                     str(home / "executor"),
-                    *common,
+                    "--bootstrap-servers",
+                    bootstrap,
+                    "--topic-prefix",
+                    settings.topic_prefix,
                 ],
                 home / "executor.log",
             ),

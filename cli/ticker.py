@@ -23,6 +23,7 @@ from kairos.cli.options import (
 )
 from kairos.core.errors import KairosError
 from kairos.services.ticker.service import Ticker, TickerSettings
+from kairos.streams.settings import KafkaSettings
 
 
 def ticker(
@@ -78,3 +79,40 @@ def ticker(
         service.run(stop)
     except KairosError as error:
         raise fail(str(error)) from error
+
+
+def ticker_arguments(
+    settings: KafkaSettings,
+    instance: str,
+    state_dir: Path,
+    *,
+    session_timeout_ms: int | None = None,
+    metrics_port: int | None = None,
+    log_level: str | None = None,
+) -> list[str]:
+    """The `kairos` arguments of a ticker of this deployment (`None`: the flag's default).
+
+    How `kairos dev up`, the tests and the benchmarks start one, so they cannot drift apart.
+    """
+    arguments = [
+        "ticker",
+        "--instance",
+        instance,
+        "--state-dir",
+        str(state_dir),
+        "--bootstrap-servers",
+        settings.bootstrap_servers,
+        "--topic-prefix",
+        settings.topic_prefix,
+        "--schedules-partitions",
+        str(settings.schedules_partitions),
+    ]
+    optional = (
+        ("--session-timeout-ms", session_timeout_ms),
+        ("--metrics-port", metrics_port),
+        ("--log-level", log_level),
+    )
+    for flag, value in optional:
+        if value is not None:
+            arguments += [flag, str(value)]
+    return arguments

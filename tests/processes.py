@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from kairos.cli.ticker import ticker_arguments
 from kairos.streams.settings import KafkaSettings
 from tests.helpers import eventually
 
@@ -70,26 +71,10 @@ def start_ticker(
     session_timeout_ms: int = 3000,
     log_level: str = "INFO",
 ) -> ServiceProcess:
-    return ServiceProcess(
-        [
-            "ticker",
-            "--instance",
-            instance,
-            "--state-dir",
-            str(state_dir),
-            "--bootstrap-servers",
-            settings.bootstrap_servers,
-            "--topic-prefix",
-            settings.topic_prefix,
-            "--schedules-partitions",
-            str(settings.schedules_partitions),
-            "--session-timeout-ms",
-            str(session_timeout_ms),
-            "--log-level",
-            log_level,
-        ],
-        log_dir / f"{instance}.log",
+    arguments = ticker_arguments(
+        settings, instance, state_dir, session_timeout_ms=session_timeout_ms, log_level=log_level
     )
+    return ServiceProcess(arguments, log_dir / f"{instance}.log")
 
 
 def start_executor(
