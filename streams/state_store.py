@@ -125,32 +125,30 @@ class PartitionStore:
     def __init__(self, path: Path) -> None:
         path.mkdir(parents=True, exist_ok=True)
         self.path = path
-        options = Options(raw_mode=True)
-        options.create_if_missing(True)
-        try:
-            self._db = Rdict(str(path), options)
-        except Exception as error:
-            # RocksDB refuses a second opener of the same directory; say which directory.
-            raise StateStoreError(
-                path,
-                f"cannot open ({error}); is another ticker using this --state-dir?",
-            ) from error
+        self._db = self._open()
         if self._db.get(_FORMAT) != _FORMAT_VERSION:
-            self._start_over_if_written()
+            if self._db.get(_CHANGELOG_OFFSET) is not None:
+                # Another release's layout: the store is a cache of the changelog, start over.
+                logger.warning("state store %s has another layout; restoring it cold", path)
+                self._db.close()
+                Rdict.destroy(str(path))
+                self._db = self._open()
+            self._db.put(_FORMAT, _FORMAT_VERSION)
         raw_count = self._db.get(_COUNT)
         self._count = 0 if raw_count is None else int(_BE64.unpack(raw_count)[0])
         self._index = self._load_due_index()
 
-    def _start_over_if_written(self) -> None:
-        if self._db.get(_CHANGELOG_OFFSET) is not None:
-            # Written by another version's layout: a cache of the changelog, so start it over.
-            logger.warning("state store %s has another layout; restoring it cold", self.path)
-            self._db.close()
-            Rdict.destroy(str(self.path))
-            options = Options(raw_mode=True)
-            options.create_if_missing(True)
-            self._db = Rdict(str(self.path), options)
-        self._db.put(_FORMAT, _FORMAT_VERSION)
+    def _open(self) -> Rdict:
+        options = Options(raw_mode=True)
+        options.create_if_missing(True)
+        try:
+            return Rdict(str(self.path), options)
+        except Exception as error:
+            # RocksDB refuses a second opener of the same directory; say which directory.
+            raise StateStoreError(
+                self.path,
+                f"cannot open ({error}); is another ticker using this --state-dir?",
+            ) from error
 
     def _load_due_index(self) -> DueIndex:
         index = DueIndex()
