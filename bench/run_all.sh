@@ -35,8 +35,10 @@ $PY -m bench.peer_apscheduler --scenarios herd steady --configs tuned \
 $PY -m bench.peer_apscheduler --scenarios failover --configs tuned default \
     --steady-size 10000 --window 60 --timeout 120 --json "$OUT/apscheduler-failover.json"
 $PY -m bench.peer_redbeat --scenarios herd steady --configs tuned \
-    --sizes 10000 100000 300000 --steady-sizes 10000 --window 60 --timeout 120 \
+    --sizes 10000 100000 --steady-sizes 10000 --window 60 --timeout 120 \
     --json "$OUT/redbeat.json"
+$PY -m bench.peer_redbeat --scenarios herd --configs tuned --sizes 300000 --timeout 120 \
+    --json "$OUT/redbeat-300k.json"
 $PY -m bench.peer_redbeat --scenarios failover --configs tuned default \
     --steady-sizes 10000 --window 60 --timeout 120 --json "$OUT/redbeat-failover.json"
 
