@@ -49,7 +49,7 @@ def _string(value: str) -> bytes:
 
 @lru_cache(maxsize=65_536)
 def _millis(instant: datetime) -> int:
-    """Cached: runs fired together mostly share their nominal and due instants."""
+    """Cached: runs fired together share their fired instant and mostly their nominal and due."""
     return (instant - _EPOCH) // _MS
 
 
@@ -88,9 +88,6 @@ class RunRequestedEncoder:
         self._codec = codec
         self._ticker_instance = ticker_instance
         self._templates: dict[tuple[str, int, int], tuple[bytes, bytes, bytes]] = {}
-        # Every run of a transaction is fired at one instant: convert it once.
-        self._fired_at = _EPOCH
-        self._fired_ms = 0
 
     def prepare(self, state: ScheduleState, partition: int) -> None:
         """Build the schedule's template ahead of its fires (idle time, not the herd's)."""
@@ -111,9 +108,7 @@ class RunRequestedEncoder:
         if template is None:
             template = self._template(decision, state, fired_at, partition)
         header, schedule_id, tail = template
-        if fired_at is not self._fired_at:
-            self._fired_at, self._fired_ms = fired_at, _millis(fired_at)
-        fired_ms = self._fired_ms
+        fired_ms = _millis(fired_at)
         due_ms = _millis(decision.fire_at)
         return b"".join(
             (
