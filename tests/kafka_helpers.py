@@ -59,19 +59,24 @@ def read_topic(
         consumer.close()
 
 
-def wait_for_stable_group(bootstrap: str, group: str, members: int, timeout_s: float = 60) -> None:
-    """Until `group` is Stable with `members` members that each own partitions.
+def wait_for_stable_group(
+    bootstrap: str, group: str, members: int, timeout_s: float = 60
+) -> dict[str, set[int]]:
+    """Until `group` is Stable with `members` members that each own partitions; then each
+    member's partitions, by its client id (a Kairos service's instance name).
 
     A member's first assignment log line can precede a second rebalance (the next member
     joining); records sent during that rebalance reach their consumers late and out of order.
     """
     admin = AdminClient({"bootstrap.servers": bootstrap})
 
-    def stable() -> bool:
+    def stable() -> dict[str, set[int]]:
         described = admin.describe_consumer_groups([group])[group].result(timeout=10)
         owning = [m for m in described.members if m.assignment.topic_partitions]
         assert described.state == ConsumerGroupState.STABLE, described.state
         assert len(owning) == members, f"{len(owning)} of {members} members own partitions"
-        return True
+        return {m.client_id: {tp.partition for tp in m.assignment.topic_partitions} for m in owning}
 
-    eventually(stable, timeout_s=timeout_s, interval_s=0.5, message=f"group {group} not stable")
+    return eventually(
+        stable, timeout_s=timeout_s, interval_s=0.5, message=f"group {group} not stable"
+    )
