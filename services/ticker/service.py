@@ -102,6 +102,8 @@ class Ticker:
         self._restorer: Consumer | None = None
         self._garbage = IdleCollector()
         self._callback_failure: Exception | None = None
+        self._leaving = False
+        """Set while the consumer closes: an assignment served by `close()` is not taken up."""
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -210,7 +212,11 @@ class Ticker:
     def _disconnect(self) -> None:
         if self._consumer is not None:
             # Leaves the group (on_revoke closes the stores) so a survivor takes over at once.
-            self._consumer.close()
+            self._leaving = True
+            try:
+                self._consumer.close()
+            finally:
+                self._leaving = False
             self._consumer = None
         for owned in self.owned.values():
             owned.store.close()
@@ -242,6 +248,17 @@ class Ticker:
         return guarded
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        if self._leaving:
+            # A rebalance finished while the ticker was leaving the group, and `close()` serves
+            # its callback. Restoring would wait out the whole restore timeout: the offset fetch
+            # of a closing consumer never returns. The partitions go to the other members once
+            # the close has left the group.
+            logger.info(
+                "handover event=declined instance=%s partitions=%s (leaving the group)",
+                self.settings.instance,
+                sorted(tp.partition for tp in partitions),
+            )
+            return
         assert self._restorer is not None
         # 1. Stable committed offsets: with read_committed, the fetch waits while a transaction
         #    of the previous owner is pending, so its outcome is settled before we restore.

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from confluent_kafka import ConsumerGroupTopicPartitions, Producer
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer
 from confluent_kafka.admin import AdminClient
 
 from kairos.core.run_id import parse_run_id
@@ -18,8 +19,8 @@ from kairos.streams.ownership import OwnershipInfo
 from kairos.streams.schedule_publisher import SchedulesClient
 from kairos.streams.settings import KafkaSettings
 from kairos.streams.topics import TopicRole
-from tests.helpers import eventually
-from tests.kafka_helpers import read_topic
+from tests.helpers import eventually, unique_name
+from tests.kafka_helpers import read_topic, wait_for_stable_group
 
 CODECS = make_codecs()
 
@@ -133,3 +134,47 @@ def test_a_change_takes_effect_within_a_second_and_garbage_is_dead_lettered(
     ]
     assert len(owners) == 4
     assert {o.instance for o in owners if o is not None} == {"t"}
+
+
+def test_leaving_the_group_does_not_take_up_an_assignment_that_arrives_meanwhile(
+    kafka_settings: KafkaSettings, tmp_path: Path
+) -> None:
+    """A rebalance can finish while the ticker leaves the group (rebuilding after a fenced
+    transaction, or stopping): `close()` serves its assignment callback, and restoring then
+    would hang on the closing consumer's offset fetch until the restore timeout."""
+    group = unique_name("tickers")
+    ticker = Ticker(
+        kafka_settings,
+        TickerSettings(
+            instance="t",
+            state_dir=tmp_path / "t",
+            group_id=group,
+            session_timeout_ms=3000,
+            restore_timeout_s=30,
+        ),
+    )
+    ticker._connect()
+    schedules = kafka_settings.layout.name(TopicRole.SCHEDULES)
+    other = Consumer(kafka_settings.group_member_config(group, "other", 3000))
+    other.subscribe([schedules])
+    try:
+
+        def shared() -> dict[str, set[int]]:
+            ticker.turn()
+            other.consume(timeout=0.1)
+            assert ticker.owned and other.assignment(), "not shared yet"
+            return wait_for_stable_group(
+                kafka_settings.bootstrap_servers, group, members=2, timeout_s=1
+            )
+
+        eventually(shared, timeout_s=60, interval_s=0)
+    finally:
+        other.close()
+    # The other member left: the group gives its partitions back to the ticker, which does not
+    # poll, so the assignment waits for its callback to be served.
+    owners = wait_for_stable_group(kafka_settings.bootstrap_servers, group, members=1)
+    assert owners == {"t": set(range(kafka_settings.schedules_partitions))}
+    started = time.monotonic()
+    ticker._disconnect()
+    assert time.monotonic() - started < 10, "leaving the group waited on a restore"
+    assert not ticker.owned
