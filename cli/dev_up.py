@@ -23,6 +23,7 @@ import typer
 from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient
 
+from kairos.cli.executor import executor_arguments
 from kairos.cli.options import fail
 from kairos.cli.ticker import ticker_arguments
 from kairos.core.errors import KairosError
@@ -146,17 +147,7 @@ def up(
             ),
             _Child(
                 "executor",
-                [
-                    "executor",
-                    "--instance",
-                    "dev-executor",
-                    "--state-dir",
-                    str(home / "executor"),
-                    "--bootstrap-servers",
-                    bootstrap,
-                    "--topic-prefix",
-                    settings.topic_prefix,
-                ],
+                executor_arguments(settings, "dev-executor", home / "executor"),
                 home / "executor.log",
             ),
         ]

@@ -23,6 +23,7 @@ from kairos.core.durations import parse_duration
 from kairos.core.errors import KairosError
 from kairos.services.executor import ExecutorSettings, Handlers, run_executor
 from kairos.services.executor.settings import BUILT_IN_KINDS
+from kairos.streams.settings import KafkaSettings
 
 
 def _load_handlers(reference: str) -> Handlers:
@@ -136,3 +137,56 @@ def executor(
         run_executor(kafka_settings(bootstrap_servers, topic_prefix), settings, registry)
     except KairosError as error:
         raise fail(str(error)) from error
+
+
+def executor_arguments(
+    settings: KafkaSettings,
+    instance: str,
+    state_dir: Path,
+    *,
+    group_id: str | None = None,
+    dedupe_url: str | None = None,
+    handlers: str | None = None,
+    kinds: str | None = None,
+    concurrency: int | None = None,
+    lease: str | None = None,
+    shutdown_grace: str | None = None,
+    offset_commit_interval: str | None = None,
+    poll_interval: str | None = None,
+    session_timeout_ms: int | None = None,
+    metrics_port: int | None = None,
+    log_level: str | None = None,
+) -> list[str]:
+    """The `kairos` arguments of an executor of this deployment (`None`: the flag's default).
+
+    How `kairos dev up` and the tests start one, so they cannot drift apart.
+    """
+    arguments = [
+        "executor",
+        "--instance",
+        instance,
+        "--state-dir",
+        str(state_dir),
+        "--bootstrap-servers",
+        settings.bootstrap_servers,
+        "--topic-prefix",
+        settings.topic_prefix,
+    ]
+    optional = (
+        ("--group-id", group_id),
+        ("--dedupe-url", dedupe_url),
+        ("--handlers", handlers),
+        ("--kinds", kinds),
+        ("--concurrency", concurrency),
+        ("--lease", lease),
+        ("--shutdown-grace", shutdown_grace),
+        ("--offset-commit-interval", offset_commit_interval),
+        ("--poll-interval", poll_interval),
+        ("--session-timeout-ms", session_timeout_ms),
+        ("--metrics-port", metrics_port),
+        ("--log-level", log_level),
+    )
+    for flag, value in optional:
+        if value is not None:
+            arguments += [flag, str(value)]
+    return arguments

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from kairos.cli.executor import executor_arguments
 from kairos.cli.ticker import ticker_arguments
 from kairos.streams.settings import KafkaSettings
 from tests.helpers import eventually
@@ -100,23 +101,21 @@ def start_executor(
     Its consumer group is named after the deployment's topic prefix, so executors of different
     tests never share a group.
     """
-    args = [
-        "executor",
-        "--instance", instance,
-        "--state-dir", str(state_dir),
-        "--bootstrap-servers", settings.bootstrap_servers,
-        "--topic-prefix", settings.topic_prefix,
-        "--group-id", f"{settings.topic_prefix}executors",
-        "--lease", lease,
-        "--shutdown-grace", shutdown_grace,
-        "--offset-commit-interval", offset_commit_interval,
-        "--poll-interval", "100ms",
-        "--concurrency", str(concurrency),
-        "--session-timeout-ms", str(session_timeout_ms),
-        "--log-level", log_level,
-    ]
-    for flag, value in (("--dedupe-url", dedupe_url), ("--handlers", handlers),
-                        ("--kinds", kinds), ("--metrics-port", metrics_port)):
-        if value is not None:
-            args += [flag, str(value)]
-    return ServiceProcess(args, log_dir / f"{instance}.log", env=env)
+    arguments = executor_arguments(
+        settings,
+        instance,
+        state_dir,
+        group_id=f"{settings.topic_prefix}executors",
+        dedupe_url=dedupe_url,
+        handlers=handlers,
+        kinds=kinds,
+        concurrency=concurrency,
+        lease=lease,
+        shutdown_grace=shutdown_grace,
+        offset_commit_interval=offset_commit_interval,
+        poll_interval="100ms",
+        session_timeout_ms=session_timeout_ms,
+        metrics_port=metrics_port,
+        log_level=log_level,
+    )
+    return ServiceProcess(arguments, log_dir / f"{instance}.log", env=env)
