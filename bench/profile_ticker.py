@@ -1,13 +1,22 @@
-"""Where a herd's time goes: py-spy on the ticker while N schedules due at one instant fire.
+"""Where a ticker's time goes: py-spy on it during a herd or under steady load.
 
-Run: `.venv/bin/python -m bench.profile_herd [--size 300000] [--seconds 8] [--out herd.txt]`.
+Run: `.venv/bin/python -m bench.profile_ticker herd|steady [--size 300000] [--seconds 8]
+[--out profile.txt]`.
 
-On a local broker this script starts and stops itself, N schedules `* * * * *` are published,
-one ticker takes them in, and at the first minute boundary it meets idle (as `bench_herd`)
-`py-spy record --format raw` samples it for `--seconds`. The raw stacks are kept in `--out`; the
-table printed is each function's share of the samples taken inside the ticker's loop, inclusive
-(the function or anything it called) and self (the function itself). py-spy pauses the process to
-sample it, so a profiled herd is slower than `bench_herd`'s: compare shares, not seconds.
+On a local broker this script starts and stops itself, N schedules are published and one ticker
+takes them in. Then `py-spy record --format raw` samples the ticker for `--seconds`:
+
+- `herd`: N schedules `* * * * *`, sampled from just before the first minute boundary the ticker
+  meets idle (as `bench_herd`).
+- `steady`: N schedules `* * * * *` spread over the minute by their jitter (as `bench_steady`),
+  sampled from the first minute boundary at least `--warmup` seconds after the ticker holds them
+  all, once it fires as it does day after day.
+
+The raw stacks are kept in `--out`; the table printed is each function's share of the samples
+taken inside the ticker's loop, inclusive (the function or anything it called) and self (the
+function itself). With `--idle`, samples of threads waiting (in Kafka round trips, say) count
+too. py-spy pauses the process to sample it, so a profiled ticker is slower than the
+benchmarks': compare shares, not seconds.
 """
 
 from __future__ import annotations
@@ -18,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 from collections import Counter
+from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -29,6 +39,8 @@ from bench.common import (
     publish,
     sleep_until,
     start_ticker,
+    steady_ids,
+    steady_schedules,
     wait_until_held,
 )
 from kairos.core.schedule import Schedule
@@ -65,11 +77,14 @@ def shares(raw: str) -> tuple[int, Counter[str], Counter[str]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("scenario", choices=["herd", "steady"])
     parser.add_argument("--size", type=int, default=300_000)
     parser.add_argument("--seconds", type=int, default=8, help="how long py-spy samples")
     parser.add_argument("--rate", type=int, default=200, help="py-spy samples per second")
+    parser.add_argument("--warmup", type=int, default=60, help="steady: seconds before sampling")
+    parser.add_argument("--idle", action="store_true", help="count waiting threads' samples")
     parser.add_argument("--top", type=int, default=30, help="functions listed")
-    parser.add_argument("--out", type=Path, default=Path("herd-profile.txt"))
+    parser.add_argument("--out", type=Path, default=Path("profile.txt"))
     args = parser.parse_args()
     py_spy = Path(sys.executable).with_name("py-spy")
     with (
@@ -78,16 +93,27 @@ def main() -> None:
     ):
         assert broker.bootstrap_servers is not None
         settings = deployment(broker.bootstrap_servers, "profile.")
-        publish(
-            settings, (Schedule(id=f"herd-{n:07d}", cron="* * * * *") for n in range(args.size))
-        )
+        schedules: Iterable[Schedule]
+        if args.scenario == "herd":
+            schedules = (Schedule(id=f"herd-{n:07d}", cron="* * * * *") for n in range(args.size))
+        else:
+            schedules = steady_schedules(steady_ids(args.size))
+        publish(settings, schedules)
         log = Path(tmp) / "ticker.log"
-        ticker = start_ticker(settings, "profile", Path(tmp) / "state", log, log_level="DEBUG")
+        # The herd finds its quiet minute in the transactions the ticker logs at DEBUG.
+        level = "DEBUG" if args.scenario == "herd" else "INFO"
+        ticker = start_ticker(settings, "profile", Path(tmp) / "state", log, log_level=level)
         try:
             wait_until_held([ticker], args.size)
-            herd_at = quiet_minute(log, minute_after(datetime.now(UTC) + timedelta(seconds=3)))
-            sleep_until(herd_at - timedelta(seconds=0.1))
-            print(f"herd of {args.size:,} at {herd_at:%H:%M:%S}Z; sampling {args.seconds}s")
+            if args.scenario == "herd":
+                first = minute_after(datetime.now(UTC) + timedelta(seconds=3))
+                start = quiet_minute(log, first) - timedelta(seconds=0.1)
+            else:
+                start = minute_after(datetime.now(UTC) + timedelta(seconds=args.warmup))
+            sleep_until(start)
+            print(
+                f"{args.scenario} of {args.size:,} from {start:%H:%M:%S}Z; sampling {args.seconds}s"
+            )
             subprocess.run(
                 [
                     str(py_spy),
@@ -100,6 +126,7 @@ def main() -> None:
                     str(args.seconds),
                     "--format",
                     "raw",
+                    *(["--idle"] if args.idle else []),
                     "-o",
                     str(args.out),
                 ],
