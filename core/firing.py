@@ -195,21 +195,24 @@ def _decide(
     if state.paused:
         return Outcome(state, [])
     decisions: list[Decision] = []
-    nominal = state.next_nominal
-    last = state.last_decided_nominal
-    fire_at = state.due_at
-    while nominal is not None and (limit is None or len(decisions) < limit):
-        if fire_at is None:
-            fire_at = fire_instant_with_jitter(schedule, nominal)
+    current = state
+    # Each state's `due_at` is the fire instant of its next occurrence: stepping through states
+    # computes every occurrence's jitter hash once, the one of the returned state included.
+    while current.next_nominal is not None and (limit is None or len(decisions) < limit):
+        nominal, fire_at = current.next_nominal, current.due_at
+        assert fire_at is not None, "an unpaused state with a next occurrence is due"
         if (fire_at if jittered else nominal) > until:
             break
         following = next_fire(schedule, nominal)
-        next_nominal = following.nominal if following is not None else None
+        # Built directly rather than with dataclasses.replace: this runs once per fire of a herd.
+        successor = ScheduleState(
+            schedule, state.version, following.nominal if following is not None else None, nominal
+        )
         reason = _skip_reason(
             schedule,
             nominal=nominal,
             fire_at=fire_at,
-            next_nominal=next_nominal,
+            following_at=successor.due_at,
             until=until,
             now=now,
         )
@@ -223,11 +226,8 @@ def _decide(
                 reason=reason,
             )
         )
-        last = nominal
-        nominal = next_nominal
-        fire_at = None
-    # Built directly rather than with dataclasses.replace: this runs once per fire of a herd.
-    return Outcome(ScheduleState(state.schedule, state.version, nominal, last), decisions)
+        current = successor
+    return Outcome(current, decisions)
 
 
 def _skip_reason(
@@ -235,7 +235,7 @@ def _skip_reason(
     *,
     nominal: datetime,
     fire_at: datetime,
-    next_nominal: datetime | None,
+    following_at: datetime | None,
     until: datetime,
     now: datetime,
 ) -> str | None:
@@ -246,8 +246,10 @@ def _skip_reason(
         return None
     if schedule.misfire is MisfirePolicy.SKIP:
         return "missed (misfire policy skip)"
-    if schedule.misfire is MisfirePolicy.LATEST and next_nominal is not None:
-        following_at = fire_instant_with_jitter(schedule, next_nominal)
-        if following_at <= until:
-            return "superseded by a later missed occurrence (misfire policy latest)"
+    if (
+        schedule.misfire is MisfirePolicy.LATEST
+        and following_at is not None
+        and following_at <= until
+    ):
+        return "superseded by a later missed occurrence (misfire policy latest)"
     return None
