@@ -53,6 +53,9 @@ _PREPARE_MIN_IDLE_S = 0.02
 _PREPARE_SLICE = 256
 """Schedules prepared between two looks at the clock."""
 
+_SETTLED_OFFSETS_WAIT_S = 0.02
+"""How long a turn waits for arriving partitions' committed offsets before it fires."""
+
 _PER_SCHEDULE_LIMIT = 100
 """Occurrences one schedule may decide per transaction; the rest of a backlog waits a turn."""
 
@@ -104,6 +107,8 @@ class Ticker:
         self._callback_failure: Exception | None = None
         self._leaving = False
         """Set while the consumer closes: an assignment served by `close()` is not taken up."""
+        self._arriving: dict[int, float] = {}
+        """Partitions assigned, paused and not taken over yet: `time.monotonic()` at assignment."""
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -221,6 +226,7 @@ class Ticker:
         for owned in self.owned.values():
             owned.store.close()
         self.owned.clear()
+        self._arriving.clear()
         if self._restorer is not None:
             self._restorer.close()
             self._restorer = None
@@ -259,13 +265,36 @@ class Ticker:
                 sorted(tp.partition for tp in partitions),
             )
             return
+        # Paused until taken over (`_take_over`): waiting here, inside the callback, for a
+        # previous owner's pending transaction would hold up every owned partition's fires.
+        consumer.incremental_assign(partitions)
+        consumer.pause(partitions)
+        assigned_at = time.monotonic()
+        for tp in partitions:
+            self._arriving[tp.partition] = assigned_at
+        self._take_over(consumer)
+
+    def _take_over(self, consumer: Consumer) -> None:
+        """Restore and start consuming the arriving partitions, once their offsets are settled.
+
+        With read_committed, the committed-offset fetch does not answer while a transaction of
+        the previous owner is pending (KIP-447 require_stable); a SIGKILLed owner's lasts until
+        the broker aborts it, seconds later. Each turn asks again, briefly, and meanwhile the
+        partitions already owned keep firing.
+        """
         assert self._restorer is not None
-        # 1. Stable committed offsets: with read_committed, the fetch waits while a transaction
-        #    of the previous owner is pending, so its outcome is settled before we restore.
-        committed = consumer.committed(partitions, timeout=self.settings.restore_timeout_s)
-        starts = []
+        arriving = [TopicPartition(self.schedules_topic, p) for p in sorted(self._arriving)]
+        try:
+            committed = consumer.committed(arriving, timeout=_SETTLED_OFFSETS_WAIT_S)
+        except KafkaException as failure:
+            if failure.args[0].code() == KafkaError._TIMED_OUT:
+                return
+            raise
         for tp in committed:
-            # 2. Restore the store from the changelog, which now holds every committed fire.
+            if tp.error is not None:
+                continue
+            waited_s = time.monotonic() - self._arriving.pop(tp.partition)
+            # Restore the store from the changelog, which now holds every committed fire.
             path = self.settings.state_dir / self.schedules_topic / str(tp.partition)
             owned = OwnedPartition(tp.partition, PartitionStore(path), self.codecs, self.clock())
             # Held from the start, so a failure further on still closes its store (_disconnect).
@@ -282,19 +311,20 @@ class Ticker:
             # A valid offset for every owned partition, always: librdkafka sends no offset commit
             # (and so no fencing) in a transaction whose offsets are all invalid.
             owned.committed_offset = owned.next_offset = start
-            starts.append(TopicPartition(self.schedules_topic, tp.partition, start))
+            # The consumer starts from the committed offset too (its own fetch of it waits for
+            # the same settled transaction), which is exactly what the restored state reflects.
+            consumer.resume([TopicPartition(self.schedules_topic, tp.partition)])
             logger.info(
-                "handover event=assigned instance=%s partition=%d offset=%d restore=%s "
-                "records=%d seconds=%.3f",
+                "handover event=assigned instance=%s partition=%d offset=%d settled_after=%.3f "
+                "restore=%s records=%d seconds=%.3f",
                 self.settings.instance,
                 tp.partition,
                 start,
+                waited_s,
                 report.mode,
                 report.records,
                 report.seconds,
             )
-        # 3. Consume from exactly the offsets the restored state reflects.
-        consumer.incremental_assign(starts)
         self.metrics.owned_partitions.set(len(self.owned))
         self.metrics.schedules_held.set(sum(o.store.count for o in self.owned.values()))
 
@@ -310,6 +340,7 @@ class Ticker:
             consumer.incremental_unassign(partitions)
         finally:
             for tp in partitions:
+                self._arriving.pop(tp.partition, None)
                 owned = self.owned.pop(tp.partition, None)
                 if owned is not None:
                     # The store stays on disk: a later assignment restarts warm from it.
@@ -328,6 +359,8 @@ class Ticker:
         """Consume, decide, and commit one transaction (if there is anything to commit)."""
         consumer = self._consumer
         assert consumer is not None
+        if self._arriving:
+            self._take_over(consumer)
         until_due_s = self._until_next_due_s()
         wait_s = min(self.settings.max_wait_s, until_due_s)
         if wait_s > _PREPARE_MIN_IDLE_S:

@@ -6,6 +6,7 @@ it), late by at most the failover time, never lost.
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import time
 from collections import Counter
@@ -14,18 +15,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from kairos.core.schedule import Schedule
 from kairos.streams.codec import make_codecs
+from kairos.streams.partitioner import partition_for
 from kairos.streams.schedule_publisher import SchedulesClient
 from kairos.streams.settings import KafkaSettings
 from kairos.streams.topics import TopicRole
-from tests.helpers import eventually, sleep_until
-from tests.kafka_helpers import read_topic
+from tests.helpers import eventually, sleep_until, unique_name
+from tests.kafka_helpers import read_topic, wait_for_stable_group
 from tests.processes import ServiceProcess, start_ticker
 
 CODECS = make_codecs()
 SESSION_TIMEOUT_S = 3
+TICKER_GROUP = "kairos-tickers"
 
 
 def publish_every(settings: KafkaSettings, count: int, period_s: int, start: datetime) -> list[str]:
@@ -166,6 +170,80 @@ def test_a_paused_ticker_cannot_commit_after_losing_its_partitions(
     # The transaction the ticker was paused in was refused when it woke up.
     woke_up = paused.log()[len(stopped_log) :]
     assert "transaction aborted" in woke_up or "fenced" in woke_up, woke_up[-3000:]
+
+
+def test_a_survivor_keeps_firing_while_partitions_it_took_over_wait_for_a_pending_transaction(
+    kafka_settings: KafkaSettings, tmp_path: Path
+) -> None:
+    """A ticker killed between sending its transaction's offsets and committing leaves them
+    pending until the broker aborts the transaction (its timeout, 10 s), and its partitions
+    cannot be taken over before. The survivor waits for them without holding up the partitions
+    it owns. A transactional producer of this test stops at exactly that point for the killed
+    ticker: its offsets stay pending on the killed ticker's partitions."""
+    start = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=3)
+    ticks = [
+        Schedule(id=f"tick-{n:02d}", every=timedelta(seconds=1), start_at=start) for n in range(40)
+    ]
+    with SchedulesClient(kafka_settings, changed_by="failover-test") as client:
+        client.upsert_all(ticks)
+    schedules = kafka_settings.layout.name(TopicRole.SCHEDULES)
+    killed = start_ticker(kafka_settings, "k", tmp_path / "k", tmp_path)
+    survivor = start_ticker(kafka_settings, "s", tmp_path / "s", tmp_path)
+    dying = Producer(
+        kafka_settings.client_config(
+            **{"transactional.id": unique_name("dying-ticker"), "transaction.timeout.ms": 10_000}
+        )
+    )
+    try:
+        killed.wait_for_log("handover event=assigned")
+        survivor.wait_for_log("handover event=assigned")
+        owners = wait_for_stable_group(kafka_settings.bootstrap_servers, TICKER_GROUP, members=2)
+        dying.init_transactions(30)
+        dying.begin_transaction()
+        outsider = Consumer(kafka_settings.consumer_config(**{"group.id": TICKER_GROUP}))
+        dying.send_offsets_to_transaction(
+            [TopicPartition(schedules, p, 0) for p in sorted(owners["k"])],
+            outsider.consumer_group_metadata(),
+            30,
+        )
+        outsider.close()
+        killed.kill()
+        killed_at = datetime.now(UTC)
+        # The survivor is handed the partitions after the session timeout; they settle when the
+        # broker aborts the pending transaction, 10 s after it began.
+        eventually(
+            lambda: survivor.log().count("settled_after=") >= 2 + len(owners["k"]),
+            timeout_s=60,
+            interval_s=0.5,
+            message="the killed ticker's partitions were not taken over",
+        )
+        sleep_until(killed_at + timedelta(seconds=14))
+    finally:
+        with contextlib.suppress(KafkaException):
+            # Long aborted by the broker by now (its timeout), unless the test failed early.
+            dying.abort_transaction(10)
+        assert survivor.stop() == 0, survivor.log()[-3000:]
+    settled = {
+        int(line.split(" partition=")[1].split()[0]): float(
+            line.split("settled_after=")[1].split()[0]
+        )
+        for line in survivor.log().splitlines()
+        if "handover event=assigned" in line
+    }
+    assert all(settled[p] >= 3 for p in owners["k"]), f"settled after {settled}"
+    runs = committed_runs(kafka_settings)
+    through = killed_at + timedelta(seconds=12)
+    assert_each_once(runs, expected_run_ids([t.id for t in ticks], start, 1, through))
+    partitions = kafka_settings.schedules_partitions
+    meanwhile = [
+        r
+        for r in runs
+        if partition_for(r["schedule_id"], partitions) in owners["s"]
+        and killed_at + timedelta(seconds=4) <= r["due_at"] <= killed_at + timedelta(seconds=9)
+    ]
+    assert meanwhile, "none of the survivor's own ticks was due while it waited"
+    worst_ms = max(r["lateness_ms"] for r in meanwhile)
+    assert worst_ms <= 2000, f"the survivor's own partitions fired {worst_ms} ms late meanwhile"
 
 
 @pytest.mark.parametrize("policy", ["all"])
