@@ -287,7 +287,7 @@ class Ticker:
         try:
             committed = consumer.committed(arriving, timeout=_SETTLED_OFFSETS_WAIT_S)
         except KafkaException as failure:
-            if failure.args[0].code() == KafkaError._TIMED_OUT:
+            if failure.args[0].code() in (KafkaError._TIMED_OUT, KafkaError.UNSTABLE_OFFSET_COMMIT):
                 return
             raise
         for tp in committed:
