@@ -53,8 +53,10 @@ _PREPARE_MIN_IDLE_S = 0.02
 _PREPARE_SLICE = 256
 """Schedules prepared between two looks at the clock."""
 
-_SETTLED_OFFSETS_WAIT_S = 0.02
-"""How long a turn waits for arriving partitions' committed offsets before it fires."""
+_SETTLE_WAIT_S = (0.02, 0.25)
+"""How long a turn waits for arriving partitions' committed offsets before it fires: the first
+wait, doubled after each turn that settled none (a broker far away may need more) up to the last."""
+_NOT_SETTLED = (KafkaError._TIMED_OUT, KafkaError.UNSTABLE_OFFSET_COMMIT)
 
 _PER_SCHEDULE_LIMIT = 100
 """Occurrences one schedule may decide per transaction; the rest of a backlog waits a turn."""
@@ -108,6 +110,7 @@ class Ticker:
         self._leaving = False
         """Set while the consumer closes: an assignment served by `close()` is not taken up."""
         self._arriving: dict[int, float] = {}
+        self._settle_wait_s = _SETTLE_WAIT_S[0]
         """Partitions assigned, paused and not taken over yet: `time.monotonic()` at assignment."""
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -275,24 +278,38 @@ class Ticker:
         self._take_over(consumer)
 
     def _take_over(self, consumer: Consumer) -> None:
-        """Restore and start consuming the arriving partitions, once their offsets are settled.
+        """Restore and start consuming the arriving partitions whose offsets are settled.
 
         With read_committed, the committed-offset fetch does not answer while a transaction of
         the previous owner is pending (KIP-447 require_stable); a SIGKILLed owner's lasts until
-        the broker aborts it, seconds later. Each turn asks again, briefly, and meanwhile the
-        partitions already owned keep firing.
+        the broker aborts it, seconds later. Each turn asks for the partitions one by one, the
+        longest unanswered last, within a short budget, and the partitions already owned keep
+        firing meanwhile.
         """
         assert self._restorer is not None
-        arriving = [TopicPartition(self.schedules_topic, p) for p in sorted(self._arriving)]
-        try:
-            committed = consumer.committed(arriving, timeout=_SETTLED_OFFSETS_WAIT_S)
-        except KafkaException as failure:
-            if failure.args[0].code() in (KafkaError._TIMED_OUT, KafkaError.UNSTABLE_OFFSET_COMMIT):
-                return
-            raise
-        for tp in committed:
-            if tp.error is not None:
+        deadline = time.monotonic() + self._settle_wait_s
+        settled: list[TopicPartition] = []
+        for partition in list(self._arriving):
+            remaining_s = deadline - time.monotonic()
+            if remaining_s <= 0:
+                break
+            asked = TopicPartition(self.schedules_topic, partition)
+            try:
+                (answer,) = consumer.committed([asked], timeout=remaining_s)
+            except KafkaException as failure:
+                if failure.args[0].code() not in _NOT_SETTLED:
+                    raise
+                answer = None
+            if answer is None or answer.error is not None:
+                # Still pending: the others are asked first next turn.
+                self._arriving[partition] = self._arriving.pop(partition)
                 continue
+            settled.append(answer)
+        if settled:
+            self._settle_wait_s = _SETTLE_WAIT_S[0]
+        else:
+            self._settle_wait_s = min(2 * self._settle_wait_s, _SETTLE_WAIT_S[1])
+        for tp in settled:
             waited_s = time.monotonic() - self._arriving.pop(tp.partition)
             # Restore the store from the changelog, which now holds every committed fire.
             path = self.settings.state_dir / self.schedules_topic / str(tp.partition)
