@@ -54,7 +54,7 @@ _PREPARE_SLICE = 256
 """Schedules prepared between two looks at the clock."""
 
 _SETTLE_WAIT_S = (0.02, 0.25)
-"""How long a turn waits for arriving partitions' committed offsets before it fires: the first
+"""How long a turn waits for an arriving partition's committed offset before it fires: the first
 wait, doubled after each turn that settled none (a broker far away may need more) up to the last."""
 _NOT_SETTLED = (KafkaError._TIMED_OUT, KafkaError.UNSTABLE_OFFSET_COMMIT)
 
@@ -283,27 +283,23 @@ class Ticker:
         With read_committed, the committed-offset fetch does not answer while a transaction of
         the previous owner is pending (KIP-447 require_stable); a SIGKILLed owner's lasts until
         the broker aborts it, seconds later. Each turn asks for the partitions one by one, the
-        longest unanswered last, within a short budget, and the partitions already owned keep
-        firing meanwhile.
+        one that last went unanswered last, and stops at the first that does not answer within
+        the wait: the partitions already owned keep firing meanwhile.
         """
         assert self._restorer is not None
-        deadline = time.monotonic() + self._settle_wait_s
         settled: list[TopicPartition] = []
         for partition in list(self._arriving):
-            remaining_s = deadline - time.monotonic()
-            if remaining_s <= 0:
-                break
             asked = TopicPartition(self.schedules_topic, partition)
             try:
-                (answer,) = consumer.committed([asked], timeout=remaining_s)
+                (answer,) = consumer.committed([asked], timeout=self._settle_wait_s)
             except KafkaException as failure:
                 if failure.args[0].code() not in _NOT_SETTLED:
                     raise
                 answer = None
             if answer is None or answer.error is not None:
-                # Still pending: the others are asked first next turn.
+                # Still pending: asked last next turn, and this turn has spent its wait.
                 self._arriving[partition] = self._arriving.pop(partition)
-                continue
+                break
             settled.append(answer)
         if settled:
             self._settle_wait_s = _SETTLE_WAIT_S[0]
