@@ -110,8 +110,8 @@ class Ticker:
         self._leaving = False
         """Set while the consumer closes: an assignment served by `close()` is not taken up."""
         self._arriving: dict[int, float] = {}
-        self._settle_wait_s = _SETTLE_WAIT_S[0]
         """Partitions assigned, paused and not taken over yet: `time.monotonic()` at assignment."""
+        self._settle_wait_s = _SETTLE_WAIT_S[0]
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -444,7 +444,9 @@ class Ticker:
         offset = message.offset()
         assert partition is not None and offset is not None
         owned = self.owned.get(partition)
-        if owned is None:
+        if owned is None or offset < owned.next_offset:
+            # Not ours, or already in the state: the restored store reflects everything before
+            # the committed offset, whichever offset the consumer starts from.
             return
         owned.next_offset = offset + 1
         work.consumed += 1
