@@ -9,13 +9,14 @@ from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from kairos.core.run_id import parse_run_id
 from kairos.services.ticker.service import Ticker, TickerSettings
 from kairos.streams.codec import make_codecs
 from kairos.streams.ownership import OwnershipInfo
+from kairos.streams.partitioner import partition_for
 from kairos.streams.schedule_publisher import SchedulesClient
 from kairos.streams.settings import KafkaSettings
 from kairos.streams.topics import TopicRole
@@ -178,3 +179,52 @@ def test_leaving_the_group_does_not_take_up_an_assignment_that_arrives_meanwhile
     ticker._disconnect()
     assert time.monotonic() - started < 10, "leaving the group waited on a restore"
     assert not ticker.owned
+
+
+def test_changes_delivered_again_below_the_committed_offset_are_not_applied_again(
+    kafka_settings: KafkaSettings, tmp_path: Path
+) -> None:
+    """A partition is taken over with the consumer starting at its own fetch of the committed
+    offset; should it ever start before it, the changes it delivers again are already in the
+    restored state: applying them again could replay a schedule's old definition."""
+    ticker = Ticker(
+        kafka_settings,
+        TickerSettings(
+            instance="t",
+            state_dir=tmp_path / "t",
+            group_id=unique_name("tickers"),
+            session_timeout_ms=3000,
+        ),
+    )
+    transactions = "kairos_ticker_transaction_commit_seconds_count"
+    ticker._connect()
+    try:
+
+        def taken_over() -> bool:
+            ticker.turn()
+            return len(ticker.owned) == kafka_settings.schedules_partitions
+
+        eventually(taken_over, timeout_s=60, interval_s=0)
+        with SchedulesClient(kafka_settings, changed_by="test") as client:
+            client.upsert({"id": "x", "cron": "0 * * * *"})
+            client.pause("x")
+        owned = ticker.owned[partition_for("x", kafka_settings.schedules_partitions)]
+
+        def paused_and_committed() -> bool:
+            ticker.turn()
+            state = owned.state("x")
+            return state is not None and state.paused and owned.committed_offset >= 2
+
+        eventually(paused_and_committed, timeout_s=30, interval_s=0)
+        committed = ticker.metrics.registry.get_sample_value(transactions)
+        assert ticker._consumer is not None
+        ticker._consumer.seek(
+            TopicPartition(kafka_settings.layout.name(TopicRole.SCHEDULES), owned.partition, 0)
+        )
+        for _ in range(30):
+            ticker.turn()
+        assert ticker.metrics.registry.get_sample_value(transactions) == committed
+        state = owned.state("x")
+        assert state is not None and state.paused
+    finally:
+        ticker._disconnect()
