@@ -18,6 +18,7 @@ from kairos.cli.options import (
     TopicPrefixOption,
     fail,
     kafka_settings,
+    service_arguments,
 )
 from kairos.core.durations import parse_duration
 from kairos.core.errors import KairosError
@@ -161,32 +162,23 @@ def executor_arguments(
 
     How `kairos dev up` and the tests start one, so they cannot drift apart.
     """
-    arguments = [
+    return service_arguments(
         "executor",
-        "--instance",
+        settings,
         instance,
-        "--state-dir",
-        str(state_dir),
-        "--bootstrap-servers",
-        settings.bootstrap_servers,
-        "--topic-prefix",
-        settings.topic_prefix,
-    ]
-    optional = (
-        ("--group-id", group_id),
-        ("--dedupe-url", dedupe_url),
-        ("--handlers", handlers),
-        ("--kinds", kinds),
-        ("--concurrency", concurrency),
-        ("--lease", lease),
-        ("--shutdown-grace", shutdown_grace),
-        ("--offset-commit-interval", offset_commit_interval),
-        ("--poll-interval", poll_interval),
-        ("--session-timeout-ms", session_timeout_ms),
-        ("--metrics-port", metrics_port),
-        ("--log-level", log_level),
+        state_dir,
+        (
+            ("--group-id", group_id),
+            ("--dedupe-url", dedupe_url),
+            ("--handlers", handlers),
+            ("--kinds", kinds),
+            ("--concurrency", concurrency),
+            ("--lease", lease),
+            ("--shutdown-grace", shutdown_grace),
+            ("--offset-commit-interval", offset_commit_interval),
+            ("--poll-interval", poll_interval),
+            ("--session-timeout-ms", session_timeout_ms),
+            ("--metrics-port", metrics_port),
+            ("--log-level", log_level),
+        ),
     )
-    for flag, value in optional:
-        if value is not None:
-            arguments += [flag, str(value)]
-    return arguments

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -57,3 +59,29 @@ def fail(message: str, code: int = 1) -> typer.Exit:
     """Print an error the way every command does and return the exit to raise."""
     typer.echo(f"error: {message}", err=True)
     return typer.Exit(code)
+
+
+def service_arguments(
+    command: str,
+    settings: KafkaSettings,
+    instance: str,
+    state_dir: Path,
+    flags: Iterable[tuple[str, object | None]],
+) -> list[str]:
+    """`kairos <command>` arguments of a service of this deployment: its instance, state and
+    Kafka settings, then each flag whose value is not `None` (`None`: the flag's default)."""
+    arguments = [
+        command,
+        "--instance",
+        instance,
+        "--state-dir",
+        str(state_dir),
+        "--bootstrap-servers",
+        settings.bootstrap_servers,
+        "--topic-prefix",
+        settings.topic_prefix,
+    ]
+    for flag, value in flags:
+        if value is not None:
+            arguments += [flag, str(value)]
+    return arguments

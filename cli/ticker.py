@@ -20,6 +20,7 @@ from kairos.cli.options import (
     TopicPrefixOption,
     fail,
     kafka_settings,
+    service_arguments,
 )
 from kairos.core.errors import KairosError
 from kairos.services.ticker.service import Ticker, TickerSettings
@@ -94,25 +95,15 @@ def ticker_arguments(
 
     How `kairos dev up`, the tests and the benchmarks start one, so they cannot drift apart.
     """
-    arguments = [
+    return service_arguments(
         "ticker",
-        "--instance",
+        settings,
         instance,
-        "--state-dir",
-        str(state_dir),
-        "--bootstrap-servers",
-        settings.bootstrap_servers,
-        "--topic-prefix",
-        settings.topic_prefix,
-        "--schedules-partitions",
-        str(settings.schedules_partitions),
-    ]
-    optional = (
-        ("--session-timeout-ms", session_timeout_ms),
-        ("--metrics-port", metrics_port),
-        ("--log-level", log_level),
+        state_dir,
+        (
+            ("--schedules-partitions", settings.schedules_partitions),
+            ("--session-timeout-ms", session_timeout_ms),
+            ("--metrics-port", metrics_port),
+            ("--log-level", log_level),
+        ),
     )
-    for flag, value in optional:
-        if value is not None:
-            arguments += [flag, str(value)]
-    return arguments

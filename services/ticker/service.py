@@ -301,10 +301,10 @@ class Ticker:
                 self._arriving[partition] = self._arriving.pop(partition)
                 break
             settled.append(answer)
-        if settled:
-            self._settle_wait_s = _SETTLE_WAIT_S[0]
-        else:
+        if not settled:
             self._settle_wait_s = min(2 * self._settle_wait_s, _SETTLE_WAIT_S[1])
+            return
+        self._settle_wait_s = _SETTLE_WAIT_S[0]
         for tp in settled:
             waited_s = time.monotonic() - self._arriving.pop(tp.partition)
             # Restore the store from the changelog, which now holds every committed fire.

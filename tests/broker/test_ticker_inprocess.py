@@ -43,6 +43,20 @@ def running_ticker(settings: KafkaSettings, state_dir: Path, instance: str) -> I
         assert not thread.is_alive(), "the ticker did not stop"
 
 
+def turned_by_the_test(
+    settings: KafkaSettings, state_dir: Path, group: str, **overrides: float
+) -> Ticker:
+    """A connected ticker, alone in `group`, whose turns the test takes itself (no thread)."""
+    ticker = Ticker(
+        settings,
+        TickerSettings(
+            instance="t", state_dir=state_dir, group_id=group, session_timeout_ms=3000, **overrides
+        ),
+    )
+    ticker._connect()
+    return ticker
+
+
 def runs(settings: KafkaSettings) -> list[dict[str, object]]:
     topic = settings.layout.name(TopicRole.RUNS)
     return [
@@ -144,17 +158,7 @@ def test_leaving_the_group_does_not_take_up_an_assignment_that_arrives_meanwhile
     transaction, or stopping): `close()` serves its assignment callback, and restoring then
     would hang on the closing consumer's offset fetch until the restore timeout."""
     group = unique_name("tickers")
-    ticker = Ticker(
-        kafka_settings,
-        TickerSettings(
-            instance="t",
-            state_dir=tmp_path / "t",
-            group_id=group,
-            session_timeout_ms=3000,
-            restore_timeout_s=30,
-        ),
-    )
-    ticker._connect()
+    ticker = turned_by_the_test(kafka_settings, tmp_path / "t", group, restore_timeout_s=30)
     schedules = kafka_settings.layout.name(TopicRole.SCHEDULES)
     other = Consumer(kafka_settings.group_member_config(group, "other", 3000))
     other.subscribe([schedules])
@@ -187,17 +191,8 @@ def test_changes_delivered_again_below_the_committed_offset_are_not_applied_agai
     """A partition is taken over with the consumer starting at its own fetch of the committed
     offset; should it ever start before it, the changes it delivers again are already in the
     restored state: applying them again could replay a schedule's old definition."""
-    ticker = Ticker(
-        kafka_settings,
-        TickerSettings(
-            instance="t",
-            state_dir=tmp_path / "t",
-            group_id=unique_name("tickers"),
-            session_timeout_ms=3000,
-        ),
-    )
+    ticker = turned_by_the_test(kafka_settings, tmp_path / "t", unique_name("tickers"))
     transactions = "kairos_ticker_transaction_commit_seconds_count"
-    ticker._connect()
     try:
 
         def taken_over() -> bool:
