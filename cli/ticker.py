@@ -90,6 +90,7 @@ def ticker_arguments(
     session_timeout_ms: int | None = None,
     metrics_port: int | None = None,
     log_level: str | None = None,
+    group_id: str | None = None,
 ) -> list[str]:
     """The `kairos` arguments of a ticker of this deployment (`None`: the flag's default).
 
@@ -102,6 +103,7 @@ def ticker_arguments(
         state_dir,
         (
             ("--schedules-partitions", settings.schedules_partitions),
+            ("--group-id", group_id),
             ("--session-timeout-ms", session_timeout_ms),
             ("--metrics-port", metrics_port),
             ("--log-level", log_level),

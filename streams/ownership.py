@@ -24,7 +24,9 @@ class OwnershipInfo:
     last_fire_lateness_ms: int | None
     """Due instant to committed fire, for the last occurrence fired on this partition."""
     changelog_offset: int | None
-    """The changelog offset the owner's store reflects; the changelog's end minus it is the lag."""
+    """The changelog offset just past this transaction's records on the partition (or past the
+    owner's restore when it wrote none): a later owner's restore reads at least that far. The
+    changelog's end minus it is the lag."""
 
     def encode(self) -> str:
         # Shallow: asdict deep-copies every value, per partition per transaction.

@@ -6,6 +6,9 @@ Keys are bytes with a one-letter family prefix:
 - `p<schedule id>` → be64 of the schedule's due instant in ms (-1: not due), then its firing
   progress, exactly the bytes of its changelog value;
 - `m:changelog` → be64 of the next changelog offset the store has not applied;
+- `m:schedules` → be64 of the next schedules-topic offset the state reflects (the checkpoint the
+  changelog carries): a ticker never applies a schedule change below it again, whatever the
+  consumer group's committed offsets say (a new group, expired offsets);
 - `m:count` → be64 of the number of schedules held (counting keys would scan them all);
 - `m:written_at` → be64 wall-clock ms of the last write (how stale a warm restore would be);
 - `m:format` → the layout's version; a store of another layout is discarded at open and
@@ -42,6 +45,7 @@ _BE64 = struct.Struct(">q")
 _STATE = b"s"
 _PROGRESS = b"p"
 _CHANGELOG_OFFSET = b"m:changelog"
+_SCHEDULES_OFFSET = b"m:schedules"
 _COUNT = b"m:count"
 _WRITTEN_AT = b"m:written_at"
 _FORMAT = b"m:format"
@@ -173,6 +177,12 @@ class PartitionStore:
         raw = self._db.get(_CHANGELOG_OFFSET)
         return None if raw is None else int(_BE64.unpack(raw)[0])
 
+    @property
+    def schedules_offset(self) -> int | None:
+        """The next schedules-topic offset the state reflects; `None` before any checkpoint."""
+        raw = self._db.get(_SCHEDULES_OFFSET)
+        return None if raw is None else int(_BE64.unpack(raw)[0])
+
     def get(self, schedule_id: str) -> tuple[bytes, bytes | None] | None:
         """The schedule's (definition, progress) bytes; `None` when the store does not hold it."""
         key = schedule_id.encode()
@@ -181,8 +191,16 @@ class PartitionStore:
             return None
         return definition, self._stored_progress(key)
 
-    def apply(self, writes: Iterable[StateWrite], changelog_offset: int) -> None:
+    def apply(
+        self,
+        writes: Iterable[StateWrite],
+        changelog_offset: int,
+        schedules_offset: int | None = None,
+    ) -> None:
         """Apply `writes` in order and record `changelog_offset`, atomically.
+
+        `schedules_offset`, when given, is the schedules-topic checkpoint the writes bring the
+        state to; it is recorded in the same batch.
 
         One batch may hold several writes of the same schedule (a restore replays its history),
         so what earlier writes of this batch did is tracked here: neither the database nor the
@@ -227,6 +245,8 @@ class PartitionStore:
                 progress_of[schedule_id] = progress
                 batch.put(_PROGRESS + key, pack(_NOT_DUE if due is None else due) + progress)
         batch.put(_CHANGELOG_OFFSET, pack(changelog_offset))
+        if schedules_offset is not None:
+            batch.put(_SCHEDULES_OFFSET, pack(schedules_offset))
         batch.put(_COUNT, pack(count))
         batch.put(_WRITTEN_AT, pack(int(time.time() * 1000)))
         self._db.write(batch)

@@ -71,9 +71,15 @@ def start_ticker(
     *,
     session_timeout_ms: int = 3000,
     log_level: str = "INFO",
+    group_id: str | None = None,
 ) -> ServiceProcess:
     arguments = ticker_arguments(
-        settings, instance, state_dir, session_timeout_ms=session_timeout_ms, log_level=log_level
+        settings,
+        instance,
+        state_dir,
+        session_timeout_ms=session_timeout_ms,
+        log_level=log_level,
+        group_id=group_id,
     )
     return ServiceProcess(arguments, log_dir / f"{instance}.log")
 

@@ -3,6 +3,17 @@
 Restore reads the changelog `read_committed`, so records of a transaction that did not commit
 are never applied. A warm store replays only the changelog records after the offset it
 recorded; an empty store replays the whole (compacted) changelog.
+
+A restore proves it reached the committed state: the offsets every firing transaction commits
+carry, in their metadata, the changelog offset just past that transaction's records
+(`OwnershipInfo.changelog_offset`), and restore reads until it gets there. Reading
+read_committed stops at the last stable offset, which an open transaction (a dead or paused
+previous owner's, or anyone else's) holds back; stopping there would lose the last edits and
+fire the last fires again, so restore waits for it instead, up to its timeout.
+
+Each transaction also writes a checkpoint record (key `CHECKPOINT_KEY`) with the schedules-topic
+offset the partition's state reflects, so the state knows how far it applied the schedules topic
+even on a fresh host or under a consumer group without committed offsets.
 """
 
 from __future__ import annotations
@@ -28,6 +39,9 @@ _RESTORE_BATCH = 5_000
 _CACHE_LIMIT = 2_000_000
 """Decoded states kept in memory per partition; past it the cache starts over (bounded RSS)."""
 PROGRESS_SUFFIX = "#progress"
+CHECKPOINT_KEY = "#checkpoint"
+"""The changelog key of a partition's schedules-offset checkpoint (no schedule id has a '#')."""
+_CHECKPOINT_KEY_BYTES = CHECKPOINT_KEY.encode()
 _WARM_RESTORE_MAX_AGE_MS = CHANGELOG_DELETE_RETENTION_MS // 2
 _BE64 = struct.Struct(">q")
 DUE_HEADER = "kairos.due_ms"
@@ -68,6 +82,20 @@ def _due_from_headers(message: Message) -> int | None:
         if header[0] == DUE_HEADER and isinstance(value, bytes):
             return int(_BE64.unpack(value)[0])
     return None
+
+
+def checkpoint_value(schedules_offset: int) -> bytes:
+    """The checkpoint record's value: be64 of the next schedules-topic offset to apply."""
+    return _BE64.pack(schedules_offset)
+
+
+def _checkpoint_from(message: Message) -> int:
+    value = message.value()
+    if value is None or len(value) != _BE64.size:
+        raise RestoreError(
+            message.partition() or 0, f"checkpoint at offset {message.offset()} is malformed"
+        )
+    return int(_BE64.unpack(value)[0])
 
 
 def progress_key(schedule_id: str) -> str:
@@ -137,6 +165,9 @@ class OwnedPartition:
         """The schedules-topic offset the last committed transaction recorded (next to read)."""
         self.next_offset = -1
         """The schedules-topic offset after the last message taken into the open work."""
+        self.changelog_end: int | None = None
+        """The changelog offset past this owner's last committed records on the partition (from
+        the restore, then from each commit): what a later owner's restore must reach."""
 
     def state(self, schedule_id: str) -> ScheduleState | None:
         """The committed state, decoded once and then served from memory."""
@@ -176,14 +207,62 @@ class OwnedPartition:
             else:
                 self._states[schedule_id] = state
 
-    def restore(self, consumer: Consumer, changelog_topic: str, timeout_s: float) -> RestoreReport:
-        """Bring the store up to the changelog's last committed record."""
+    def restore(
+        self,
+        consumer: Consumer,
+        changelog_topic: str,
+        timeout_s: float,
+        *,
+        must_reach: int | None,
+        end_offset: int,
+    ) -> RestoreReport:
+        """Bring the store up to the committed state of the partition.
+
+        `must_reach` is the changelog offset the last committed transaction's records end at
+        (from the committed offset's metadata; `None` when no Kairos owner committed one): the
+        restore reads until it is there, waiting out open transactions that hold the last
+        stable offset back. `end_offset` is the changelog's end including uncommitted records:
+        a store ahead of the last stable offset but within it is kept, never thrown away.
+        """
         started = time.monotonic()
-        stored = self.store.changelog_offset
-        low, high = consumer.get_watermark_offsets(
+        low, stable = consumer.get_watermark_offsets(
             TopicPartition(changelog_topic, self.partition), timeout=timeout_s
         )
-        if stored is not None and too_old_for_warm_restore(self.store.written_at_ms, now_ms()):
+        if must_reach is not None and must_reach > end_offset:
+            raise RestoreError(
+                self.partition,
+                f"the committed offsets say the changelog reached offset {must_reach}, but it "
+                f"ends at {end_offset}: the changelog topic was deleted or recreated, so the "
+                "fires it recorded are gone; restore the topic, or start a new deployment "
+                "(topic prefix) whose schedules are published again",
+            )
+        stored = self._trusted_store_offset(low, end_offset)
+        start = low if stored is None else stored
+        target = stable if must_reach is None else must_reach
+        records = 0
+        if start < target:
+            records = self._replay(consumer, changelog_topic, start, target, timeout_s)
+        elif stored is None:
+            self.store.apply([], changelog_offset=start)
+        mode = "cold" if stored is None else "warm"
+        report = RestoreReport(self.partition, mode, start, records, time.monotonic() - started)
+        logger.info(
+            "partition %d restored %s: %d changelog records from offset %d to %d in %.3fs",
+            self.partition,
+            mode,
+            records,
+            start,
+            max(start, target),
+            report.seconds,
+        )
+        return report
+
+    def _trusted_store_offset(self, low: int, end_offset: int) -> int | None:
+        """The store's changelog offset, or `None` after discarding a store that cannot be used."""
+        stored = self.store.changelog_offset
+        if stored is None:
+            return None
+        if too_old_for_warm_restore(self.store.written_at_ms, now_ms()):
             # The changelog may have compacted away a deletion this store never saw; replaying
             # only the delta would keep firing a deleted schedule.
             logger.warning(
@@ -191,73 +270,87 @@ class OwnedPartition:
                 self.partition,
                 _WARM_RESTORE_MAX_AGE_MS / 3_600_000,
             )
-            self.store.destroy()
-            self.store = PartitionStore(self.store.path)
-            stored = None
-        if stored is not None and not low <= stored <= high:
+        elif not low <= stored <= end_offset:
             # The changelog was recreated or truncated under us: the store cannot be trusted.
             logger.warning(
                 "partition %d: store offset %d outside changelog [%d, %d]; restoring cold",
                 self.partition,
                 stored,
                 low,
-                high,
+                end_offset,
             )
-            self.store.destroy()
-            self.store = PartitionStore(self.store.path)
-            stored = None
-        start = low if stored is None else stored
-        mode = "cold" if stored is None else "warm"
-        records = 0
-        if start < high:
-            records = self._replay(consumer, changelog_topic, start, timeout_s)
-        elif stored is None:
-            self.store.apply([], changelog_offset=start)
-        report = RestoreReport(self.partition, mode, start, records, time.monotonic() - started)
-        logger.info(
-            "partition %d restored %s: %d changelog records from offset %d in %.3fs",
-            self.partition,
-            mode,
-            records,
-            start,
-            report.seconds,
-        )
-        return report
+        else:
+            return stored
+        self.store.destroy()
+        self.store = PartitionStore(self.store.path)
+        return None
 
-    def _replay(self, consumer: Consumer, topic: str, start: int, timeout_s: float) -> int:
+    def _replay(
+        self, consumer: Consumer, topic: str, start: int, target: int, timeout_s: float
+    ) -> int:
+        """Apply the changelog from `start` until the consumer's position reaches `target`."""
+        assigned = TopicPartition(topic, self.partition)
         consumer.assign([TopicPartition(topic, self.partition, start)])
         deadline = time.monotonic() + timeout_s
         applied = 0
+        held_back_since: float | None = None
         try:
             while True:
-                if time.monotonic() > deadline:
-                    raise RestoreError(self.partition, f"no end of changelog after {timeout_s}s")
                 # consume() waits for a full batch or the timeout: keep the timeout short.
                 messages = consumer.consume(num_messages=_RESTORE_BATCH, timeout=0.05)
-                writes: list[StateWrite] = []
-                reached_end = False
-                next_offset: int | None = None
-                for message in messages:
-                    error = message.error()
-                    if error is not None:
-                        if error.code() == KafkaError._PARTITION_EOF:
-                            reached_end = True
-                            continue
-                        raise RestoreError(self.partition, error.str())
-                    key = message.key()
-                    assert key is not None, "changelog records are keyed by schedule id"
-                    writes.append(_restored_write(key.decode(), message))
-                    offset = message.offset()
-                    assert offset is not None
-                    next_offset = offset + 1
-                    applied += 1
-                if next_offset is not None:
-                    self.store.apply(writes, changelog_offset=next_offset)
-                if reached_end:
-                    # Past the last record there may be a transaction marker; start there next time.
-                    position = consumer.position([TopicPartition(topic, self.partition)])[0].offset
-                    if position >= 0:
+                reached_end = self._apply_restored(messages)
+                applied += sum(1 for message in messages if message.error() is None)
+                # Past the last record there may be a transaction marker; start there next time.
+                position = consumer.position([assigned])[0].offset
+                if position >= target:
+                    if position > (self.store.changelog_offset or 0):
                         self.store.apply([], changelog_offset=position)
                     return applied
+                if reached_end and held_back_since is None:
+                    held_back_since = time.monotonic()
+                    logger.warning(
+                        "partition %d: the changelog's last stable offset %d is below the "
+                        "committed point %d (an open transaction holds it back); waiting for "
+                        "it to end rather than restoring short",
+                        self.partition,
+                        position,
+                        target,
+                    )
+                if time.monotonic() > deadline:
+                    raise RestoreError(
+                        self.partition,
+                        f"read to offset {position} of the changelog, short of the committed "
+                        f"point {target}, for {timeout_s}s: an open transaction holds the last "
+                        "stable offset back (kairos audit verify names it); it ends when its "
+                        "producer commits, aborts or times out",
+                    )
         finally:
             consumer.unassign()
+
+    def _apply_restored(self, messages: list[Message]) -> bool:
+        """Apply one batch of changelog records; whether the end of the partition was reached."""
+        writes: list[StateWrite] = []
+        reached_end = False
+        next_offset: int | None = None
+        schedules_offset: int | None = None
+        for message in messages:
+            error = message.error()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    reached_end = True
+                    continue
+                raise RestoreError(self.partition, error.str())
+            key = message.key()
+            assert key is not None, "changelog records are keyed by schedule id"
+            if key == _CHECKPOINT_KEY_BYTES:
+                schedules_offset = _checkpoint_from(message)
+            else:
+                writes.append(_restored_write(key.decode(), message))
+            offset = message.offset()
+            assert offset is not None
+            next_offset = offset + 1
+        if next_offset is not None:
+            self.store.apply(
+                writes, changelog_offset=next_offset, schedules_offset=schedules_offset
+            )
+        return reached_end

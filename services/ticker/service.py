@@ -18,7 +18,16 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import (
+    Consumer,
+    IsolationLevel,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
+from confluent_kafka.admin import AdminClient, OffsetSpec
 from pydantic import BaseModel, ConfigDict, Field
 
 from kairos.core.firing import (
@@ -57,6 +66,12 @@ _SETTLE_WAIT_S = (0.02, 0.25)
 """How long a turn waits for an arriving partition's committed offset before it fires: the first
 wait, doubled after each turn that settled none (a broker far away may need more) up to the last."""
 _NOT_SETTLED = (KafkaError._TIMED_OUT, KafkaError.UNSTABLE_OFFSET_COMMIT)
+_NOT_LED_YET = (
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+)
+"""Errors of a partition without a leader for a moment (just created, or moving)."""
 
 _PER_SCHEDULE_LIMIT = 100
 """Occurrences one schedule may decide per transaction; the rest of a backlog waits a turn."""
@@ -105,6 +120,7 @@ class Ticker:
         self._consumer: Consumer | None = None
         self._transactions: FiringTransactions | None = None
         self._restorer: Consumer | None = None
+        self._admin: AdminClient | None = None
         self._garbage = IdleCollector()
         self._callback_failure: Exception | None = None
         self._leaving = False
@@ -192,6 +208,7 @@ class Ticker:
             s.instance,
             s.transaction_timeout_ms / 1000,
         )
+        self._admin = AdminClient(self.kafka.client_config())
         self._restorer = Consumer(
             self.kafka.consumer_config(
                 **{
@@ -233,6 +250,7 @@ class Ticker:
         if self._restorer is not None:
             self._restorer.close()
             self._restorer = None
+        self._admin = None
         if self._transactions is not None:
             self._transactions.producer.flush(10)
             self._transactions = None
@@ -306,40 +324,103 @@ class Ticker:
             return
         self._settle_wait_s = _SETTLE_WAIT_S[0]
         for tp in settled:
-            waited_s = time.monotonic() - self._arriving.pop(tp.partition)
-            # Restore the store from the changelog, which now holds every committed fire.
-            path = self.settings.state_dir / self.schedules_topic / str(tp.partition)
-            owned = OwnedPartition(tp.partition, PartitionStore(path), self.codecs, self.clock())
-            # Held from the start, so a failure further on still closes its store (_disconnect).
-            self.owned[tp.partition] = owned
-            report = owned.restore(
-                self._restorer, self.changelog_topic, self.settings.restore_timeout_s
-            )
-            self.metrics.restore_seconds.labels(report.mode).observe(report.seconds)
-            self.metrics.restored_records.labels(report.mode).inc(report.records)
-            start = tp.offset
-            if start < 0:
-                low, _ = consumer.get_watermark_offsets(tp, timeout=30)
-                start = low
-            # A valid offset for every owned partition, always: librdkafka sends no offset commit
-            # (and so no fencing) in a transaction whose offsets are all invalid.
-            owned.committed_offset = owned.next_offset = start
-            # The consumer starts from the committed offset too (its own fetch of it waits for
-            # the same settled transaction), which is exactly what the restored state reflects.
-            consumer.resume([TopicPartition(self.schedules_topic, tp.partition)])
-            logger.info(
-                "handover event=assigned instance=%s partition=%d offset=%d settled_after=%.3f "
-                "restore=%s records=%d seconds=%.3f",
-                self.settings.instance,
-                tp.partition,
-                start,
-                waited_s,
-                report.mode,
-                report.records,
-                report.seconds,
-            )
+            try:
+                self._take_over_one(consumer, tp, time.monotonic() - self._arriving[tp.partition])
+            except KafkaException as failure:
+                error: KafkaError = failure.args[0]
+                if not (error.retriable() or error.code() in _NOT_LED_YET):
+                    raise
+                # A just-created or moving partition may have no leader for a moment: try this
+                # partition again next turn instead of rebuilding the whole ticker.
+                logger.warning(
+                    "instance=%s partition=%d: take-over postponed (%s)",
+                    self.settings.instance,
+                    tp.partition,
+                    error.str(),
+                )
+                owned = self.owned.pop(tp.partition, None)
+                if owned is not None:
+                    owned.store.close()
+                continue
+            del self._arriving[tp.partition]
         self.metrics.owned_partitions.set(len(self.owned))
         self.metrics.schedules_held.set(sum(o.store.count for o in self.owned.values()))
+
+    def _take_over_one(self, consumer: Consumer, tp: TopicPartition, waited_s: float) -> None:
+        """Restore a settled partition to its committed state and start consuming it."""
+        assert self._restorer is not None
+        previous = OwnershipInfo.decode(tp.metadata)
+        # Restore the store from the changelog up to where the last committed transaction's
+        # records end (the offset's metadata says where), however long an open one holds the
+        # last stable offset back.
+        path = self.settings.state_dir / self.schedules_topic / str(tp.partition)
+        owned = OwnedPartition(tp.partition, PartitionStore(path), self.codecs, self.clock())
+        # Held from the start, so a failure further on still closes its store (_disconnect).
+        self.owned[tp.partition] = owned
+        report = owned.restore(
+            self._restorer,
+            self.changelog_topic,
+            self.settings.restore_timeout_s,
+            must_reach=None if previous is None else previous.changelog_offset,
+            end_offset=self._changelog_end(tp.partition),
+        )
+        owned.changelog_end = owned.store.changelog_offset
+        self.metrics.restore_seconds.labels(report.mode).observe(report.seconds)
+        self.metrics.restored_records.labels(report.mode).inc(report.records)
+        start = self._start_offset(consumer, tp, owned)
+        # A valid offset for every owned partition, always: librdkafka sends no offset commit
+        # (and so no fencing) in a transaction whose offsets are all invalid.
+        owned.committed_offset = owned.next_offset = start
+        # The consumer starts from the committed offset too (its own fetch of it waits for the
+        # same settled transaction); records below `start` are skipped by `_take_change`.
+        consumer.resume([TopicPartition(self.schedules_topic, tp.partition)])
+        logger.info(
+            "handover event=assigned instance=%s partition=%d offset=%d settled_after=%.3f "
+            "restore=%s records=%d seconds=%.3f",
+            self.settings.instance,
+            tp.partition,
+            start,
+            waited_s,
+            report.mode,
+            report.records,
+            report.seconds,
+        )
+
+    def _start_offset(self, consumer: Consumer, tp: TopicPartition, owned: OwnedPartition) -> int:
+        """Where the partition's schedule changes resume: never below what the state applied.
+
+        The group's committed offset is the fence, not the only memory: under a new group id,
+        or after the group's offsets expired, the store's checkpoint (restored from the
+        changelog on a fresh host) keeps every change from being applied a second time.
+        """
+        applied = owned.store.schedules_offset
+        committed = tp.offset if tp.offset >= 0 else None
+        if applied is not None and (committed is None or applied > committed):
+            logger.warning(
+                "instance=%s partition=%d: the group's committed offset is %s but the state "
+                "already applied the schedules topic up to %d; resuming there",
+                self.settings.instance,
+                tp.partition,
+                "missing" if committed is None else committed,
+                applied,
+            )
+            return applied
+        if committed is not None:
+            return committed
+        low, _ = consumer.get_watermark_offsets(tp, timeout=30)
+        return int(low)
+
+    def _changelog_end(self, partition: int) -> int:
+        """The changelog partition's end, uncommitted records included."""
+        assert self._admin is not None
+        asked = TopicPartition(self.changelog_topic, partition)
+        futures = self._admin.list_offsets(
+            # confluent-kafka ships OffsetSpec's factories without annotations.
+            {asked: OffsetSpec.latest()},  # type: ignore[no-untyped-call]
+            isolation_level=IsolationLevel.READ_UNCOMMITTED,
+            request_timeout=30,
+        )
+        return int(futures[asked].result().offset)
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         # Callbacks run between transactions, so nothing is in flight to commit here.
@@ -498,16 +579,34 @@ class Ticker:
         transactions, consumer = self._transactions, self._consumer
         assert transactions is not None and consumer is not None
         writes = transactions.state_writes(work)
-        offsets = [
-            # A valid offset for every owned partition, with who owns it in the metadata.
-            TopicPartition(
-                self.schedules_topic, p, owned.next_offset, metadata=self._ownership(owned).encode()
-            )
+        checkpoints = {
+            p: owned.next_offset
             for p, owned in self.owned.items()
-        ]
+            if owned.next_offset != owned.committed_offset
+        }
+
+        def offsets_for(changelog_ends: dict[int, int]) -> list[TopicPartition]:
+            # A valid offset for every owned partition, with who owns it in the metadata.
+            return [
+                TopicPartition(
+                    self.schedules_topic,
+                    p,
+                    owned.next_offset,
+                    metadata=self._ownership(owned, changelog_ends.get(p)).encode(),
+                )
+                for p, owned in self.owned.items()
+            ]
+
         started = time.monotonic()
         try:
-            changelog_ends = transactions.send(work, writes, offsets, consumer, self.clock())
+            changelog_ends = transactions.send(
+                work,
+                writes,
+                consumer,
+                self.clock(),
+                checkpoints=checkpoints,
+                offsets_for=offsets_for,
+            )
         except KafkaException as failure:
             self._abort(failure)
             return
@@ -517,10 +616,15 @@ class Ticker:
         )
         # Only now do the local stores move, with the changelog offset they reflect.
         committed_at = self.clock()
-        for partition, partition_writes in writes.items():
+        for partition, end in changelog_ends.items():
             owned = self.owned[partition]
-            owned.store.apply(partition_writes, changelog_offset=changelog_ends[partition] + 1)
-            owned.committed(work.states[partition])
+            owned.changelog_end = end + 1
+            owned.store.apply(
+                writes.get(partition, []),
+                changelog_offset=end + 1,
+                schedules_offset=checkpoints.get(partition),
+            )
+            owned.committed(work.states.get(partition, {}))
         for owned in self.owned.values():
             owned.committed_offset = owned.next_offset
         self.metrics.schedules_held.set(sum(o.store.count for o in self.owned.values()))
@@ -536,8 +640,9 @@ class Ticker:
         self.metrics.skips.inc(len(work.skips))
         self.metrics.dead_letters.inc(len(work.dead_letters))
 
-    def _ownership(self, owned: OwnedPartition) -> OwnershipInfo:
+    def _ownership(self, owned: OwnedPartition, changelog_last: int | None) -> OwnershipInfo:
         next_due = owned.store.next_due_ms()
+        changelog_end = owned.changelog_end if changelog_last is None else changelog_last + 1
         return OwnershipInfo(
             instance=self.settings.instance,
             host=socket.gethostname(),
@@ -545,7 +650,7 @@ class Ticker:
             schedules=owned.store.count,
             next_due=None if next_due is None else datetime.fromtimestamp(next_due / 1000, UTC),
             last_fire_lateness_ms=owned.last_fire_lateness_ms,
-            changelog_offset=owned.store.changelog_offset,
+            changelog_offset=changelog_end,
         )
 
     def _abort(self, failure: KafkaException) -> None:

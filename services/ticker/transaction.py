@@ -15,7 +15,14 @@ from datetime import datetime
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from kairos.core.firing import ScheduleState, decide_ahead
-from kairos.services.ticker.partition import Ahead, changelog_headers, due_ms, progress_key
+from kairos.services.ticker.partition import (
+    CHECKPOINT_KEY,
+    Ahead,
+    changelog_headers,
+    checkpoint_value,
+    due_ms,
+    progress_key,
+)
 from kairos.services.ticker.work import TransactionWork
 from kairos.streams.codec import Codecs
 from kairos.streams.records import skipped_run_event_record, state_record
@@ -23,6 +30,9 @@ from kairos.streams.run_encoder import ProgressEncoder, RunRequestedEncoder
 from kairos.streams.state_store import StateWrite
 
 logger = logging.getLogger(__name__)
+
+OffsetsFor = Callable[[dict[int, int]], list[TopicPartition]]
+"""Builds a transaction's fencing offsets from the last changelog offset of each partition."""
 
 _ANY_PARTITION = -1
 """librdkafka's RD_KAFKA_PARTITION_UA: let the configured partitioner choose."""
@@ -82,17 +92,24 @@ class FiringTransactions:
         self,
         work: TransactionWork,
         writes: dict[int, list[StateWrite]],
-        offsets: list[TopicPartition],
         consumer: Consumer,
         fired_at: datetime,
+        *,
+        checkpoints: dict[int, int],
+        offsets_for: OffsetsFor,
     ) -> dict[int, int]:
         """Commit the transaction; returns the last changelog offset written per partition.
 
-        Raises `KafkaException` when the transaction could not be committed; the caller aborts.
+        `checkpoints` maps each partition whose schedules offset moved to its new next offset;
+        `offsets_for` builds the fencing offsets once the changelog's offsets are known (they
+        go into the offsets' metadata). Raises `KafkaException` when the transaction could not
+        be committed; the caller aborts.
         """
         self.busy_since = time.monotonic()
         try:
-            return self._send(work, writes, offsets, consumer, fired_at)
+            return self._send(
+                work, writes, consumer, fired_at, checkpoints=checkpoints, offsets_for=offsets_for
+            )
         finally:
             self.busy_since = None
 
@@ -100,9 +117,11 @@ class FiringTransactions:
         self,
         work: TransactionWork,
         writes: dict[int, list[StateWrite]],
-        offsets: list[TopicPartition],
         consumer: Consumer,
         fired_at: datetime,
+        *,
+        checkpoints: dict[int, int],
+        offsets_for: OffsetsFor,
     ) -> dict[int, int]:
         producer = self.producer
         changelog_ends: dict[int, int] = {}
@@ -137,11 +156,42 @@ class FiringTransactions:
         for value in work.dead_letters:
             self._produce(self.topics.dead_letters, value, None)
         # 3. The changelog, co-partitioned with the schedules topic: a definition only when it
-        #    changed, the progress always (with the due instant in a header for restore). One
-        #    partition's records are delivered in order, so the last one's offset is its end.
+        #    changed, the progress always (with the due instant in a header for restore), and the
+        #    schedules-offset checkpoint when it moved. One partition's records are delivered in
+        #    order, so the last one's offset is its end.
+        self._produce_changelog(writes, checkpoints, on_changelog_delivery)
+        producer.flush(self.timeout_s)
+        undelivered = (writes.keys() | checkpoints.keys()) - changelog_ends.keys()
+        if undelivered:
+            # The offsets' metadata must say where the changelog ends: without the offset of a
+            # partition's last record, committing could leave a restore short of it.
+            raise KafkaException(
+                KafkaError(
+                    KafkaError._TIMED_OUT,
+                    f"changelog records of partitions {sorted(undelivered)} not delivered "
+                    f"within {self.timeout_s}s",
+                )
+            )
+        # 4. The offsets of every owned partition with the group metadata: the fence. Their
+        #    metadata says where this transaction's changelog records end, for a later restore.
+        producer.send_offsets_to_transaction(
+            offsets_for(changelog_ends), consumer.consumer_group_metadata(), 30
+        )
+        # 5. Commit.
+        self._commit_with_retries()
+        return changelog_ends
+
+    def _produce_changelog(
+        self,
+        writes: dict[int, list[StateWrite]],
+        checkpoints: dict[int, int],
+        on_last: Callable[[KafkaError | None, Message], None],
+    ) -> None:
         changelog = self.topics.changelog
-        for partition, partition_writes in writes.items():
-            last = len(partition_writes) - 1
+        for partition in writes.keys() | checkpoints.keys():
+            partition_writes = writes.get(partition, [])
+            checkpoint = checkpoints.get(partition)
+            last = len(partition_writes) - 1 if checkpoint is None else -1
             for position, write in enumerate(partition_writes):
                 if write.deleted or write.definition is not None:
                     self._produce(changelog, write.definition, write.schedule_id, partition)
@@ -150,15 +200,17 @@ class FiringTransactions:
                     write.progress,
                     progress_key(write.schedule_id),
                     partition,
-                    on_delivery=on_changelog_delivery if position == last else None,
+                    on_delivery=on_last if position == last else None,
                     headers=changelog_headers(write.due_ms),
                 )
-        producer.flush(self.timeout_s)
-        # 4. The offsets of every owned partition with the group metadata: the fence.
-        producer.send_offsets_to_transaction(offsets, consumer.consumer_group_metadata(), 30)
-        # 5. Commit.
-        self._commit_with_retries()
-        return changelog_ends
+            if checkpoint is not None:
+                self._produce(
+                    changelog,
+                    checkpoint_value(checkpoint),
+                    CHECKPOINT_KEY,
+                    partition,
+                    on_delivery=on_last,
+                )
 
     def abort(self) -> None:
         self.producer.abort_transaction(self.timeout_s)
