@@ -44,6 +44,19 @@ class ScheduleChanges:
             self._apply(owned, message, offset, now, work)
         except (DecodeError, SchedulePayloadError) as problem:
             self._dead_letter(message, problem, now, work)
+        except Exception as failure:
+            # Confined: whatever else goes wrong applying one event (deciding what the change
+            # owes, reading the stored state) must not stop the partition for everyone.
+            logger.exception(
+                "schedule event partition=%s offset=%s could not be applied",
+                message.partition(),
+                offset,
+            )
+            problem = SchedulePayloadError(
+                f"cannot be applied ({type(failure).__name__}: {failure}); publish a "
+                "corrected definition"
+            )
+            self._dead_letter(message, problem, now, work)
 
     def _apply(
         self,

@@ -93,6 +93,12 @@ class TickerMetrics:
         self.dead_letters = Counter(
             "kairos_ticker_dead_letters", "Schedule events dead-lettered.", registry=r
         )
+        self.quarantined = Counter(
+            "kairos_ticker_quarantined_schedules",
+            "Schedules removed and dead-lettered because they could not be decoded, decided or "
+            "encoded.",
+            registry=r,
+        )
 
     def serve(self, port: int) -> None:
         start_http_server(port, registry=self.registry)

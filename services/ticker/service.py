@@ -40,6 +40,7 @@ from kairos.services.ticker.changes import ScheduleChanges
 from kairos.services.ticker.garbage import IdleCollector
 from kairos.services.ticker.metrics import TickerMetrics
 from kairos.services.ticker.partition import OwnedPartition, to_ms
+from kairos.services.ticker.quarantine import PoisonedScheduleError, Quarantine
 from kairos.services.ticker.transaction import FiringTransactions, Topics
 from kairos.services.ticker.work import TransactionWork
 from kairos.streams.codec import Codecs, make_codecs
@@ -117,6 +118,9 @@ class Ticker:
         self.dead_letters_topic = layout.name(TopicRole.DEAD_LETTERS)
         self.owned: dict[int, OwnedPartition] = {}
         self._changes = ScheduleChanges(self.codecs, f"ticker:{settings.instance}")
+        self._quarantine = Quarantine(
+            self.codecs, self.schedules_topic, f"ticker:{settings.instance}"
+        )
         self._consumer: Consumer | None = None
         self._transactions: FiringTransactions | None = None
         self._restorer: Consumer | None = None
@@ -542,26 +546,53 @@ class Ticker:
         lanes = [(on_time_from, budget), (0, self.settings.catchup_per_transaction)]
         for owned in list(self.owned.values()):
             for changed in work.changed_due_by(owned.partition, now):
-                self._decide(owned, changed, now, work)
+                try:
+                    self._decide(owned, changed, now, work)
+                except PoisonedScheduleError as poisoned:
+                    self._quarantine.take(work, poisoned, changed.version, now)
         for lane_from, lane_limit in lanes:
             for owned in list(self.owned.values()):
                 room = min(lane_limit, budget - work.decisions)
                 if room <= 0:
                     return
-                in_this_work = work.states.get(owned.partition, {})
                 for _, schedule_id in owned.store.due(lane_from, now_ms, room):
-                    if schedule_id in in_this_work:
-                        pending = in_this_work[schedule_id]
-                        if pending is None or pending.due_at is None or pending.due_at > now:
-                            continue
-                    else:
-                        # Committed and in the due index up to now: due, no need to ask.
-                        pending = owned.state(schedule_id)
-                        if pending is None:
-                            continue
-                    self._decide(owned, pending, now, work)
+                    try:
+                        self._decide_one(owned, schedule_id, now, work)
+                    except PoisonedScheduleError as poisoned:
+                        self._quarantine.take(work, poisoned, -1, now)
+
+    def _decide_one(
+        self, owned: OwnedPartition, schedule_id: str, now: datetime, work: TransactionWork
+    ) -> None:
+        """Decide one schedule found due in the index; its failure is confined to it."""
+        in_this_work = work.states.get(owned.partition, {})
+        if schedule_id in in_this_work:
+            pending = in_this_work[schedule_id]
+            if pending is None or pending.due_at is None or pending.due_at > now:
+                return
+        else:
+            # Committed and in the due index up to now: due, no need to ask.
+            try:
+                pending = owned.state(schedule_id)
+            except Exception as failure:
+                raise PoisonedScheduleError(
+                    owned.partition, schedule_id, "decode", failure
+                ) from failure
+            if pending is None:
+                return
+        self._decide(owned, pending, now, work)
 
     def _decide(
+        self, owned: OwnedPartition, state: ScheduleState, now: datetime, work: TransactionWork
+    ) -> None:
+        try:
+            self._decide_state(owned, state, now, work)
+        except Exception as failure:
+            raise PoisonedScheduleError(
+                owned.partition, state.schedule.id, "decide", failure
+            ) from failure
+
+    def _decide_state(
         self, owned: OwnedPartition, state: ScheduleState, now: datetime, work: TransactionWork
     ) -> None:
         ahead = owned.decided_ahead(state)
@@ -578,7 +609,14 @@ class Ticker:
     def _commit(self, work: TransactionWork) -> None:
         transactions, consumer = self._transactions, self._consumer
         assert transactions is not None and consumer is not None
-        writes = transactions.state_writes(work)
+        fired_at = self.clock()
+        while True:
+            try:
+                writes = transactions.state_writes(work)
+                runs = transactions.encode_runs(work, fired_at)
+                break
+            except PoisonedScheduleError as poisoned:
+                self._quarantine.take(work, poisoned, -1, fired_at)
         checkpoints = {
             p: owned.next_offset
             for p, owned in self.owned.items()
@@ -603,7 +641,8 @@ class Ticker:
                 work,
                 writes,
                 consumer,
-                self.clock(),
+                fired_at,
+                runs=runs,
                 checkpoints=checkpoints,
                 offsets_for=offsets_for,
             )
@@ -639,6 +678,7 @@ class Ticker:
         self.metrics.fires.inc(len(work.runs))
         self.metrics.skips.inc(len(work.skips))
         self.metrics.dead_letters.inc(len(work.dead_letters))
+        self.metrics.quarantined.inc(work.quarantined)
 
     def _ownership(self, owned: OwnedPartition, changelog_last: int | None) -> OwnershipInfo:
         next_due = owned.store.next_due_ms()

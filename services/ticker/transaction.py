@@ -23,6 +23,7 @@ from kairos.services.ticker.partition import (
     due_ms,
     progress_key,
 )
+from kairos.services.ticker.quarantine import PoisonedScheduleError
 from kairos.services.ticker.work import TransactionWork
 from kairos.streams.codec import Codecs
 from kairos.streams.records import skipped_run_event_record, state_record
@@ -77,16 +78,41 @@ class FiringTransactions:
         return Ahead(state, outcome, self._state_write(state.schedule.id, outcome.state, False))
 
     def state_writes(self, work: TransactionWork) -> dict[int, list[StateWrite]]:
-        """What the stores will hold after the commit: exactly the changelog's bytes."""
+        """What the stores will hold after the commit: exactly the changelog's bytes.
+
+        Raises `PoisonedScheduleError` for a state that cannot be encoded.
+        """
         writes: dict[int, list[StateWrite]] = {}
         for partition, states in work.states.items():
             redefined = work.redefined.get(partition, set())
             ahead = work.written_ahead.get(partition, {})
-            writes[partition] = [
-                ahead.get(sid) or self._state_write(sid, state, sid in redefined)
-                for sid, state in states.items()
-            ]
+            partition_writes = writes[partition] = []
+            for sid, state in states.items():
+                write = ahead.get(sid)
+                if write is None:
+                    try:
+                        write = self._state_write(sid, state, sid in redefined)
+                    except Exception as failure:
+                        raise PoisonedScheduleError(partition, sid, "encode", failure) from failure
+                partition_writes.append(write)
         return writes
+
+    def encode_runs(self, work: TransactionWork, fired_at: datetime) -> list[tuple[bytes, str]]:
+        """Each run's (value, key), encoded before the transaction opens.
+
+        Raises `PoisonedScheduleError` for a run that cannot be encoded.
+        """
+        encode_run = self._runs.encode
+        encoded = []
+        for decision, owed_by, partition in work.runs:
+            try:
+                value = encode_run(decision, owed_by, fired_at=fired_at, partition=partition)
+            except Exception as failure:
+                raise PoisonedScheduleError(
+                    partition, decision.schedule_id, "encode", failure
+                ) from failure
+            encoded.append((value, decision.run_id))
+        return encoded
 
     def send(
         self,
@@ -95,11 +121,13 @@ class FiringTransactions:
         consumer: Consumer,
         fired_at: datetime,
         *,
+        runs: list[tuple[bytes, str]],
         checkpoints: dict[int, int],
         offsets_for: OffsetsFor,
     ) -> dict[int, int]:
         """Commit the transaction; returns the last changelog offset written per partition.
 
+        `writes` and `runs` are what `state_writes` and `encode_runs` made of `work`.
         `checkpoints` maps each partition whose schedules offset moved to its new next offset;
         `offsets_for` builds the fencing offsets once the changelog's offsets are known (they
         go into the offsets' metadata). Raises `KafkaException` when the transaction could not
@@ -108,7 +136,13 @@ class FiringTransactions:
         self.busy_since = time.monotonic()
         try:
             return self._send(
-                work, writes, consumer, fired_at, checkpoints=checkpoints, offsets_for=offsets_for
+                work,
+                writes,
+                consumer,
+                fired_at,
+                runs=runs,
+                checkpoints=checkpoints,
+                offsets_for=offsets_for,
             )
         finally:
             self.busy_since = None
@@ -120,6 +154,7 @@ class FiringTransactions:
         consumer: Consumer,
         fired_at: datetime,
         *,
+        runs: list[tuple[bytes, str]],
         checkpoints: dict[int, int],
         offsets_for: OffsetsFor,
     ) -> dict[int, int]:
@@ -141,10 +176,9 @@ class FiringTransactions:
             len(writes),
         )
         # 1. The runs, keyed by run id.
-        runs_topic, encode_run = self.topics.runs, self._runs.encode
-        for decision, owed_by, partition in work.runs:
-            value = encode_run(decision, owed_by, fired_at=fired_at, partition=partition)
-            self._produce(runs_topic, value, decision.run_id)
+        runs_topic = self.topics.runs
+        for value, run_id in runs:
+            self._produce(runs_topic, value, run_id)
         # 2. Skipped misfires, so an audit can tell a skip from a loss.
         for decision in work.skips:
             record = skipped_run_event_record(

@@ -27,6 +27,8 @@ class TransactionWork:
     written_ahead: dict[int, dict[str, StateWrite]] = field(default_factory=dict)
     """The state writes, prepared in idle time, of schedules whose new state was decided ahead."""
     consumed: int = 0
+    quarantined: int = 0
+    """Schedules removed from the state because they could not be decoded, decided or encoded."""
 
     @property
     def decisions(self) -> int:
@@ -71,6 +73,15 @@ class TransactionWork:
         elif partition in self.written_ahead:
             # A later outcome in the same transaction replaces the one decided ahead.
             self.written_ahead[partition].pop(schedule_id, None)
+
+    def forget(self, partition: int, schedule_id: str) -> None:
+        """Drop everything this transaction holds of one schedule (it is being quarantined)."""
+        self.runs = [
+            run for run in self.runs if run[2] != partition or run[0].schedule_id != schedule_id
+        ]
+        self.skips = [skip for skip in self.skips if skip.schedule_id != schedule_id]
+        self.states.get(partition, {}).pop(schedule_id, None)
+        self.written_ahead.get(partition, {}).pop(schedule_id, None)
 
     def changed_due_by(self, partition: int, now: datetime) -> list[ScheduleState]:
         """States changed in this transaction that are already due (a change takes effect now)."""
