@@ -52,11 +52,11 @@ class ScheduleChanges:
                 message.partition(),
                 offset,
             )
-            problem = SchedulePayloadError(
+            unappliable = SchedulePayloadError(
                 f"cannot be applied ({type(failure).__name__}: {failure}); publish a "
                 "corrected definition"
             )
-            self._dead_letter(message, problem, now, work)
+            self._dead_letter(message, unappliable, now, work)
 
     def _apply(
         self,
