@@ -22,6 +22,7 @@ from kairos.cli.options import (
     kafka_settings,
     service_arguments,
 )
+from kairos.core.clock import DEFAULT_MAX_CLOCK_AHEAD_MS
 from kairos.core.errors import KairosError
 from kairos.services.ticker.service import Ticker, TickerSettings
 from kairos.streams.settings import KafkaSettings
@@ -50,6 +51,14 @@ def ticker(
             help="How long a silent ticker keeps its partitions before another takes over.",
         ),
     ] = 10_000,
+    max_clock_ahead_ms: Annotated[
+        int,
+        typer.Option(
+            envvar="KAIROS_MAX_CLOCK_AHEAD_MS",
+            help="How far ahead of the broker's clock this host's may be before the ticker "
+            "refuses to fire (its fires would start early).",
+        ),
+    ] = DEFAULT_MAX_CLOCK_AHEAD_MS,
     metrics_port: MetricsPortOption = None,
     log_level: LogLevelOption = "INFO",
 ) -> None:
@@ -61,6 +70,7 @@ def ticker(
             state_dir=state_dir,
             group_id=group_id,
             session_timeout_ms=session_timeout_ms,
+            max_clock_ahead_ms=max_clock_ahead_ms,
             metrics_port=metrics_port,
         )
         service = Ticker(

@@ -71,6 +71,9 @@ class TopicLayout:
                     "cleanup.policy": "compact",
                     "min.cleanable.dirty.ratio": "0.1",
                     "delete.retention.ms": str(CHANGELOG_DELETE_RETENTION_MS),
+                    # The broker's clock stamps each record: a ticker compares it with its own
+                    # and refuses to fire on a clock that runs ahead (kairos.core.clock).
+                    "message.timestamp.type": "LogAppendTime",
                 },
             ),
             TopicSpec(self.name(TopicRole.RUNS), self.runs_partitions, timed),

@@ -72,6 +72,7 @@ def start_ticker(
     session_timeout_ms: int = 3000,
     log_level: str = "INFO",
     group_id: str | None = None,
+    env: dict[str, str] | None = None,
 ) -> ServiceProcess:
     arguments = ticker_arguments(
         settings,
@@ -81,7 +82,7 @@ def start_ticker(
         log_level=log_level,
         group_id=group_id,
     )
-    return ServiceProcess(arguments, log_dir / f"{instance}.log")
+    return ServiceProcess(arguments, log_dir / f"{instance}.log", env=env)
 
 
 def start_executor(

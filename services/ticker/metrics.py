@@ -93,6 +93,12 @@ class TickerMetrics:
         self.dead_letters = Counter(
             "kairos_ticker_dead_letters", "Schedule events dead-lettered.", registry=r
         )
+        self.clock_skew = Gauge(
+            "kairos_ticker_clock_skew_seconds",
+            "This host's clock against the broker's, from the append times of the last "
+            "transaction's changelog records: > 0 ahead, < 0 behind (lower bounds).",
+            registry=r,
+        )
         self.quarantined = Counter(
             "kairos_ticker_quarantined_schedules",
             "Schedules removed and dead-lettered because they could not be decoded, decided or "

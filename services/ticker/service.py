@@ -30,6 +30,7 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient, OffsetSpec
 from pydantic import BaseModel, ConfigDict, Field
 
+from kairos.core.clock import DEFAULT_MAX_CLOCK_AHEAD_MS, ClockAheadError
 from kairos.core.firing import (
     MISFIRE_GRACE,
     ScheduleState,
@@ -94,6 +95,7 @@ class TickerSettings(BaseModel):
     catchup_per_transaction: int = Field(default=2_000, ge=1)
     max_wait_s: float = Field(default=0.1, gt=0)
     restore_timeout_s: float = Field(default=300, gt=0)
+    max_clock_ahead_ms: int = Field(default=DEFAULT_MAX_CLOCK_AHEAD_MS, ge=0)
     metrics_port: int | None = None
 
 
@@ -211,6 +213,8 @@ class Ticker:
             self.codecs,
             s.instance,
             s.transaction_timeout_ms / 1000,
+            clock=self.clock,
+            max_clock_ahead_ms=s.max_clock_ahead_ms,
         )
         self._admin = AdminClient(self.kafka.client_config())
         self._restorer = Consumer(
@@ -649,6 +653,9 @@ class Ticker:
         except KafkaException as failure:
             self._abort(failure)
             return
+        except ClockAheadError as ahead:
+            self._refuse_early(ahead)
+        self._observe_clock(transactions.clock_skew_ms)
         self.metrics.commit_seconds.observe(time.monotonic() - started)
         logger.debug(
             "transaction committed instance=%s runs=%d", self.settings.instance, len(work.runs)
@@ -692,6 +699,27 @@ class Ticker:
             last_fire_lateness_ms=owned.last_fire_lateness_ms,
             changelog_offset=changelog_end,
         )
+
+    def _observe_clock(self, skew_ms: int | None) -> None:
+        if skew_ms is not None:
+            self.metrics.clock_skew.set(skew_ms / 1000)
+
+    def _refuse_early(self, ahead: ClockAheadError) -> None:
+        """Abort a transaction decided on a clock ahead of the broker's, and start over.
+
+        The rebuild rejoins the group, so while this host's clock is wrong its partitions may
+        move to a ticker with a good one; each attempt here measures the clock again.
+        """
+        self._observe_clock(ahead.skew_ms)
+        self.metrics.aborts.labels("CLOCK_AHEAD").inc()
+        logger.critical("instance=%s %s", self.settings.instance, ahead)
+        transactions = self._transactions
+        if transactions is not None:
+            try:
+                transactions.abort()
+            except KafkaException as abort_failure:
+                logger.warning("abort failed (%s)", abort_failure.args[0].str())
+        raise _RebuildError(str(ahead)) from ahead
 
     def _abort(self, failure: KafkaException) -> None:
         """Abandon the open transaction, then rebuild the clients from committed state.

@@ -12,8 +12,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import (
+    TIMESTAMP_LOG_APPEND_TIME,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
 
+from kairos.core.clock import ClockAheadError, clock_skew_ms
 from kairos.core.firing import ScheduleState, decide_ahead
 from kairos.services.ticker.partition import (
     CHECKPOINT_KEY,
@@ -58,8 +67,15 @@ class FiringTransactions:
         codecs: Codecs,
         ticker_instance: str,
         timeout_s: float,
+        *,
+        clock: Callable[[], datetime],
+        max_clock_ahead_ms: int,
     ) -> None:
         self.producer = producer
+        self.clock = clock
+        self.max_clock_ahead_ms = max_clock_ahead_ms
+        self.clock_skew_ms: int | None = None
+        """The skew measured on the last transaction sent (`kairos.core.clock`)."""
         self.topics = topics
         self.codecs = codecs
         self.ticker_instance = ticker_instance
@@ -161,11 +177,16 @@ class FiringTransactions:
         producer = self.producer
         changelog_ends: dict[int, int] = {}
 
+        appended_ms: list[int] = []
+
         def on_changelog_delivery(error: KafkaError | None, message: Message) -> None:
             if error is None:
                 offset, partition = message.offset(), message.partition()
                 assert offset is not None and partition is not None
                 changelog_ends[partition] = offset
+                kind, timestamp = message.timestamp()
+                if kind == TIMESTAMP_LOG_APPEND_TIME:
+                    appended_ms.append(timestamp)
 
         producer.begin_transaction()
         logger.debug(
@@ -193,8 +214,14 @@ class FiringTransactions:
         #    changed, the progress always (with the due instant in a header for restore), and the
         #    schedules-offset checkpoint when it moved. One partition's records are delivered in
         #    order, so the last one's offset is its end.
+        sent_ms = self._clock_ms()
         self._produce_changelog(writes, checkpoints, on_changelog_delivery)
         producer.flush(self.timeout_s)
+        self.clock_skew_ms = clock_skew_ms(sent_ms, self._clock_ms(), appended_ms)
+        if self.clock_skew_ms is not None and self.clock_skew_ms > self.max_clock_ahead_ms:
+            # Decided on a clock that runs ahead: some fires would start early. Nothing of this
+            # transaction may commit; the caller aborts it.
+            raise ClockAheadError(self.clock_skew_ms, self.max_clock_ahead_ms)
         undelivered = (writes.keys() | checkpoints.keys()) - changelog_ends.keys()
         if undelivered:
             # The offsets' metadata must say where the changelog ends: without the offset of a
@@ -245,6 +272,9 @@ class FiringTransactions:
                     partition,
                     on_delivery=on_last,
                 )
+
+    def _clock_ms(self) -> int:
+        return int(self.clock().timestamp() * 1000)
 
     def abort(self) -> None:
         self.producer.abort_transaction(self.timeout_s)
