@@ -280,9 +280,10 @@ def _fire_findings(
     if due - witness > seen.early_tolerance:
         early_ms = (due - witness) // _MS
         source = "fired_at" if witness == first.fired_at else "the broker's append time"
+        clamped = ", clamped at 0" if first.lateness_ms == 0 else ""
         detail = (
             f"fired {early_ms} ms before it was due (by {source}; ticker {first.ticker_instance}"
-            f"); the record's lateness_ms says {first.lateness_ms}, clamped at 0"
+            f"); the record's lateness_ms says {first.lateness_ms}{clamped}"
         )
         found.append(_fire_finding(FindingKind.EARLY, first, due, detail))
     if seen.outcomes is not None and not any(e.kind in TERMINAL_KINDS for e in events):
