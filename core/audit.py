@@ -321,8 +321,6 @@ class RunEventRecord:
 class AdmissionDeadLetter:
     """A `DeadLetter` whose source is a record of the runs topic: an executor refused it."""
 
-    run_id: str | None
-    """The refused record's key, when it was UTF-8 text."""
     source_partition: int
     source_offset: int
     error_class: str

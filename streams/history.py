@@ -140,8 +140,7 @@ class HistoryReader:
         self, run_id: str | None = None, keep: Callable[[FiredRun], bool] | None = None
     ) -> list[FiredRun]:
         """Every committed `RunRequested` (of `run_id` only, when given) that `keep` accepts."""
-        topic = self.topic(TopicRole.RUNS)
-        return self._decoded(topic, self._read(topic, run_id), _fired_run, run_id, keep)
+        return self._committed(TopicRole.RUNS, self._as_run, run_id, keep)
 
     def runs_and_unsettled(
         self, keep: Callable[[FiredRun], bool] | None = None
@@ -153,26 +152,19 @@ class HistoryReader:
         read_uncommitted, since they may yet be committed or aborted, and notes the partition
         in `open_transactions`.
         """
-        topic = self.topic(TopicRole.RUNS)
-        beyond: list[_Record] = []
-        committed = self._decoded(topic, self._read(topic, None, beyond), _fired_run, None, keep)
-        return committed, self._decoded(topic, beyond, _fired_run, None, keep, reject=False)
+        return self._with_unsettled(TopicRole.RUNS, self._as_run, keep)
 
     def run_events(
         self, run_id: str | None = None, keep: Callable[[RunEventRecord], bool] | None = None
     ) -> list[RunEventRecord]:
         """Every committed run event (of `run_id` only, when given) that `keep` accepts."""
-        topic = self.topic(TopicRole.RUN_EVENTS)
-        return self._decoded(topic, self._read(topic, run_id), _run_event, run_id, keep)
+        return self._committed(TopicRole.RUN_EVENTS, self._as_run_event, run_id, keep)
 
     def run_events_and_unsettled(
         self, keep: Callable[[RunEventRecord], bool] | None = None
     ) -> tuple[list[RunEventRecord], list[RunEventRecord]]:
         """As `runs_and_unsettled`, for the run-events topic (where tickers record skips)."""
-        topic = self.topic(TopicRole.RUN_EVENTS)
-        beyond: list[_Record] = []
-        committed = self._decoded(topic, self._read(topic, None, beyond), _run_event, None, keep)
-        return committed, self._decoded(topic, beyond, _run_event, None, keep, reject=False)
+        return self._with_unsettled(TopicRole.RUN_EVENTS, self._as_run_event, keep)
 
     def admission_dead_letters(self) -> list[AdmissionDeadLetter]:
         """Every committed dead letter of a runs-topic record: a fire an executor refused."""
@@ -189,32 +181,53 @@ class HistoryReader:
                 found.append(_admission_dead_letter(letter))
         return found
 
+    def _as_run(self, record: _Record) -> FiredRun:
+        return _fired_run(self._codecs.run_requested.decode(_value(record)), record)
+
+    def _as_run_event(self, record: _Record) -> RunEventRecord:
+        return _run_event(self._codecs.run_event.decode(_value(record)), record)
+
+    def _committed(
+        self,
+        role: TopicRole,
+        convert: Callable[[_Record], _T],
+        run_id: str | None,
+        keep: Callable[[_T], bool] | None,
+    ) -> list[_T]:
+        def wanted(item: _T) -> bool:
+            return (run_id is None or item.run_id == run_id) and (keep is None or keep(item))
+
+        topic = self.topic(role)
+        return self._decoded(topic, self._read(topic, run_id), convert, wanted)
+
+    def _with_unsettled(
+        self, role: TopicRole, convert: Callable[[_Record], _T], keep: Callable[[_T], bool] | None
+    ) -> tuple[list[_T], list[_T]]:
+        topic = self.topic(role)
+        beyond: list[_Record] = []
+        committed = self._decoded(topic, self._read(topic, None, beyond), convert, keep)
+        # Records past a last stable offset may be aborted garbage: skipped, not reported.
+        return committed, self._decoded(topic, beyond, convert, keep, reject=False)
+
     def _decoded(
         self,
         topic: str,
         records: Iterable[_Record],
-        convert: Callable[[dict[str, Any], _Record], _T],
-        run_id: str | None,
+        convert: Callable[[_Record], _T],
         keep: Callable[[_T], bool] | None,
         *,
         reject: bool = True,
     ) -> list[_T]:
-        """Each record of a runs or run-events topic decoded; invalid ones are skipped (and,
-        when `reject`, reported: records past a last stable offset may be aborted garbage)."""
-        codec = (
-            self._codecs.run_requested
-            if topic == self.topic(TopicRole.RUNS)
-            else self._codecs.run_event
-        )
+        """Each valid record `keep` accepts; invalid ones are skipped (`rejected` if `reject`)."""
         found: list[_T] = []
         for record in records:
             try:
-                item = convert(codec.decode(_value(record)), record)
+                item = convert(record)
             except (DecodeError, _InvalidRecordError) as problem:
                 if reject:
                     self._reject(topic, record, str(problem))
                 continue
-            if (run_id is None or item.run_id == run_id) and (keep is None or keep(item)):
+            if keep is None or keep(item):
                 found.append(item)
         return found
 
@@ -289,7 +302,15 @@ class HistoryReader:
                 yield from self._consume(consumer, topic, low, stable, bounded=False)
                 held = [p for p in partitions if high[p] > stable[p]]
                 if held:
-                    found = list(self._consume(uncommitted, topic, stable, high, bounded=True))
+                    found = list(
+                        self._consume(
+                            uncommitted,
+                            topic,
+                            {p: stable[p] for p in held},
+                            {p: high[p] for p in held},
+                            bounded=True,
+                        )
+                    )
                     beyond += found
                     self.open_transactions += [
                         _open_transaction(topic, p, stable[p], high[p], found) for p in held
@@ -397,17 +418,7 @@ def _open_transaction(
     topic: str, partition: int, stable: int, high: int, found: list[_Record]
 ) -> OpenTransaction:
     first = next((r for r in found if r.partition == partition), None)
-    since = first.timestamp if first is not None else None
-    logger.info(
-        "reading %s partition=%d: last stable offset %d is below the high watermark %d "
-        "(a transaction open since %s)",
-        topic,
-        partition,
-        stable,
-        high,
-        since.isoformat() if since is not None else "an unknown instant",
-    )
-    return OpenTransaction(topic, partition, stable, high, since)
+    return OpenTransaction(topic, partition, stable, high, first.timestamp if first else None)
 
 
 class _InvalidRecordError(KairosError):
@@ -471,13 +482,7 @@ def _run_event(event: dict[str, Any], record: _Record) -> RunEventRecord:
 
 
 def _admission_dead_letter(letter: dict[str, Any]) -> AdmissionDeadLetter:
-    key: bytes | None = letter["key"]
-    try:
-        run_id = key.decode("utf-8") if key is not None else None
-    except UnicodeDecodeError:
-        run_id = None
     return AdmissionDeadLetter(
-        run_id=run_id,
         source_partition=letter["source_partition"],
         source_offset=letter["source_offset"],
         error_class=letter["error_class"],

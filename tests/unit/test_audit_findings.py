@@ -235,9 +235,7 @@ def test_with_outcomes_a_refused_or_unfinished_run_is_a_breach() -> None:
         run_event(at(4), "dead_lettered", 5),  # attempts exhausted: an outcome, not a breach
         run_event(at(5), "skipped", 6),  # overlap policy skip: an outcome too
     ]
-    refused = AdmissionDeadLetter(
-        run_id("report", at(3)), 3, 2, "JobParamsError", "unknown job kind", at(3)
-    )
+    refused = AdmissionDeadLetter(3, 2, "JobParamsError", "unknown job kind", at(3))
     check = OutcomeCheck((refused,), grace=timedelta(hours=1))
     report = audit(history, fires, events, as_of=at(6, 30), outcomes=check)
     assert kinds(report) == [
