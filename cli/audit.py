@@ -48,6 +48,7 @@ from kairos.core.audit_report import (
     DEFAULT_EARLY_TOLERANCE,
     AuditReport,
     Finding,
+    FindingKind,
     LatenessSummary,
     ScheduleAudit,
     Verdict,
@@ -350,7 +351,15 @@ def _print_table(report: AuditReport, console: Console) -> None:
 
 
 def _print_findings(report: AuditReport, console: Console) -> None:
-    for transaction in report.open_transactions:
+    # A live ticker nearly always has a transaction open: one younger than the grace that hides
+    # nothing is an ordinary commit on its way, counted rather than listed.
+    hiding = any(f.kind is FindingKind.HIDDEN for f in report.findings)
+    recent = report.as_of - report.grace
+    shown = [t for t in report.open_transactions if hiding or t.since is None or t.since < recent]
+    if len(shown) < len(report.open_transactions):
+        in_flight = len(report.open_transactions) - len(shown)
+        console.print(f"{in_flight} partition(s) had a transaction in flight, hiding nothing")
+    for transaction in shown:
         since = text(transaction.since) or "an unknown instant"
         console.print(
             f"[bold yellow]OPEN TRANSACTION[/] {transaction.topic} partition "

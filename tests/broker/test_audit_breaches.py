@@ -236,3 +236,30 @@ def test_audit_verify_with_outcomes_fails_on_runs_refused_at_admission_or_never_
         ("unreported", silent),
     ]
     assert "JobParamsError" in report["findings"][0]["detail"]
+
+
+def test_a_transaction_in_flight_that_hides_nothing_in_the_window_leaves_the_audit_holding(
+    kafka_settings: KafkaSettings, held_open: Producer
+) -> None:
+    # A live ticker nearly always has a transaction open, holding its newest fires.
+    now = datetime.now(UTC).replace(microsecond=0)
+    steady = every_two_seconds("ops.steady", now - 20 * SECOND)
+    records = Records(kafka_settings)
+    records.schedule(steady, now - 30 * SECOND, "oscar")
+    for n in range(8):
+        records.fire(steady, now - 20 * SECOND + 2 * n * SECOND)
+    records.flush()
+    key, value = fire_record(steady, now)
+    held_open.produce(kafka_settings.layout.name(TopicRole.RUNS), key=key, value=value)
+    assert held_open.flush(30) == 0
+
+    arguments = [*window(now)[:4], "--grace", "30s"]
+    result = kairos(kafka_settings, "audit", "verify", *arguments, "--json")
+    assert result.exit_code == 0, result.output
+    report = as_json(result)
+    assert (report["verdict"], report["fired"], report["findings"]) == ("holds", 8, [])
+    assert len(report["open_transactions"]) == 1
+    human = kairos(kafka_settings, "audit", "verify", *arguments)
+    assert human.exit_code == 0, human.output
+    assert "1 partition(s) had a transaction in flight, hiding nothing" in human.stdout
+    assert "OPEN TRANSACTION" not in human.stdout
