@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -124,9 +125,25 @@ def window(now: datetime) -> list[str]:
     ]
 
 
-def test_audit_verify_fails_on_fires_after_a_delete_early_and_unknown_and_waits_on_open_ones(
-    kafka_settings: KafkaSettings, held_open: Producer
-) -> None:
+@dataclass(frozen=True)
+class Breaches:
+    """What the `breaches` fixture wrote, 20 s of two-second schedules up to `now`."""
+
+    settings: KafkaSettings
+    now: datetime
+    after_delete: str
+    early: str
+    unknown: str
+    hidden: str
+    held: Schedule
+    transaction: Producer
+
+
+@pytest.fixture
+def breaches(kafka_settings: KafkaSettings, held_open: Producer) -> Breaches:
+    """billing.close is deleted at T-11s and fired at T-10s; ops.early fires T-14s 1.5 s before
+    it is due; ghost is a schedule no event names; ops.held's T-12s fire is in a transaction a
+    dead ticker left open."""
     now = datetime.now(UTC).replace(microsecond=0)
     start = now - 20 * SECOND
     closed = every_two_seconds("billing.close", start)
@@ -138,64 +155,79 @@ def test_audit_verify_fails_on_fires_after_a_delete_early_and_unknown_and_waits_
     records.delete(closed, now - 11 * SECOND)
     for n in range(8):  # T-20s .. T-6s
         nominal = start + 2 * n * SECOND
-        if nominal <= now - 10 * SECOND:  # T-10s: fired after the delete at T-11s
+        if nominal <= now - 10 * SECOND:
             records.fire(closed, nominal)
-        if n == 3:  # T-14s: 1.5 s before it was due, by the ticker's own record
+        if n == 3:  # by the ticker's own record, lateness_ms clamped at 0
             records.fire_at(early, nominal, fired_at=nominal - 1500 * timedelta(milliseconds=1))
         else:
             records.fire(early, nominal)
         if nominal != now - 12 * SECOND:
             records.fire(held, nominal)
-    records.fire(every_two_seconds("ghost", start), start)  # no event names it
+    records.fire(every_two_seconds("ghost", start), start)
     records.flush()
-    hidden_key, hidden_value = fire_record(held, now - 12 * SECOND)
-    runs = kafka_settings.layout.name(TopicRole.RUNS)
-    held_open.produce(runs, key=hidden_key, value=hidden_value)
+    hidden, value = fire_record(held, now - 12 * SECOND)
+    held_open.produce(kafka_settings.layout.name(TopicRole.RUNS), key=hidden, value=value)
     assert held_open.flush(30) == 0
+    return Breaches(
+        kafka_settings,
+        now,
+        after_delete=run_id(closed.id, now - 10 * SECOND),
+        early=run_id(early.id, now - 14 * SECOND),
+        unknown=run_id("ghost", start),
+        hidden=hidden,
+        held=held,
+        transaction=held_open,
+    )
 
-    result = kairos(kafka_settings, "audit", "verify", *window(now), "--json")
+
+def test_audit_verify_names_a_fire_after_a_delete_an_early_fire_an_unknown_run_and_a_hidden_one(
+    breaches: Breaches,
+) -> None:
+    settings, now = breaches.settings, breaches.now
+    result = kairos(settings, "audit", "verify", *window(now), "--json")
     assert result.exit_code == 1, result.output
     report = as_json(result)
     assert (report["verdict"], report["ok"]) == ("breach", False)
-    findings = {(f["kind"], f["run_id"]) for f in report["findings"]}
-    assert findings == {
-        ("fired_after_delete", run_id(closed.id, now - 10 * SECOND)),
-        ("early", run_id(early.id, now - 14 * SECOND)),
-        ("unexpected", run_id("ghost", start)),
-        ("hidden_by_open_transaction", hidden_key),
+    assert {(f["kind"], f["run_id"]) for f in report["findings"]} == {
+        ("fired_after_delete", breaches.after_delete),
+        ("early", breaches.early),
+        ("unexpected", breaches.unknown),
+        ("hidden_by_open_transaction", breaches.hidden),
     }
-    (early_one,) = [f for f in report["findings"] if f["kind"] == "early"]
-    assert "fired 1500 ms before it was due" in early_one["detail"]
-    assert early_one["schedule_id"] == early.id
-    assert (report["lost"], report["hidden"]) == (0, 1)
+    (early,) = [f for f in report["findings"] if f["kind"] == "early"]
+    assert "fired 1500 ms before it was due" in early["detail"]
+    assert (early["schedule_id"], report["lost"], report["hidden"]) == ("ops.early", 0, 1)
     (transaction,) = report["open_transactions"]
+    runs = settings.layout.name(TopicRole.RUNS)
     assert transaction["topic"] == runs
-    assert transaction["partition"] == partition_for(
-        hidden_key, kafka_settings.layout.runs_partitions
-    )
+    held_partition = partition_for(breaches.hidden, settings.layout.runs_partitions)
+    assert transaction["partition"] == held_partition
     assert transaction["pending_offsets"] >= 1 and transaction["since"] is not None
 
-    human = kairos(kafka_settings, "audit", "verify", *window(now))
+    human = kairos(settings, "audit", "verify", *window(now))
     assert human.exit_code == 1
-    assert f"FIRED_AFTER_DELETE {run_id(closed.id, now - 10 * SECOND)}" in human.stdout
-    assert f"EARLY {run_id(early.id, now - 14 * SECOND)}" in human.stdout
-    assert f"UNEXPECTED {run_id('ghost', start)}" in human.stdout
-    assert f"OPEN TRANSACTION {runs} partition {transaction['partition']}" in human.stdout
+    assert f"FIRED_AFTER_DELETE {breaches.after_delete}" in human.stdout
+    assert f"EARLY {breaches.early}" in human.stdout
+    assert f"UNEXPECTED {breaches.unknown}" in human.stdout
+    assert f"OPEN TRANSACTION {runs} partition {held_partition}" in human.stdout
 
-    # Alone, the schedule whose run the transaction holds is undecided, not lost...
-    waiting = kairos(kafka_settings, "audit", "verify", *window(now), "--schedule", held.id)
+
+def test_a_run_an_open_transaction_hides_is_inconclusive_until_the_transaction_ends(
+    breaches: Breaches,
+) -> None:
+    settings, held = breaches.settings, breaches.held.id
+    waiting = kairos(settings, "audit", "verify", *window(breaches.now), "--schedule", held)
     assert waiting.exit_code == 3, waiting.output
     assert "INCONCLUSIVE" in waiting.stdout
-    assert f"HIDDEN_BY_OPEN_TRANSACTION {hidden_key}" in waiting.stdout
-    # ...until the transaction ends: aborted, the run never fired.
-    held_open.abort_transaction(30)
-    held_open.begin_transaction()  # for the fixture's own abort
-    ended = kairos(kafka_settings, "audit", "verify", *window(now), "--schedule", held.id, "--json")
+    assert f"HIDDEN_BY_OPEN_TRANSACTION {breaches.hidden}" in waiting.stdout
+    # Aborted, the run never fired: now it is lost.
+    breaches.transaction.abort_transaction(30)
+    breaches.transaction.begin_transaction()  # for the fixture's own abort
+    ended = kairos(settings, "audit", "verify", *window(breaches.now), "--schedule", held, "--json")
     assert ended.exit_code == 1, ended.output
-    assert [r["run_id"] for s in as_json(ended)["schedules"] for r in s["lost_runs"]] == [
-        hidden_key
-    ]
-    assert as_json(ended)["open_transactions"] == []
+    report = as_json(ended)
+    assert [r["run_id"] for s in report["schedules"] for r in s["lost_runs"]] == [breaches.hidden]
+    assert report["open_transactions"] == []
 
 
 def test_audit_verify_with_outcomes_fails_on_runs_refused_at_admission_or_never_reported(
