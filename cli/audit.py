@@ -1,17 +1,22 @@
-"""`kairos audit verify`: prove from the topics that every owed occurrence fired, once.
+"""`kairos audit verify`: prove from the topics that every owed occurrence fired, once, on time.
 
-Exit status: 0 when nothing was lost or committed twice, 1 when something was, 2 when the audit
-could not run (an unusable argument, an unreachable broker, a missing topic).
+Exit status: 0 when the promise holds for the window, 1 when the topics show a breach (a run
+lost, committed twice, fired though nothing owed it, fired early, or with `--outcomes` refused
+or never finished by an executor), 2 when the audit could not run (an unusable argument, an
+unreachable broker, a missing topic), 3 when it is inconclusive: no breach seen, but records an
+open transaction holds could still make one (docs/audit.md).
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from kairos.cli.options import (
@@ -31,115 +36,230 @@ from kairos.cli.reading import (
     wide_console,
 )
 from kairos.core.audit import (
-    AuditReport,
-    LatenessSummary,
-    ScheduleAudit,
+    FiredRun,
+    HistoryEvent,
+    OpenTransaction,
+    RunEventRecord,
     expected_occurrences,
     fired_through,
-    verify,
+    stopped_spans,
 )
+from kairos.core.audit_report import (
+    DEFAULT_EARLY_TOLERANCE,
+    AuditReport,
+    Finding,
+    FindingKind,
+    LatenessSummary,
+    ScheduleAudit,
+    Verdict,
+)
+from kairos.core.audit_verdict import OutcomeCheck, Unsettled, verify
 from kairos.core.durations import DurationError, parse_duration
 from kairos.core.errors import KairosError
-from kairos.streams.history import history_horizon
+from kairos.streams.history import HistoryReader
+from kairos.streams.horizon import history_horizon
+from kairos.streams.settings import KafkaSettings
 
 app = typer.Typer(
     help="Prove from the topics that no scheduled run was lost.", no_args_is_help=True
 )
 
-_COUNTS = ("expected", "fired", "skipped", "lost", "pending", "duplicates", "unexpected")
-_SHOWN_LOST = 20
+EXIT_CODES = {Verdict.HOLDS: 0, Verdict.BREACH: 1, Verdict.INCONCLUSIVE: 3}
+_COUNTS = ("expected", "fired", "skipped", "lost", "pending", "duplicates", "unexpected", "hidden")
+_SHOWN_FINDINGS = 20
+_MS = timedelta(milliseconds=1)
+
+
+@dataclass(frozen=True)
+class _Read:
+    """What the audit read from the topics."""
+
+    history: list[HistoryEvent]
+    fired: list[FiredRun]
+    events: list[RunEventRecord]
+    unsettled: Unsettled
+    outcomes: OutcomeCheck | None
+    rejected: int
+
+
+FromOption = Annotated[
+    str, typer.Option("--from", help=f"Window start (nominal instants, inclusive). {TIME_HELP}")
+]
+ToOption = Annotated[
+    str, typer.Option("--to", help=f"Window end (nominal instants, exclusive). {TIME_HELP}")
+]
+GraceOption = Annotated[
+    str,
+    typer.Option(
+        "--grace",
+        help="An occurrence due less than this before now counts as pending, not lost: its "
+        "commit may be on its way.",
+    ),
+]
+EarlyToleranceOption = Annotated[
+    str,
+    typer.Option(
+        "--early-tolerance",
+        help="A fire recorded more than this before its due instant is a breach (early).",
+    ),
+]
+OutcomesOption = Annotated[
+    bool,
+    typer.Option(
+        "--outcomes",
+        help="Also fail on fired runs an executor refused at admission (dead-lettered) or did "
+        "not finish reporting within --outcome-grace.",
+    ),
+]
+OutcomeGraceOption = Annotated[
+    str,
+    typer.Option(
+        "--outcome-grace",
+        help="With --outcomes: how long after its fire a run may go without a terminal run "
+        "event (succeeded, dead_lettered, skipped); above the longest job's attempts.",
+    ),
+]
 
 
 @app.command("verify")
 def verify_command(
-    from_: Annotated[
-        str, typer.Option("--from", help=f"Window start (nominal instants, inclusive). {TIME_HELP}")
-    ],
-    to: Annotated[
-        str, typer.Option("--to", help=f"Window end (nominal instants, exclusive). {TIME_HELP}")
-    ],
+    from_: FromOption,
+    to: ToOption,
     schedule: ScheduleFilterOption = None,
-    grace: Annotated[
-        str,
-        typer.Option(
-            "--grace",
-            help="An occurrence due less than this before now counts as pending, not lost: its "
-            "commit may be on its way.",
-        ),
-    ] = "10s",
+    grace: GraceOption = "10s",
+    early_tolerance: EarlyToleranceOption = f"{DEFAULT_EARLY_TOLERANCE // _MS}ms",
+    outcomes: OutcomesOption = False,
+    outcome_grace: OutcomeGraceOption = "1h",
     as_json: JsonOption = False,
     bootstrap_servers: BootstrapOption = DEFAULT_BOOTSTRAP,
     topic_prefix: TopicPrefixOption = "kairos.",
 ) -> None:
     """Compute every occurrence the schedule history owed in the window and match it against
-    the runs and run-events topics. Exits 1 if any was lost or committed twice."""
+    the runs and run-events topics. Exits 1 on a breach, 3 when inconclusive (see --help)."""
     as_of = datetime.now(UTC)
     start = instant_option(from_, "--from", as_of)
     end = instant_option(to, "--to", as_of)
     assert start is not None and end is not None  # both options are required
     if end <= start:
         raise fail(f"--to {text(end)} is not after --from {text(start)}; swap them", code=2)
-    try:
-        settle = parse_duration(grace)
-    except DurationError as error:
-        raise fail(f"--grace: {error}", code=2) from None
+    settle = _duration(grace, "--grace")
+    tolerance = _duration(early_tolerance, "--early-tolerance")
+    check_grace = _duration(outcome_grace, "--outcome-grace") if outcomes else None
     settings = kafka_settings(bootstrap_servers, topic_prefix)
-    warnings: list[str] = []
     try:
-        horizon = history_horizon(settings)
-        if horizon.kept is not None and start < as_of - horizon.kept:
-            warnings.append(
-                f"the window starts before {text(as_of - horizon.kept)}, beyond what the topics "
-                f"are sure to keep ({horizon.limited_by}): compaction or retention may have "
-                "removed history there, so counts before it prove nothing"
-            )
+        warnings = _horizon_warnings(settings, start, as_of)
         with history_reader(settings) as reader:
-            history = reader.schedule_events(schedule)
-            # Fires after the window matter too: a late fire under an old version moves where
-            # the next version starts owing (see core/audit.py).
-            fired = reader.runs(
-                keep=lambda r: r.nominal >= start and schedule in (None, r.schedule_id)
-            )
-            events = reader.run_events(
-                keep=lambda e: start <= e.nominal < end and schedule in (None, e.schedule_id)
-            )
-            rejected = len(reader.rejected)
+            read = _read(reader, schedule, start, end, check_grace)
     except KairosError as error:
         raise fail(f"{error} (broker {bootstrap_servers})", code=2) from None
-    if rejected:
-        warnings.append(f"{rejected} record(s) were not valid events and were skipped")
-    expected = expected_occurrences(history, start, end, fired_through(fired))
+    if read.rejected:
+        warnings.append(f"{read.rejected} record(s) were not valid events and were skipped")
     report = verify(
-        expected,
-        fired,
-        events,
+        expected_occurrences(read.history, start, end, fired_through(read.fired)),
+        read.fired,
+        read.events,
         start=start,
         end=end,
         as_of=as_of,
         grace=settle,
         schedule_id=schedule,
+        stops=stopped_spans(read.history),
+        unsettled=read.unsettled,
+        outcomes=read.outcomes,
+        early_tolerance=tolerance,
     )
     if as_json:
         typer.echo(json.dumps(as_document(report, warnings), indent=2))
     else:
         _print(report, warnings, wide_console())
-    if not report.ok:
-        raise typer.Exit(1)
+    if report.verdict is not Verdict.HOLDS:
+        raise typer.Exit(EXIT_CODES[report.verdict])
+
+
+def _duration(value: str, option: str) -> timedelta:
+    try:
+        return parse_duration(value)
+    except DurationError as error:
+        raise fail(f"{option}: {error}", code=2) from None
+
+
+def _horizon_warnings(settings: KafkaSettings, start: datetime, as_of: datetime) -> list[str]:
+    horizon = history_horizon(settings)
+    if horizon.kept is None or start >= as_of - horizon.kept:
+        return []
+    return [
+        f"the window starts before {text(as_of - horizon.kept)}, beyond what the topics "
+        f"are sure to keep ({horizon.limited_by}): compaction or retention may have "
+        "removed history there, so counts before it prove nothing"
+    ]
+
+
+def _read(
+    reader: HistoryReader,
+    schedule: str | None,
+    start: datetime,
+    end: datetime,
+    outcome_grace: timedelta | None,
+) -> _Read:
+    history = reader.schedule_events(schedule)
+    # Fires after the window matter too: a late fire under an old version moves where the next
+    # version starts owing (see core/audit.py).
+    fired, unsettled_fires = reader.runs_and_unsettled(
+        keep=lambda r: r.nominal >= start and schedule in (None, r.schedule_id)
+    )
+    events, unsettled_events = reader.run_events_and_unsettled(
+        keep=lambda e: start <= e.nominal < end and schedule in (None, e.schedule_id)
+    )
+    check = None
+    if outcome_grace is not None:
+        check = OutcomeCheck(tuple(reader.admission_dead_letters()), outcome_grace)
+    unsettled = Unsettled(
+        tuple(reader.open_transactions), tuple(unsettled_fires), tuple(unsettled_events)
+    )
+    return _Read(history, fired, events, unsettled, check, len(reader.rejected))
 
 
 def as_document(report: AuditReport, warnings: list[str]) -> dict[str, Any]:
-    """The window's totals beside the per-schedule detail."""
+    """The window's totals and verdict beside the findings and the per-schedule detail."""
     return {
         "from": text(report.start),
         "to": text(report.end),
         "as_of": text(report.as_of),
-        "grace_ms": report.grace // timedelta(milliseconds=1),
+        "grace_ms": report.grace // _MS,
+        "early_tolerance_ms": report.early_tolerance // _MS,
+        "outcome_grace_ms": (None if report.outcome_grace is None else report.outcome_grace // _MS),
         **{name: report.total(name) for name in _COUNTS},
         "lateness_ms": _lateness(report.lateness),
         "outcomes": report.outcomes,
+        "verdict": report.verdict.value,
         "ok": report.ok,
         "warnings": warnings,
+        "findings": [_finding_document(finding) for finding in report.findings],
+        "open_transactions": [_transaction_document(t) for t in report.open_transactions],
         "schedules": [_schedule_document(audit) for audit in report.schedules],
+    }
+
+
+def _finding_document(finding: Finding) -> dict[str, Any]:
+    return {
+        "kind": finding.kind.value,
+        "schedule_id": finding.schedule_id,
+        "run_id": finding.run_id,
+        "nominal_at": text(finding.nominal),
+        "due_at": text(finding.due_at),
+        "fired_at": text(finding.fired_at),
+        "detail": finding.detail,
+    }
+
+
+def _transaction_document(transaction: OpenTransaction) -> dict[str, Any]:
+    return {
+        "topic": transaction.topic,
+        "partition": transaction.partition,
+        "last_stable_offset": transaction.last_stable_offset,
+        "high_watermark": transaction.high_watermark,
+        "pending_offsets": transaction.pending,
+        "since": text(transaction.since),
     }
 
 
@@ -161,6 +281,7 @@ def _schedule_document(audit: ScheduleAudit) -> dict[str, Any]:
         "duplicate_runs": audit.duplicate_runs,
         "unexpected_runs": list(audit.unexpected_runs),
         "skipped_runs": [{"run_id": r, "reason": why} for r, why in audit.skipped_runs],
+        "findings": [_finding_document(finding) for finding in audit.findings],
     }
 
 
@@ -173,32 +294,44 @@ def _lateness(summary: LatenessSummary | None) -> dict[str, int] | None:
         "p90": summary.p90,
         "p99": summary.p99,
         "max": summary.max,
+        "min": summary.min,
     }
 
 
 def _print(report: AuditReport, warnings: list[str], console: Console) -> None:
     for warning in warnings:
-        console.print(f"[yellow]warning:[/] {warning}")
+        console.print(f"[yellow]warning:[/] {escape(warning)}")
     console.print(
         f"window {text(report.start)} .. {text(report.end)} (nominal instants), as of "
         f"{text(report.as_of)}",
     )
-    totals = ", ".join(f"{name} {report.total(name)}" for name in _COUNTS)
-    console.print(totals)
+    console.print(", ".join(f"{name} {report.total(name)}" for name in _COUNTS))
     lateness = report.lateness
     if lateness is not None:
         console.print(
             f"lateness ms: p50 {lateness.p50}, p90 {lateness.p90}, p99 {lateness.p99}, "
-            f"max {lateness.max}",
+            f"max {lateness.max}, min {lateness.min}",
         )
     if report.outcomes:
         outcomes = ", ".join(f"{kind} {n}" for kind, n in report.outcomes.items())
         console.print(f"outcomes: {outcomes}")
-    noted = [
-        a
-        for a in report.schedules
-        if a.lost or a.duplicates or a.unexpected or a.skipped or a.pending
-    ]
+    _print_table(report, console)
+    _print_findings(report, console)
+    if report.verdict is Verdict.HOLDS:
+        console.print("[green]OK[/]: nothing lost, nothing fired twice, nothing unowed or early")
+    elif report.verdict is Verdict.BREACH:
+        kinds = sorted({f.kind.value for f in report.findings if f.kind.breach})
+        console.print(f"[bold red]FAILED[/]: the promise was broken ({', '.join(kinds)})")
+    else:
+        console.print(
+            "[bold yellow]INCONCLUSIVE[/]: no breach seen, but an open transaction holds "
+            "records that decide it; audit again once it ends (at most the producer's "
+            "transaction timeout)"
+        )
+
+
+def _print_table(report: AuditReport, console: Console) -> None:
+    noted = [a for a in report.schedules if a.findings or a.skipped or a.pending]
     if noted:
         table = Table(show_edge=False, pad_edge=False)
         for header in ("SCHEDULE", *(name.upper() for name in _COUNTS), "P99 MS"):
@@ -209,23 +342,39 @@ def _print(report: AuditReport, warnings: list[str], console: Console) -> None:
                 audit.schedule_id,
                 *(str(getattr(audit, name)) for name in _COUNTS),
                 "-" if p99 is None else str(p99),
-                style="bold red" if audit.lost or audit.duplicates else None,
+                style="bold red" if audit.breaches else None,
             )
         console.print(table)
     clean = len(report.schedules) - len(noted)
     if clean:
         console.print(f"{clean} schedule(s): every owed occurrence fired exactly once")
-    lost = [o for audit in report.schedules for o in audit.lost_runs]
-    for occurrence in lost[:_SHOWN_LOST]:
+
+
+def _print_findings(report: AuditReport, console: Console) -> None:
+    # A live ticker nearly always has a transaction open: one younger than the grace that hides
+    # nothing is an ordinary commit on its way, counted rather than listed.
+    hiding = any(f.kind is FindingKind.HIDDEN for f in report.findings)
+    recent = report.as_of - report.grace
+    shown = [t for t in report.open_transactions if hiding or t.since is None or t.since < recent]
+    if len(shown) < len(report.open_transactions):
+        in_flight = len(report.open_transactions) - len(shown)
+        console.print(f"{in_flight} partition(s) had a transaction in flight, hiding nothing")
+    for transaction in shown:
+        since = text(transaction.since) or "an unknown instant"
         console.print(
-            f"[bold red]LOST[/] {occurrence.run_id} (due {text(occurrence.due_at)})",
+            f"[bold yellow]OPEN TRANSACTION[/] {transaction.topic} partition "
+            f"{transaction.partition}: last stable offset {transaction.last_stable_offset} is "
+            f"below the high watermark {transaction.high_watermark} ({transaction.pending} "
+            f"offset(s) pending), open since {since}; what it holds is neither fired nor lost "
+            "until it is committed or aborted"
         )
-    if len(lost) > _SHOWN_LOST:
-        console.print(f"... and {len(lost) - _SHOWN_LOST} more lost; --json lists them all")
-    for audit in report.schedules:
-        for run_id, extra in audit.duplicate_runs.items():
-            console.print(f"[bold red]DUPLICATE[/] {run_id} committed {extra + 1} times")
-    if report.ok:
-        console.print("[green]OK[/]: nothing lost, nothing fired twice")
-    else:
-        console.print("[bold red]FAILED[/]: occurrences were lost or fired twice")
+    findings = report.findings
+    for finding in findings[:_SHOWN_FINDINGS]:
+        style = "bold red" if finding.kind.breach else "bold yellow"
+        console.print(
+            f"[{style}]{finding.kind.value.upper()}[/] {escape(finding.run_id)} (due "
+            f"{text(finding.due_at)}): {escape(finding.detail)}"
+        )
+    if len(findings) > _SHOWN_FINDINGS:
+        more = len(findings) - _SHOWN_FINDINGS
+        console.print(f"... and {more} more finding(s); --json lists them all")

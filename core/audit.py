@@ -15,32 +15,25 @@ event's `changed_at` as written. A producer clock ahead by more than a schedule'
 make the two disagree on the first occurrence after a change; the audit reports a fire it did
 not expect as `unexpected` so the disagreement is visible.
 
-The one input the history lacks is when a ticker saw each change. A ticker that sees a change
+The one input the history lacks is when a ticker saw each change. A ticker that sees an edit
 late has already decided occurrences of the old definition after it, and never goes back to an
 instant at or before its last decision. The runs topic shows this: every `RunRequested` names
 the version (`schedule_offset`) that owed it, so the audit extends the old definition's debt
-through its last fire. A skip carries no version, so a change seen late whose only late decisions
-were policy skips is not recognised: the new definition's occurrences up to those skips are then
-reported lost, a false alarm rather than a hidden loss.
+through its last fire. A skip carries no version, so a change seen late whose only late
+decisions were policy skips is not recognised: the new definition's occurrences up to those
+skips are then reported lost, a false alarm rather than a hidden loss.
 
-Each owed occurrence in the window is then matched against the runs topic and the run-events
-topic:
+A delete or a pause is different: it is the user saying "do not run these". Nothing is owed
+inside one (`stopped_spans`), however late the ticker saw it, so a fire there is a breach that
+`kairos.core.audit_verdict` names, not a debt.
 
-- **fired**: a `RunRequested` of attempt 1 with its run id was committed (lateness is that
-  record's `lateness_ms`, fire minus due); further commits of the same run id are duplicates.
-- **skipped**: the ticker recorded a `skipped` run event instead (misfire policy `skip` or
-  `latest`, or `catchup_window`): skipped by policy, not lost.
-- **pending**: neither, but the occurrence was due less than `grace` before `as_of`, so its
-  commit may still be on its way.
-- **lost**: neither, and it was due earlier than that.
+What the topics then show about each owed occurrence is judged by `kairos.core.audit_verdict`.
 """
 
 from __future__ import annotations
 
-import math
-from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -115,6 +108,44 @@ class ExpectedOccurrence:
     version: int
 
 
+@dataclass(frozen=True, slots=True)
+class StopSpan:
+    """A time a schedule owed nothing because a change deleted or paused it.
+
+    From the stopping change's `changed_at` (included) to the next change's (excluded; `None`
+    when none followed). A run whose nominal instant falls in one was fired against the user's
+    explicit "stop": a breach, even when the ticker saw the change late.
+    """
+
+    schedule_id: str
+    deleted: bool
+    """`False`: paused."""
+    start: datetime
+    end: datetime | None
+    offset: int
+    """The stopping change's offset in its partition."""
+
+    def holds(self, instant: datetime) -> bool:
+        return self.start <= instant and (self.end is None or instant < self.end)
+
+
+def stopped_spans(history: Iterable[HistoryEvent]) -> dict[str, list[StopSpan]]:
+    """Each schedule's deletes and pauses, oldest first; only schedules that had one."""
+    spans: dict[str, list[StopSpan]] = {}
+    stopped: dict[str, StopSpan] = {}
+    for event in history:
+        sid = event.schedule_id
+        ending = stopped.pop(sid, None)
+        if ending is not None:
+            spans.setdefault(sid, []).append(replace(ending, end=event.changed_at))
+        if event.definition is None or event.definition.paused:
+            deleted_now = event.definition is None
+            stopped[sid] = StopSpan(sid, deleted_now, event.changed_at, None, event.offset)
+    for sid, span in stopped.items():
+        spans.setdefault(sid, []).append(span)
+    return spans
+
+
 def expected_occurrences(
     history: Iterable[HistoryEvent],
     start: datetime,
@@ -127,19 +158,26 @@ def expected_occurrences(
     interleave). Every schedule met in the history has an entry, possibly empty.
 
     `fired_through` maps (schedule id, version) to the latest nominal instant the runs topic
-    shows fired under that version (`fired_through` below). A ticker that sees a change late
+    shows fired under that version (`fired_through` below). A ticker that sees an edit late
     (it was down, or fired just before the change reached it) has already decided the old
     definition's occurrences after the change, and decisions never go back: the old definition
     owes up to that fire, the new one from after it. Without it, the audit assumes every
-    change was seen at once.
+    change was seen at once. Seen late or not, nothing is owed inside a delete or a pause
+    (`stopped_spans`): a fire there is a breach, not a debt.
     """
     events: dict[str, list[HistoryEvent]] = {}
     for event in history:
         events.setdefault(event.schedule_id, []).append(event)
     fired = fired_through or {}
-    return {
-        sid: _owed(schedule_events, start, end, fired) for sid, schedule_events in events.items()
-    }
+    owed: dict[str, list[ExpectedOccurrence]] = {}
+    for sid, schedule_events in events.items():
+        stops = stopped_spans(schedule_events).get(sid, [])
+        owed[sid] = [
+            occurrence
+            for occurrence in _owed(schedule_events, start, end, fired)
+            if not any(stop.holds(occurrence.nominal) for stop in stops)
+        ]
+    return owed
 
 
 def fired_through(fired: Iterable[FiredRun]) -> dict[tuple[str, int], datetime]:
@@ -235,7 +273,7 @@ def changed_fields(before: Schedule | None, after: Schedule | None) -> dict[str,
     }
 
 
-# -- matching ------------------------------------------------------------------------------------
+# -- what the topics hold -------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,6 +292,9 @@ class FiredRun:
     partition: int
     offset: int
     owner: str | None = None
+    appended_at: datetime | None = None
+    """The broker's append time, when the runs topic stamps records with it (LogAppendTime):
+    a witness of when the fire happened that does not depend on the ticker's clock."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -277,196 +318,32 @@ class RunEventRecord:
 
 
 @dataclass(frozen=True, slots=True)
-class LatenessSummary:
-    """Nearest-rank percentiles of fire lateness (due to committed fire) in milliseconds."""
+class AdmissionDeadLetter:
+    """A `DeadLetter` whose source is a record of the runs topic: an executor refused it."""
 
-    count: int
-    p50: int
-    p90: int
-    p99: int
-    max: int
-
-    @classmethod
-    def of(cls, values: Iterable[int]) -> LatenessSummary | None:
-        ordered = sorted(values)
-        if not ordered:
-            return None
-
-        def rank(q: float) -> int:
-            return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
-
-        return cls(len(ordered), rank(0.5), rank(0.9), rank(0.99), ordered[-1])
+    source_partition: int
+    source_offset: int
+    error_class: str
+    reason: str
+    dead_lettered_at: datetime
 
 
-@dataclass(frozen=True)
-class ScheduleAudit:
-    """One schedule's verdict over the window. The run id lists are in nominal order."""
+@dataclass(frozen=True, slots=True)
+class OpenTransaction:
+    """A partition whose last stable offset was below its high watermark when it was read.
 
-    schedule_id: str
-    expected: int = 0
-    fired: int = 0
-    skipped: int = 0
-    pending: int = 0
-    lateness_ms: tuple[int, ...] = ()
-    """Lateness of each fired occurrence, from its first commit."""
-    outcomes: dict[str, int] = field(default_factory=dict)
-    """Fired occurrences by their latest run event's kind; `unreported` without any."""
-    lost_runs: tuple[ExpectedOccurrence, ...] = ()
-    duplicate_runs: dict[str, int] = field(default_factory=dict)
-    """Run id to the number of its extra commits, beyond the first."""
-    unexpected_runs: tuple[str, ...] = ()
-    """Runs fired in the window that the history did not owe."""
-    skipped_runs: tuple[tuple[str, str | None], ...] = ()
-    """(run id, the recorded reason) of each occurrence skipped by policy."""
-
-    @property
-    def lost(self) -> int:
-        return len(self.lost_runs)
-
-    @property
-    def duplicates(self) -> int:
-        return sum(self.duplicate_runs.values())
-
-    @property
-    def unexpected(self) -> int:
-        return len(self.unexpected_runs)
-
-    @property
-    def lateness(self) -> LatenessSummary | None:
-        return LatenessSummary.of(self.lateness_ms)
-
-
-@dataclass(frozen=True)
-class AuditReport:
-    """The verdict over `[start, end)` (nominal instants) as of `as_of`."""
-
-    start: datetime
-    end: datetime
-    as_of: datetime
-    grace: timedelta
-    schedules: tuple[ScheduleAudit, ...]
-
-    def total(self, name: str) -> int:
-        """The sum over schedules of one count: expected, fired, skipped, lost, pending, …"""
-        return sum(int(getattr(audit, name)) for audit in self.schedules)
-
-    @property
-    def lateness(self) -> LatenessSummary | None:
-        return LatenessSummary.of(value for a in self.schedules for value in a.lateness_ms)
-
-    @property
-    def outcomes(self) -> dict[str, int]:
-        totals: Counter[str] = Counter()
-        for audit in self.schedules:
-            totals.update(audit.outcomes)
-        return dict(sorted(totals.items()))
-
-    @property
-    def ok(self) -> bool:
-        """Late, never lost, never fired twice: no occurrence lost and none committed twice."""
-        return self.total("lost") == 0 and self.total("duplicates") == 0
-
-
-def verify(
-    expected: Mapping[str, Sequence[ExpectedOccurrence]],
-    fired: Iterable[FiredRun],
-    events: Iterable[RunEventRecord],
-    *,
-    start: datetime,
-    end: datetime,
-    as_of: datetime,
-    grace: timedelta,
-    schedule_id: str | None = None,
-) -> AuditReport:
-    """Match each expected occurrence against the fires and run events read from the topics.
-
-    `fired` and `events` may hold anything the topics had: only records whose nominal instant is
-    in the window (and of `schedule_id`, when given) are considered. Retry requests (attempt
-    above 1) are an executor's business, not fires, so they count neither as fires nor as
-    duplicates. The report lists each schedule that owed or fired something in the window.
+    A read_committed reader stops at the last stable offset: the records from there to the high
+    watermark (`pending` of them, control records included) are in a transaction still open,
+    or behind one, and may yet be committed or aborted. `since` is the append time of the first
+    of them, the transaction's first write, when it could be read.
     """
 
-    def wanted(sid: str, nominal: datetime) -> bool:
-        return start <= nominal < end and (schedule_id is None or sid == schedule_id)
+    topic: str
+    partition: int
+    last_stable_offset: int
+    high_watermark: int
+    since: datetime | None
 
-    commits: dict[str, list[FiredRun]] = {}
-    for run in fired:
-        if run.attempt == 1 and wanted(run.schedule_id, run.nominal):
-            commits.setdefault(run.run_id, []).append(run)
-    story: dict[str, list[RunEventRecord]] = {}
-    for event in events:
-        if wanted(event.schedule_id, event.nominal):
-            story.setdefault(event.run_id, []).append(event)
-    owed_ids = {o.run_id for occurrences in expected.values() for o in occurrences}
-    unexpected: dict[str, list[str]] = {}
-    duplicates: dict[str, dict[str, int]] = {}
-    for run_id, runs in sorted(commits.items()):
-        sid = runs[0].schedule_id
-        if run_id not in owed_ids:
-            unexpected.setdefault(sid, []).append(run_id)
-        if len(runs) > 1:
-            duplicates.setdefault(sid, {})[run_id] = len(runs) - 1
-    sids = {sid for sid, occurrences in expected.items() if occurrences} | unexpected.keys()
-    if schedule_id is not None:
-        sids &= {schedule_id}
-    audits = [
-        _audit_one(
-            sid,
-            expected.get(sid, ()),
-            commits,
-            story,
-            unexpected=unexpected.get(sid, []),
-            duplicates=duplicates.get(sid, {}),
-            settled_before=as_of - grace,
-        )
-        for sid in sorted(sids)
-    ]
-    return AuditReport(start, end, as_of, grace, tuple(audits))
-
-
-def _audit_one(
-    schedule_id: str,
-    owed: Sequence[ExpectedOccurrence],
-    commits: Mapping[str, list[FiredRun]],
-    story: Mapping[str, list[RunEventRecord]],
-    *,
-    unexpected: list[str],
-    duplicates: dict[str, int],
-    settled_before: datetime,
-) -> ScheduleAudit:
-    fired = 0
-    lateness: list[int] = []
-    outcomes: Counter[str] = Counter()
-    lost: list[ExpectedOccurrence] = []
-    skipped: list[tuple[str, str | None]] = []
-    pending = 0
-    for occurrence in owed:
-        runs = commits.get(occurrence.run_id)
-        events = story.get(occurrence.run_id, [])
-        if runs:
-            fired += 1
-            # Commits of one run id share its key and so its partition: the first is the fire.
-            lateness.append(min(runs, key=lambda r: r.offset).lateness_ms)
-            # Events of one run share its key, so topic order is the order they happened in.
-            outcomes[events[-1].kind if events else "unreported"] += 1
-            continue
-        skip = next((e for e in events if e.kind == "skipped"), None)
-        if skip is not None:
-            skipped.append((occurrence.run_id, skip.reason))
-        elif occurrence.due_at >= settled_before:
-            pending += 1
-        else:
-            lost.append(occurrence)
-    return ScheduleAudit(
-        schedule_id=schedule_id,
-        expected=len(owed),
-        fired=fired,
-        skipped=len(skipped),
-        pending=pending,
-        lateness_ms=tuple(lateness),
-        outcomes=dict(sorted(outcomes.items())),
-        lost_runs=tuple(lost),
-        duplicate_runs=duplicates,
-        unexpected_runs=tuple(unexpected),
-        skipped_runs=tuple(skipped),
-    )
+    @property
+    def pending(self) -> int:
+        return self.high_watermark - self.last_stable_offset

@@ -14,22 +14,28 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
-from typing import Any
+from datetime import UTC, datetime
+from typing import Any, TypeVar
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
+    TIMESTAMP_LOG_APPEND_TIME,
     Consumer,
     KafkaError,
     KafkaException,
     Message,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
-from kairos.core.audit import FiredRun, HistoryEvent, RunEventRecord
+from kairos.core.audit import (
+    AdmissionDeadLetter,
+    FiredRun,
+    HistoryEvent,
+    OpenTransaction,
+    RunEventRecord,
+)
 from kairos.core.errors import KairosError
 from kairos.streams.codec import Codecs, DecodeError, make_codecs
 from kairos.streams.partitioner import partition_for
@@ -39,7 +45,9 @@ from kairos.streams.topics import TopicRole
 
 logger = logging.getLogger(__name__)
 
-_NO_TOPIC = (
+_T = TypeVar("_T", FiredRun, RunEventRecord)
+
+NO_TOPIC = (
     "the topic does not exist; check --bootstrap-servers and --topic-prefix, or create the "
     "topics with `kairos topics create`"
 )
@@ -83,6 +91,8 @@ class _Record:
     timestamp: datetime
     key: bytes | None
     value: bytes | None
+    appended: bool = False
+    """`timestamp` is the broker's append time (the topic has LogAppendTime)."""
 
 
 class HistoryReader:
@@ -90,7 +100,8 @@ class HistoryReader:
 
     `on_progress` is called after every batch of each read. A read fails with
     `HistoryReadError` when the broker sends nothing for `idle_timeout_s`. Rejected records
-    accumulate in `rejected` across reads.
+    accumulate in `rejected` across reads, and the partitions an `..._and_unsettled` read found
+    held up by an open transaction in `open_transactions`.
     """
 
     def __init__(
@@ -105,6 +116,7 @@ class HistoryReader:
         self._on_progress = on_progress
         self._idle_timeout_s = idle_timeout_s
         self.rejected: list[RejectedRecord] = []
+        self.open_transactions: list[OpenTransaction] = []
 
     def topic(self, role: TopicRole) -> str:
         return self._settings.layout.name(role)
@@ -128,32 +140,95 @@ class HistoryReader:
         self, run_id: str | None = None, keep: Callable[[FiredRun], bool] | None = None
     ) -> list[FiredRun]:
         """Every committed `RunRequested` (of `run_id` only, when given) that `keep` accepts."""
-        topic = self.topic(TopicRole.RUNS)
-        found: list[FiredRun] = []
-        for record in self._read(topic, run_id):
-            try:
-                run = _fired_run(self._codecs.run_requested.decode(_value(record)), record)
-            except (DecodeError, _InvalidRecordError) as problem:
-                self._reject(topic, record, str(problem))
-                continue
-            if (run_id is None or run.run_id == run_id) and (keep is None or keep(run)):
-                found.append(run)
-        return found
+        return self._committed(TopicRole.RUNS, self._as_run, run_id, keep)
+
+    def runs_and_unsettled(
+        self, keep: Callable[[FiredRun], bool] | None = None
+    ) -> tuple[list[FiredRun], list[FiredRun]]:
+        """The committed `RunRequested`s `keep` accepts, and those past the last stable offset.
+
+        A partition whose last stable offset is below its high watermark as the read begins
+        holds records of a transaction still open (or behind one): the reader reads them
+        read_uncommitted, since they may yet be committed or aborted, and notes the partition
+        in `open_transactions`.
+        """
+        return self._with_unsettled(TopicRole.RUNS, self._as_run, keep)
 
     def run_events(
         self, run_id: str | None = None, keep: Callable[[RunEventRecord], bool] | None = None
     ) -> list[RunEventRecord]:
         """Every committed run event (of `run_id` only, when given) that `keep` accepts."""
-        topic = self.topic(TopicRole.RUN_EVENTS)
-        found: list[RunEventRecord] = []
-        for record in self._read(topic, run_id):
+        return self._committed(TopicRole.RUN_EVENTS, self._as_run_event, run_id, keep)
+
+    def run_events_and_unsettled(
+        self, keep: Callable[[RunEventRecord], bool] | None = None
+    ) -> tuple[list[RunEventRecord], list[RunEventRecord]]:
+        """As `runs_and_unsettled`, for the run-events topic (where tickers record skips)."""
+        return self._with_unsettled(TopicRole.RUN_EVENTS, self._as_run_event, keep)
+
+    def admission_dead_letters(self) -> list[AdmissionDeadLetter]:
+        """Every committed dead letter of a runs-topic record: a fire an executor refused."""
+        topic = self.topic(TopicRole.DEAD_LETTERS)
+        runs = self.topic(TopicRole.RUNS)
+        found: list[AdmissionDeadLetter] = []
+        for record in self._read(topic, None):
             try:
-                event = _run_event(self._codecs.run_event.decode(_value(record)), record)
+                letter = self._codecs.dead_letter.decode(_value(record))
             except (DecodeError, _InvalidRecordError) as problem:
                 self._reject(topic, record, str(problem))
                 continue
-            if (run_id is None or event.run_id == run_id) and (keep is None or keep(event)):
-                found.append(event)
+            if letter["source_topic"] == runs:
+                found.append(_admission_dead_letter(letter))
+        return found
+
+    def _as_run(self, record: _Record) -> FiredRun:
+        return _fired_run(self._codecs.run_requested.decode(_value(record)), record)
+
+    def _as_run_event(self, record: _Record) -> RunEventRecord:
+        return _run_event(self._codecs.run_event.decode(_value(record)), record)
+
+    def _committed(
+        self,
+        role: TopicRole,
+        convert: Callable[[_Record], _T],
+        run_id: str | None,
+        keep: Callable[[_T], bool] | None,
+    ) -> list[_T]:
+        def wanted(item: _T) -> bool:
+            return (run_id is None or item.run_id == run_id) and (keep is None or keep(item))
+
+        topic = self.topic(role)
+        return self._decoded(topic, self._read(topic, run_id), convert, wanted)
+
+    def _with_unsettled(
+        self, role: TopicRole, convert: Callable[[_Record], _T], keep: Callable[[_T], bool] | None
+    ) -> tuple[list[_T], list[_T]]:
+        topic = self.topic(role)
+        beyond: list[_Record] = []
+        committed = self._decoded(topic, self._read(topic, None, beyond), convert, keep)
+        # Records past a last stable offset may be aborted garbage: skipped, not reported.
+        return committed, self._decoded(topic, beyond, convert, keep, reject=False)
+
+    def _decoded(
+        self,
+        topic: str,
+        records: Iterable[_Record],
+        convert: Callable[[_Record], _T],
+        keep: Callable[[_T], bool] | None,
+        *,
+        reject: bool = True,
+    ) -> list[_T]:
+        """Each valid record `keep` accepts; invalid ones are skipped (`rejected` if `reject`)."""
+        found: list[_T] = []
+        for record in records:
+            try:
+                item = convert(record)
+            except (DecodeError, _InvalidRecordError) as problem:
+                if reject:
+                    self._reject(topic, record, str(problem))
+                continue
+            if keep is None or keep(item):
+                found.append(item)
         return found
 
     def _reject(self, topic: str, record: _Record, reason: str) -> None:
@@ -201,31 +276,63 @@ class HistoryReader:
             revision=event["revision"],
         )
 
-    def _read(self, topic: str, key: str | None) -> Iterator[_Record]:
+    def _read(
+        self, topic: str, key: str | None, beyond: list[_Record] | None = None
+    ) -> Iterator[_Record]:
         """Every committed record of `topic` to the end of each partition, as of the read.
 
-        With a `key`, only the partition Kairos producers (murmur2) put that key on.
+        With a `key`, only the partition Kairos producers (murmur2) put that key on. With
+        `beyond`, the records a read_committed read cannot reach, from each partition's last
+        stable offset to its high watermark as the read began, are added to it once the
+        committed records are read, and each such partition to `open_transactions`.
         """
-        consumer = Consumer(
-            self._settings.consumer_config(
-                **{
-                    # Assigned, never subscribed and never committed: the group id is required
-                    # by the client but no group is ever joined.
-                    "group.id": f"{self._settings.topic_prefix}history-readers",
-                    "enable.auto.commit": False,
-                    "isolation.level": "read_committed",
-                    "enable.partition.eof": True,
-                    # A caught-up partition answers at once instead of holding the fetch 500 ms.
-                    "fetch.wait.max.ms": 10,
-                }
-            )
-        )
+        consumer = Consumer(self._consumer_config("read_committed"))
         try:
             count = self._partition_count(consumer, topic)
             partitions = [partition_for(key, count)] if key is not None else list(range(count))
-            yield from self._consume(consumer, topic, partitions)
+            low, stable = self._watermarks(consumer, topic, partitions)
+            if beyond is None:
+                yield from self._consume(consumer, topic, low, stable, bounded=False)
+                return
+            uncommitted = Consumer(self._consumer_config("read_uncommitted"))
+            try:
+                # Taken right after the stable offsets, so that a gap is a transaction open as
+                # the read began, not records written while it went on.
+                _, high = self._watermarks(uncommitted, topic, partitions)
+                yield from self._consume(consumer, topic, low, stable, bounded=False)
+                held = [p for p in partitions if high[p] > stable[p]]
+                if held:
+                    found = list(
+                        self._consume(
+                            uncommitted,
+                            topic,
+                            {p: stable[p] for p in held},
+                            {p: high[p] for p in held},
+                            bounded=True,
+                        )
+                    )
+                    beyond += found
+                    self.open_transactions += [
+                        _open_transaction(topic, p, stable[p], high[p], found) for p in held
+                    ]
+            finally:
+                uncommitted.close()
         finally:
             consumer.close()
+
+    def _consumer_config(self, isolation: str) -> dict[str, Any]:
+        return self._settings.consumer_config(
+            **{
+                # Assigned, never subscribed and never committed: the group id is required by
+                # the client but no group is ever joined.
+                "group.id": f"{self._settings.topic_prefix}history-readers",
+                "enable.auto.commit": False,
+                "isolation.level": isolation,
+                "enable.partition.eof": True,
+                # A caught-up partition answers at once instead of holding the fetch 500 ms.
+                "fetch.wait.max.ms": 10,
+            }
+        )
 
     def _partition_count(self, consumer: Consumer, topic: str) -> int:
         try:
@@ -234,10 +341,14 @@ class HistoryReader:
             raise HistoryReadError(topic, f"the broker did not answer: {error}") from error
         found = metadata.topics.get(topic)
         if found is None or found.error is not None or not found.partitions:
-            raise HistoryReadError(topic, _NO_TOPIC)
+            raise HistoryReadError(topic, NO_TOPIC)
         return len(found.partitions)
 
-    def _consume(self, consumer: Consumer, topic: str, partitions: list[int]) -> Iterator[_Record]:
+    def _watermarks(
+        self, consumer: Consumer, topic: str, partitions: list[int]
+    ) -> tuple[dict[int, int], dict[int, int]]:
+        """Each partition's low and high offsets; high is the last stable offset for a
+        read_committed consumer, the high watermark for a read_uncommitted one."""
         low: dict[int, int] = {}
         high: dict[int, int] = {}
         for p in partitions:
@@ -247,7 +358,22 @@ class HistoryReader:
                 )
             except KafkaException as failure:
                 raise HistoryReadError(topic, f"no offsets for partition {p}: {failure}") from None
-        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+        return low, high
+
+    def _consume(
+        self,
+        consumer: Consumer,
+        topic: str,
+        low: dict[int, int],
+        high: dict[int, int],
+        *,
+        bounded: bool,
+    ) -> Iterator[_Record]:
+        """The records of each partition from `low`, to its end as the read finds it, or with
+        `bounded` only those before `high` (the unsettled ones, past a last stable offset)."""
+        partitions = sorted(low)
+        start = {p: low[p] if bounded else OFFSET_BEGINNING for p in partitions}
+        consumer.assign([TopicPartition(topic, p, start[p]) for p in partitions])
         position = dict(low)
         done: set[int] = set()
         total = sum(high[p] - low[p] for p in partitions)
@@ -273,17 +399,26 @@ class HistoryReader:
                 assert partition is not None and offset is not None  # set on records and EOFs
                 if partition in done:
                     continue
-                if error is not None:
-                    # The end as of now: later records were written after the read began.
-                    done.add(partition)
-                    consumer.pause([TopicPartition(topic, partition)])
-                    position[partition] = high[partition]
-                    continue
-                position[partition] = offset + 1
-                yield _record(message)
-            if self._on_progress is not None:
+                if error is None:
+                    position[partition] = offset + 1
+                    if not bounded or offset < high[partition]:
+                        yield _record(message)
+                    if not bounded or offset + 1 < high[partition]:
+                        continue
+                # The end as of now: later records were written after the read began.
+                done.add(partition)
+                consumer.pause([TopicPartition(topic, partition)])
+                position[partition] = high[partition]
+            if self._on_progress is not None and not bounded:
                 passed = sum(min(position[p], high[p]) - low[p] for p in partitions)
                 self._on_progress(ReadProgress(topic, passed, total))
+
+
+def _open_transaction(
+    topic: str, partition: int, stable: int, high: int, found: list[_Record]
+) -> OpenTransaction:
+    first = next((r for r in found if r.partition == partition), None)
+    return OpenTransaction(topic, partition, stable, high, first.timestamp if first else None)
 
 
 class _InvalidRecordError(KairosError):
@@ -293,13 +428,14 @@ class _InvalidRecordError(KairosError):
 def _record(message: Message) -> _Record:
     partition, offset = message.partition(), message.offset()
     assert partition is not None and offset is not None  # set on every record
-    _, timestamp_ms = message.timestamp()
+    timestamp_type, timestamp_ms = message.timestamp()
     return _Record(
         partition=partition,
         offset=offset,
         timestamp=datetime.fromtimestamp(timestamp_ms / 1000, UTC),
         key=message.key(),
         value=message.value(),
+        appended=timestamp_type == TIMESTAMP_LOG_APPEND_TIME,
     )
 
 
@@ -323,6 +459,7 @@ def _fired_run(run: dict[str, Any], record: _Record) -> FiredRun:
         partition=record.partition,
         offset=record.offset,
         owner=run["owner"],
+        appended_at=record.timestamp if record.appended else None,
     )
 
 
@@ -344,51 +481,11 @@ def _run_event(event: dict[str, Any], record: _Record) -> RunEventRecord:
     )
 
 
-@dataclass(frozen=True)
-class HistoryHorizon:
-    """How far back the topics are complete: `kept` before now, limited by `limited_by`."""
-
-    kept: timedelta | None
-    """`None`: nothing is ever dropped."""
-    limited_by: str | None
-
-
-def history_horizon(settings: KafkaSettings, timeout_s: float = 10.0) -> HistoryHorizon:
-    """The shortest of the schedules topic's compaction lag and the runs topics' retention.
-
-    Before it, compaction may have dropped superseded schedule versions and retention old runs,
-    so an audit window reaching further back proves nothing.
-    """
-    # Notices (level 6) off: a one-shot client closed at once reports the events it did not
-    # serve, which is noise on a command's stderr.
-    admin = AdminClient(settings.consumer_config(log_level=5))
-    wanted = {
-        TopicRole.SCHEDULES: "min.compaction.lag.ms",
-        TopicRole.RUNS: "retention.ms",
-        TopicRole.RUN_EVENTS: "retention.ms",
-    }
-    resources = {
-        ConfigResource(ResourceType.TOPIC, settings.layout.name(role)): key
-        for role, key in wanted.items()
-    }
-    shortest: tuple[int, str] | None = None
-    for resource, future in admin.describe_configs(list(resources)).items():
-        key = resources[resource]
-        try:
-            entries = future.result(timeout=timeout_s)
-        except KafkaException as failure:
-            error: KafkaError = failure.args[0]
-            if error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
-                raise HistoryReadError(resource.name, _NO_TOPIC) from None
-            reason = f"cannot read its config: {error.str()}"
-            raise HistoryReadError(resource.name, reason) from None
-        except TimeoutError:
-            reason = f"no answer from the broker within {timeout_s:.0f}s; is it running?"
-            raise HistoryReadError(resource.name, reason) from None
-        value = int(entries[key].value) if key in entries else -1
-        # -1 keeps forever; a lag of 0 compacts at once (nothing is kept beyond the latest).
-        if value >= 0 and (shortest is None or value < shortest[0]):
-            shortest = (value, f"{resource.name} {key}={value}")
-    if shortest is None:
-        return HistoryHorizon(None, None)
-    return HistoryHorizon(timedelta(milliseconds=shortest[0]), shortest[1])
+def _admission_dead_letter(letter: dict[str, Any]) -> AdmissionDeadLetter:
+    return AdmissionDeadLetter(
+        source_partition=letter["source_partition"],
+        source_offset=letter["source_offset"],
+        error_class=letter["error_class"],
+        reason=letter["reason"],
+        dead_lettered_at=letter["dead_lettered_at"],
+    )

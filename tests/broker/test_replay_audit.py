@@ -181,7 +181,14 @@ def test_audit_verify_reports_lost_skipped_duplicate_and_unexpected_runs(
         }
     ]
     assert detail["outcomes"] == {"failed": 1, "succeeded": 1, "unreported": 4}
-    assert detail["lateness_ms"] == {"count": 6, "p50": 30, "p90": 80, "p99": 80, "max": 80}
+    assert detail["lateness_ms"] == {
+        "count": 6,
+        "p50": 30,
+        "p90": 80,
+        "p99": 80,
+        "max": 80,
+        "min": 10,
+    }
     assert by_id["ghost"]["unexpected_runs"] == [run_id("ghost", now - 20 * SECOND)]
     assert by_id["ops.steady"]["fired"] == by_id["ops.steady"]["expected"] == 8
 

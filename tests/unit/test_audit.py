@@ -11,15 +11,15 @@ from kairos.core.audit import (
     ExpectedOccurrence,
     FiredRun,
     HistoryEvent,
-    LatenessSummary,
     RunEventRecord,
     TimeArgumentError,
     changed_fields,
     expected_occurrences,
     fired_through,
     parse_time,
-    verify,
 )
+from kairos.core.audit_report import LatenessSummary
+from kairos.core.audit_verdict import verify
 from kairos.core.schedule import Schedule
 
 DAY = datetime(2027, 1, 4, tzinfo=UTC)
@@ -299,9 +299,9 @@ def test_fired_through_is_the_latest_fire_per_version_retries_aside() -> None:
 
 def test_lateness_percentiles_use_the_nearest_rank() -> None:
     summary = LatenessSummary.of(range(1, 101))
-    assert summary == LatenessSummary(count=100, p50=50, p90=90, p99=99, max=100)
+    assert summary == LatenessSummary(count=100, p50=50, p90=90, p99=99, max=100, min=1)
     assert LatenessSummary.of([]) is None
-    assert LatenessSummary.of([7]) == LatenessSummary(1, 7, 7, 7, 7)
+    assert LatenessSummary.of([7]) == LatenessSummary(1, 7, 7, 7, 7, 7)
 
 
 # -- arguments and diffs -----------------------------------------------------------------------

@@ -4,8 +4,10 @@ A simulated ticker applies the history with the firing functions as the service 
 event some time after its `changed_at`, due occurrences decided at random ticks in slices of a
 few. Whatever it decided (fired or skipped) with a nominal instant in the window must be what
 the audit expects, in order, given only the history and the versions of the fires (as the runs
-topic shows them). The one case the audit cannot see, a change seen late whose late decisions
-were all skips (skips carry no version), is left out; core/audit.py says what it reports then.
+topic shows them), except what it decided inside a delete or a pause it saw late: those fires
+broke the user's "stop", and the audit must name each one a breach. The one case the audit
+cannot see, a change seen late whose late decisions were all skips (skips carry no version),
+is left out; core/audit.py says what it reports then.
 """
 
 from __future__ import annotations
@@ -16,7 +18,9 @@ from typing import Any
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from kairos.core.audit import HistoryEvent, expected_occurrences
+from kairos.core.audit import FiredRun, HistoryEvent, expected_occurrences, stopped_spans
+from kairos.core.audit_report import FindingKind
+from kairos.core.audit_verdict import verify
 from kairos.core.firing import Action, Decision, ScheduleState, decide_due, deleted, upserted
 from kairos.core.schedule import Schedule
 
@@ -143,6 +147,32 @@ def test_the_audit_expects_what_a_ticker_decides(
         if decision.action is Action.FIRE:
             latest = fired.get(("s", version), decision.nominal)
             fired[("s", version)] = max(decision.nominal, latest)
-    in_window = [d.run_id for d, _ in decided if start <= d.nominal < end]
-    expected = [o.run_id for o in expected_occurrences(events, start, end, fired)["s"]]
-    assert expected == in_window
+    stops = stopped_spans(events)
+    in_window = [(d, v) for d, v in decided if start <= d.nominal < end]
+    stopped = [d for d, _ in in_window if any(s.holds(d.nominal) for s in stops.get("s", []))]
+    owed = expected_occurrences(events, start, end, fired)
+    assert [o.run_id for o in owed["s"]] == [d.run_id for d, _ in in_window if d not in stopped]
+    fires = [as_fire(d, v) for d, v in in_window if d.action is Action.FIRE]
+    report = verify(
+        owed, fires, [], start=start, end=end, as_of=end, grace=timedelta(0), stops=stops
+    )
+    breaches = {FindingKind.FIRED_AFTER_DELETE, FindingKind.FIRED_WHILE_PAUSED}
+    flagged = [f.run_id for f in report.findings if f.kind in breaches]
+    assert flagged == [d.run_id for d in stopped if d.action is Action.FIRE]
+    assert not [f for f in report.findings if f.kind is FindingKind.UNEXPECTED]
+
+
+def as_fire(decision: Decision, version: int) -> FiredRun:
+    return FiredRun(
+        run_id=decision.run_id,
+        schedule_id=decision.schedule_id,
+        nominal=decision.nominal,
+        due_at=decision.fire_at,
+        fired_at=decision.fire_at,
+        lateness_ms=0,
+        attempt=1,
+        ticker_instance="simulated",
+        schedule_offset=version,
+        partition=0,
+        offset=0,
+    )
