@@ -76,7 +76,13 @@ class TopicLayout:
                     "message.timestamp.type": "LogAppendTime",
                 },
             ),
-            TopicSpec(self.name(TopicRole.RUNS), self.runs_partitions, timed),
+            TopicSpec(
+                self.name(TopicRole.RUNS),
+                self.runs_partitions,
+                # Stamped by the broker's clock: the audit tells an early fire from a ticker's
+                # own clock without trusting it (docs/audit.md).
+                {**timed, "message.timestamp.type": "LogAppendTime"},
+            ),
             TopicSpec(self.name(TopicRole.RUN_EVENTS), self.runs_partitions, timed),
             TopicSpec(self.name(TopicRole.DEAD_LETTERS), 1, timed),
         ]
