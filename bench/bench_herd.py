@@ -46,7 +46,7 @@ from bench.outcome import Outcome, percentiles, process_tree_cpu_s, write_outcom
 from kairos.core.firing import Action, Decision, ScheduleState
 from kairos.core.run_id import run_id
 from kairos.core.schedule import Schedule
-from kairos.services.ticker.service import TickerSettings
+from kairos.services.ticker.settings import TickerSettings
 from kairos.streams.codec import make_codecs
 from kairos.streams.records import run_requested_record
 

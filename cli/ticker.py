@@ -24,7 +24,8 @@ from kairos.cli.options import (
 )
 from kairos.core.clock import DEFAULT_MAX_CLOCK_AHEAD_MS
 from kairos.core.errors import KairosError
-from kairos.services.ticker.service import Ticker, TickerSettings
+from kairos.services.ticker.service import Ticker
+from kairos.services.ticker.settings import TickerSettings
 from kairos.streams.settings import KafkaSettings
 
 

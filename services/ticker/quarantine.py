@@ -59,8 +59,9 @@ class Quarantine:
         """
         logger.error("quarantining %s", poisoned)
         work.forget(poisoned.partition, poisoned.schedule_id)
-        work.record(poisoned.partition, poisoned.schedule_id, Outcome(None, []), None,
-                    redefined=True)
+        work.record(
+            poisoned.partition, poisoned.schedule_id, Outcome(None, []), None, redefined=True
+        )
         record: dict[str, Any] = {
             "source_topic": self.schedules_topic,
             "source_partition": poisoned.partition,

@@ -9,45 +9,35 @@ of every owned partition and the consumer's group metadata. Rebalance callbacks 
 from __future__ import annotations
 
 import logging
-import os
 import socket
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable
 from datetime import UTC, datetime
-from pathlib import Path
 
-from confluent_kafka import (
-    Consumer,
-    IsolationLevel,
-    KafkaError,
-    KafkaException,
-    Message,
-    Producer,
-    TopicPartition,
-)
-from confluent_kafka.admin import AdminClient, OffsetSpec
-from pydantic import BaseModel, ConfigDict, Field
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
-from kairos.core.clock import DEFAULT_MAX_CLOCK_AHEAD_MS, ClockAheadError
-from kairos.core.firing import (
-    MISFIRE_GRACE,
-    ScheduleState,
-    decide_due,
-    holds_at,
-)
+from kairos.core.clock import ClockAheadError
+from kairos.core.firing import MISFIRE_GRACE, ScheduleState, decide_due, holds_at
 from kairos.services.ticker.changes import ScheduleChanges
 from kairos.services.ticker.garbage import IdleCollector
 from kairos.services.ticker.metrics import TickerMetrics
 from kairos.services.ticker.partition import OwnedPartition, to_ms
 from kairos.services.ticker.quarantine import PoisonedScheduleError, Quarantine
+from kairos.services.ticker.settings import TickerSettings
+from kairos.services.ticker.takeover import PartitionTopics, TakeOver
 from kairos.services.ticker.transaction import FiringTransactions, Topics
+from kairos.services.ticker.upcoming import (
+    PREPARE_MIN_IDLE_S,
+    prepare_upcoming,
+    seconds_until_next_due,
+)
+from kairos.services.ticker.watchdog import Backoff, TransactionWatchdog
 from kairos.services.ticker.work import TransactionWork
 from kairos.streams.codec import Codecs, make_codecs
 from kairos.streams.ownership import OwnershipInfo
 from kairos.streams.settings import KafkaSettings
-from kairos.streams.state_store import PartitionStore
 from kairos.streams.topics import TopicRole
 
 logger = logging.getLogger(__name__)
@@ -55,48 +45,12 @@ logger = logging.getLogger(__name__)
 Clock = Callable[[], datetime]
 _RebalanceCallback = Callable[[Consumer, list[TopicPartition]], None]
 
-EXIT_STUCK = 75
-"""Exit code (EX_TEMPFAIL) when librdkafka hangs in a transaction call: restart the ticker."""
-
-_PREPARE_AHEAD_MS = 120_000
-"""How far ahead idle time prepares upcoming fires (decoded states, encoded templates)."""
-_PREPARE_MIN_IDLE_S = 0.02
-_PREPARE_SLICE = 256
-"""Schedules prepared between two looks at the clock."""
-
-_SETTLE_WAIT_S = (0.02, 0.25)
-"""How long a turn waits for an arriving partition's committed offset before it fires: the first
-wait, doubled after each turn that settled none (a broker far away may need more) up to the last."""
-_NOT_SETTLED = (KafkaError._TIMED_OUT, KafkaError.UNSTABLE_OFFSET_COMMIT)
-_NOT_LED_YET = (
-    KafkaError.NOT_LEADER_FOR_PARTITION,
-    KafkaError.LEADER_NOT_AVAILABLE,
-    KafkaError.UNKNOWN_TOPIC_OR_PART,
-)
-"""Errors of a partition without a leader for a moment (just created, or moving)."""
-
 _PER_SCHEDULE_LIMIT = 100
 """Occurrences one schedule may decide per transaction; the rest of a backlog waits a turn."""
 
 
 def utc_now() -> datetime:
     return datetime.now(UTC)
-
-
-class TickerSettings(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    instance: str = Field(min_length=1, pattern=r"^[A-Za-z0-9._-]+$")
-    state_dir: Path
-    group_id: str = "kairos-tickers"
-    session_timeout_ms: int = Field(default=10_000, ge=500)
-    transaction_timeout_ms: int = Field(default=10_000, ge=1_000)
-    max_decisions_per_transaction: int = Field(default=50_000, ge=1)
-    catchup_per_transaction: int = Field(default=2_000, ge=1)
-    max_wait_s: float = Field(default=0.1, gt=0)
-    restore_timeout_s: float = Field(default=300, gt=0)
-    max_clock_ahead_ms: int = Field(default=DEFAULT_MAX_CLOCK_AHEAD_MS, ge=0)
-    metrics_port: int | None = None
 
 
 class Ticker:
@@ -118,22 +72,22 @@ class Ticker:
         self.runs_topic = layout.name(TopicRole.RUNS)
         self.run_events_topic = layout.name(TopicRole.RUN_EVENTS)
         self.dead_letters_topic = layout.name(TopicRole.DEAD_LETTERS)
-        self.owned: dict[int, OwnedPartition] = {}
         self._changes = ScheduleChanges(self.codecs, f"ticker:{settings.instance}")
         self._quarantine = Quarantine(
             self.codecs, self.schedules_topic, f"ticker:{settings.instance}"
         )
         self._consumer: Consumer | None = None
         self._transactions: FiringTransactions | None = None
-        self._restorer: Consumer | None = None
-        self._admin: AdminClient | None = None
+        self._partitions: TakeOver | None = None
         self._garbage = IdleCollector()
         self._callback_failure: Exception | None = None
         self._leaving = False
         """Set while the consumer closes: an assignment served by `close()` is not taken up."""
-        self._arriving: dict[int, float] = {}
-        """Partitions assigned, paused and not taken over yet: `time.monotonic()` at assignment."""
-        self._settle_wait_s = _SETTLE_WAIT_S[0]
+
+    @property
+    def owned(self) -> dict[int, OwnedPartition]:
+        """The partitions this ticker owns now (none between group sessions)."""
+        return {} if self._partitions is None else self._partitions.owned
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -141,8 +95,10 @@ class Ticker:
         """Fire until `stop` is set; then leave the group and close the stores cleanly."""
         if self.settings.metrics_port is not None:
             self.metrics.serve(self.settings.metrics_port)
-        threading.Thread(target=self._watch_transactions, args=(stop,), daemon=True).start()
-        backoff = _Backoff()
+        limit_s = 2 * self.settings.transaction_timeout_ms / 1000 + 30
+        watchdog = TransactionWatchdog(self.settings.instance, limit_s, lambda: self._transactions)
+        threading.Thread(target=watchdog.run, args=(stop,), daemon=True).start()
+        backoff = Backoff()
         try:
             while not stop.is_set():
                 try:
@@ -164,28 +120,6 @@ class Ticker:
                     stop.wait(backoff.next())
         finally:
             self._disconnect()
-
-    def _watch_transactions(self, stop: threading.Event) -> None:
-        """Exit if a transaction call never returns, so a supervisor restarts a clean process.
-
-        librdkafka's `send_offsets_to_transaction` can block past its timeout, forever, when the
-        group coordinator goes away mid-call (librdkafka issues 5456 and 5511). No Python code
-        can interrupt it; the stores hold only committed state, so a restart loses nothing.
-        """
-        limit_s = 2 * self.settings.transaction_timeout_ms / 1000 + 30
-        while not stop.wait(1.0):
-            transactions = self._transactions
-            busy_since = transactions.busy_since if transactions is not None else None
-            if busy_since is not None and time.monotonic() - busy_since > limit_s:
-                logger.critical(
-                    "instance=%s a transaction call has not returned for %.0fs (librdkafka "
-                    "#5456); exiting with code %d for a supervisor to restart this ticker",
-                    self.settings.instance,
-                    limit_s,
-                    EXIT_STUCK,
-                )
-                logging.shutdown()
-                os._exit(EXIT_STUCK)
 
     def _connect(self) -> None:
         s = self.settings
@@ -216,19 +150,13 @@ class Ticker:
             clock=self.clock,
             max_clock_ahead_ms=s.max_clock_ahead_ms,
         )
-        self._admin = AdminClient(self.kafka.client_config())
-        self._restorer = Consumer(
-            self.kafka.consumer_config(
-                **{
-                    "group.id": f"kairos-restore-{s.instance}",
-                    "enable.auto.commit": False,
-                    "isolation.level": "read_committed",
-                    "enable.partition.eof": True,
-                    # The end of a partition is only noticed when an empty fetch returns: do not
-                    # let the broker hold it for the default half second.
-                    "fetch.wait.max.ms": 10,
-                }
-            )
+        self._partitions = TakeOver(
+            self.kafka,
+            s,
+            PartitionTopics(self.schedules_topic, self.changelog_topic),
+            codecs=self.codecs,
+            metrics=self.metrics,
+            clock=self.clock,
         )
         # read_committed: the offset fetch at assignment waits for a pending transaction of the
         # previous owner (KIP-447 require_stable); see _on_assign.
@@ -251,14 +179,9 @@ class Ticker:
             finally:
                 self._leaving = False
             self._consumer = None
-        for owned in self.owned.values():
-            owned.store.close()
-        self.owned.clear()
-        self._arriving.clear()
-        if self._restorer is not None:
-            self._restorer.close()
-            self._restorer = None
-        self._admin = None
+        if self._partitions is not None:
+            self._partitions.close()
+            self._partitions = None
         if self._transactions is not None:
             self._transactions.producer.flush(10)
             self._transactions = None
@@ -294,166 +217,19 @@ class Ticker:
                 sorted(tp.partition for tp in partitions),
             )
             return
-        # Paused until taken over (`_take_over`): waiting here, inside the callback, for a
+        # Paused until taken over (`TakeOver.settle`): waiting here, inside the callback, for a
         # previous owner's pending transaction would hold up every owned partition's fires.
-        consumer.incremental_assign(partitions)
-        consumer.pause(partitions)
-        assigned_at = time.monotonic()
-        for tp in partitions:
-            self._arriving[tp.partition] = assigned_at
-        self._take_over(consumer)
-
-    def _take_over(self, consumer: Consumer) -> None:
-        """Restore and start consuming the arriving partitions whose offsets are settled.
-
-        With read_committed, the committed-offset fetch does not answer while a transaction of
-        the previous owner is pending (KIP-447 require_stable); a SIGKILLed owner's lasts until
-        the broker aborts it, seconds later. Each turn asks for the partitions one by one, the
-        one that last went unanswered last, and stops at the first that does not answer within
-        the wait: the partitions already owned keep firing meanwhile.
-        """
-        assert self._restorer is not None
-        settled: list[TopicPartition] = []
-        for partition in list(self._arriving):
-            asked = TopicPartition(self.schedules_topic, partition)
-            try:
-                (answer,) = consumer.committed([asked], timeout=self._settle_wait_s)
-            except KafkaException as failure:
-                if failure.args[0].code() not in _NOT_SETTLED:
-                    raise
-                answer = None
-            if answer is None or answer.error is not None:
-                # Still pending: asked last next turn, and this turn has spent its wait.
-                self._arriving[partition] = self._arriving.pop(partition)
-                break
-            settled.append(answer)
-        if not settled:
-            self._settle_wait_s = min(2 * self._settle_wait_s, _SETTLE_WAIT_S[1])
-            return
-        self._settle_wait_s = _SETTLE_WAIT_S[0]
-        for tp in settled:
-            try:
-                self._take_over_one(consumer, tp, time.monotonic() - self._arriving[tp.partition])
-            except KafkaException as failure:
-                error: KafkaError = failure.args[0]
-                if not (error.retriable() or error.code() in _NOT_LED_YET):
-                    raise
-                # A just-created or moving partition may have no leader for a moment: try this
-                # partition again next turn instead of rebuilding the whole ticker.
-                logger.warning(
-                    "instance=%s partition=%d: take-over postponed (%s)",
-                    self.settings.instance,
-                    tp.partition,
-                    error.str(),
-                )
-                owned = self.owned.pop(tp.partition, None)
-                if owned is not None:
-                    owned.store.close()
-                continue
-            del self._arriving[tp.partition]
-        self.metrics.owned_partitions.set(len(self.owned))
-        self.metrics.schedules_held.set(sum(o.store.count for o in self.owned.values()))
-
-    def _take_over_one(self, consumer: Consumer, tp: TopicPartition, waited_s: float) -> None:
-        """Restore a settled partition to its committed state and start consuming it."""
-        assert self._restorer is not None
-        previous = OwnershipInfo.decode(tp.metadata)
-        # Restore the store from the changelog up to where the last committed transaction's
-        # records end (the offset's metadata says where), however long an open one holds the
-        # last stable offset back.
-        path = self.settings.state_dir / self.schedules_topic / str(tp.partition)
-        owned = OwnedPartition(tp.partition, PartitionStore(path), self.codecs, self.clock())
-        # Held from the start, so a failure further on still closes its store (_disconnect).
-        self.owned[tp.partition] = owned
-        report = owned.restore(
-            self._restorer,
-            self.changelog_topic,
-            self.settings.restore_timeout_s,
-            must_reach=None if previous is None else previous.changelog_offset,
-            end_offset=self._changelog_end(tp.partition),
-        )
-        owned.changelog_end = owned.store.changelog_offset
-        self.metrics.restore_seconds.labels(report.mode).observe(report.seconds)
-        self.metrics.restored_records.labels(report.mode).inc(report.records)
-        start = self._start_offset(consumer, tp, owned)
-        # A valid offset for every owned partition, always: librdkafka sends no offset commit
-        # (and so no fencing) in a transaction whose offsets are all invalid.
-        owned.committed_offset = owned.next_offset = start
-        # The consumer starts from the committed offset too (its own fetch of it waits for the
-        # same settled transaction); records below `start` are skipped by `_take_change`.
-        consumer.resume([TopicPartition(self.schedules_topic, tp.partition)])
-        logger.info(
-            "handover event=assigned instance=%s partition=%d offset=%d settled_after=%.3f "
-            "restore=%s records=%d seconds=%.3f",
-            self.settings.instance,
-            tp.partition,
-            start,
-            waited_s,
-            report.mode,
-            report.records,
-            report.seconds,
-        )
-
-    def _start_offset(self, consumer: Consumer, tp: TopicPartition, owned: OwnedPartition) -> int:
-        """Where the partition's schedule changes resume: never below what the state applied.
-
-        The group's committed offset is the fence, not the only memory: under a new group id,
-        or after the group's offsets expired, the store's checkpoint (restored from the
-        changelog on a fresh host) keeps every change from being applied a second time.
-        """
-        applied = owned.store.schedules_offset
-        committed = tp.offset if tp.offset >= 0 else None
-        if applied is not None and (committed is None or applied > committed):
-            logger.warning(
-                "instance=%s partition=%d: the group's committed offset is %s but the state "
-                "already applied the schedules topic up to %d; resuming there",
-                self.settings.instance,
-                tp.partition,
-                "missing" if committed is None else committed,
-                applied,
-            )
-            return applied
-        if committed is not None:
-            return committed
-        low, _ = consumer.get_watermark_offsets(tp, timeout=30)
-        return int(low)
-
-    def _changelog_end(self, partition: int) -> int:
-        """The changelog partition's end, uncommitted records included."""
-        assert self._admin is not None
-        asked = TopicPartition(self.changelog_topic, partition)
-        futures = self._admin.list_offsets(
-            # confluent-kafka ships OffsetSpec's factories without annotations.
-            {asked: OffsetSpec.latest()},  # type: ignore[no-untyped-call]
-            isolation_level=IsolationLevel.READ_UNCOMMITTED,
-            request_timeout=30,
-        )
-        return int(futures[asked].result().offset)
+        assert self._partitions is not None
+        self._partitions.assign(consumer, partitions)
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         # Callbacks run between transactions, so nothing is in flight to commit here.
-        self._release(consumer, partitions, "revoked")
+        assert self._partitions is not None
+        self._partitions.release(consumer, partitions, "revoked")
 
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        self._release(consumer, partitions, "lost")
-
-    def _release(self, consumer: Consumer, partitions: list[TopicPartition], event: str) -> None:
-        try:
-            consumer.incremental_unassign(partitions)
-        finally:
-            for tp in partitions:
-                self._arriving.pop(tp.partition, None)
-                owned = self.owned.pop(tp.partition, None)
-                if owned is not None:
-                    # The store stays on disk: a later assignment restarts warm from it.
-                    owned.store.close()
-                    logger.info(
-                        "handover event=%s instance=%s partition=%d",
-                        event,
-                        self.settings.instance,
-                        tp.partition,
-                    )
-            self.metrics.owned_partitions.set(len(self.owned))
+        assert self._partitions is not None
+        self._partitions.release(consumer, partitions, "lost")
 
     # -- one turn ----------------------------------------------------------------------------
 
@@ -461,14 +237,19 @@ class Ticker:
         """Consume, decide, and commit one transaction (if there is anything to commit)."""
         consumer = self._consumer
         assert consumer is not None
-        if self._arriving:
-            self._take_over(consumer)
-        until_due_s = self._until_next_due_s()
+        partitions = self._partitions
+        assert partitions is not None
+        if partitions.arriving:
+            partitions.settle(consumer)
+        until_due_s = seconds_until_next_due(self.owned, self.clock())
         wait_s = min(self.settings.max_wait_s, until_due_s)
-        if wait_s > _PREPARE_MIN_IDLE_S:
+        if wait_s > PREPARE_MIN_IDLE_S:
             # Idle until the next fire: decode and encode ahead what upcoming fires need, so a
             # herd spends its time sending, not computing.
-            spent_s = self._prepare_upcoming(budget_s=wait_s * 0.8)
+            assert self._transactions is not None
+            spent_s = prepare_upcoming(
+                self.owned, self._transactions, self.clock, budget_s=wait_s * 0.8
+            )
             wait_s -= spent_s
             until_due_s -= spent_s
         # Every turn, idle or not: a steady load leaves no idle time, and without freezing the
@@ -485,44 +266,6 @@ class Ticker:
         self._decide_due(now, work)
         if not work.empty:
             self._commit(work)
-
-    def _prepare_upcoming(self, budget_s: float) -> float:
-        transactions = self._transactions
-        assert transactions is not None
-        started = time.monotonic()
-        now_ms = to_ms(self.clock())
-        horizon = now_ms + _PREPARE_AHEAD_MS
-        for owned in self.owned.values():
-            from_ms, position = owned.prepared_cursor
-            if from_ms < now_ms:
-                from_ms, position = now_ms, 0
-            for instant, schedule_ids in owned.store.due_instants(from_ms, horizon):
-                if instant > from_ms:
-                    position = 0
-                while position < len(schedule_ids):
-                    if time.monotonic() - started >= budget_s:
-                        owned.prepared_cursor = (instant, position)
-                        return time.monotonic() - started
-                    for schedule_id in schedule_ids[position : position + _PREPARE_SLICE]:
-                        state = owned.state(schedule_id)
-                        if state is not None and owned.decided_ahead(state) is None:
-                            ahead = transactions.prepare(state, owned.partition)
-                            if ahead is not None:
-                                owned.keep_ahead(ahead)
-                    position += _PREPARE_SLICE
-                owned.prepared_cursor = (instant, len(schedule_ids))
-        return time.monotonic() - started
-
-    def _until_next_due_s(self) -> float:
-        """Seconds until the earliest due fire of any owned partition (infinite: none)."""
-        nearest: int | None = None
-        for owned in self.owned.values():
-            due = owned.store.next_due_ms()
-            if due is not None and (nearest is None or due < nearest):
-                nearest = due
-        if nearest is None:
-            return float("inf")
-        return max(0.0, (nearest - to_ms(self.clock())) / 1000)
 
     def _take_change(self, message: Message, now: datetime, work: TransactionWork) -> None:
         error = message.error()
@@ -744,21 +487,6 @@ class Ticker:
             except KafkaException as abort_failure:
                 logger.warning("abort failed (%s)", abort_failure.args[0].str())
         raise _RebuildError(error.str()) from failure
-
-
-class _Backoff:
-    """Exponential backoff between attempts, from 0.2 s up to 5 s."""
-
-    def __init__(self) -> None:
-        self.delay_s = 0.2
-
-    def next(self) -> float:
-        delay = self.delay_s
-        self.delay_s = min(5.0, self.delay_s * 2)
-        return delay
-
-    def reset(self) -> None:
-        self.delay_s = 0.2
 
 
 class _RebuildError(Exception):

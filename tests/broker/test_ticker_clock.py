@@ -13,7 +13,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from kairos.core.schedule import Schedule
-from kairos.services.ticker.service import Ticker, TickerSettings
+from kairos.services.ticker.service import Ticker
+from kairos.services.ticker.settings import TickerSettings
 from kairos.streams.schedule_publisher import SchedulesClient
 from kairos.streams.settings import KafkaSettings
 from tests.broker.test_ticker_failover import committed_runs

@@ -13,7 +13,8 @@ from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, To
 from confluent_kafka.admin import AdminClient
 
 from kairos.core.run_id import parse_run_id
-from kairos.services.ticker.service import Ticker, TickerSettings
+from kairos.services.ticker.service import Ticker
+from kairos.services.ticker.settings import TickerSettings
 from kairos.streams.codec import make_codecs
 from kairos.streams.ownership import OwnershipInfo
 from kairos.streams.partitioner import partition_for

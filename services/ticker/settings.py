@@ -1,0 +1,25 @@
+"""A ticker's settings: one frozen model, filled at the CLI edge."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from kairos.core.clock import DEFAULT_MAX_CLOCK_AHEAD_MS
+
+
+class TickerSettings(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    instance: str = Field(min_length=1, pattern=r"^[A-Za-z0-9._-]+$")
+    state_dir: Path
+    group_id: str = "kairos-tickers"
+    session_timeout_ms: int = Field(default=10_000, ge=500)
+    transaction_timeout_ms: int = Field(default=10_000, ge=1_000)
+    max_decisions_per_transaction: int = Field(default=50_000, ge=1)
+    catchup_per_transaction: int = Field(default=2_000, ge=1)
+    max_wait_s: float = Field(default=0.1, gt=0)
+    restore_timeout_s: float = Field(default=300, gt=0)
+    max_clock_ahead_ms: int = Field(default=DEFAULT_MAX_CLOCK_AHEAD_MS, ge=0)
+    metrics_port: int | None = None

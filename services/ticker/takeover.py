@@ -1,0 +1,249 @@
+"""Taking over schedules partitions: wait for the previous owner's offsets, restore, resume.
+
+A partition is assigned paused and taken over by `settle`, called every turn, once its committed
+offset answers: with read_committed the offset fetch waits while a transaction of the previous
+owner is pending (KIP-447 require_stable), and waiting inside the rebalance callback would hold
+up every owned partition's fires. The restore then brings the store to the committed state
+(`OwnedPartition.restore`), and schedule changes resume where that state left off.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from datetime import datetime
+
+from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
+
+from kairos.services.ticker.metrics import TickerMetrics
+from kairos.services.ticker.partition import OwnedPartition
+from kairos.services.ticker.settings import TickerSettings
+from kairos.streams.codec import Codecs
+from kairos.streams.ownership import OwnershipInfo
+from kairos.streams.settings import KafkaSettings
+from kairos.streams.state_store import PartitionStore
+
+logger = logging.getLogger(__name__)
+
+_SETTLE_WAIT_S = (0.02, 0.25)
+"""How long a turn waits for an arriving partition's committed offset before it fires: the first
+wait, doubled after each turn that settled none (a broker far away may need more) up to the last."""
+_NOT_SETTLED = (KafkaError._TIMED_OUT, KafkaError.UNSTABLE_OFFSET_COMMIT)
+_NOT_LED_YET = (
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+)
+"""Errors of a partition without a leader for a moment (just created, or moving)."""
+
+
+class PartitionTopics:
+    """The two topics a take-over reads: schedule changes and the changelog of their state."""
+
+    def __init__(self, schedules: str, changelog: str) -> None:
+        self.schedules = schedules
+        self.changelog = changelog
+
+
+class TakeOver:
+    """The partitions of one group session: those arriving and those owned.
+
+    Owns the restore consumer and the admin client it uses; `close` releases them.
+    """
+
+    def __init__(
+        self,
+        kafka: KafkaSettings,
+        settings: TickerSettings,
+        topics: PartitionTopics,
+        *,
+        codecs: Codecs,
+        metrics: TickerMetrics,
+        clock: Callable[[], datetime],
+    ) -> None:
+        self._settings = settings
+        self._topics = topics
+        self._codecs = codecs
+        self._metrics = metrics
+        self._clock = clock
+        self.owned: dict[int, OwnedPartition] = {}
+        self.arriving: dict[int, float] = {}
+        """Partitions assigned, paused and not taken over yet: `time.monotonic()` at assignment."""
+        self._settle_wait_s = _SETTLE_WAIT_S[0]
+        self._admin = AdminClient(kafka.client_config())
+        self._restorer = Consumer(
+            kafka.consumer_config(
+                **{
+                    "group.id": f"kairos-restore-{settings.instance}",
+                    "enable.auto.commit": False,
+                    "isolation.level": "read_committed",
+                    "enable.partition.eof": True,
+                    # The end of a partition is only noticed when an empty fetch returns: do not
+                    # let the broker hold it for the default half second.
+                    "fetch.wait.max.ms": 10,
+                }
+            )
+        )
+
+    def assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """Take `partitions` paused, and take over at once those whose offsets are settled."""
+        consumer.incremental_assign(partitions)
+        consumer.pause(partitions)
+        assigned_at = time.monotonic()
+        for tp in partitions:
+            self.arriving[tp.partition] = assigned_at
+        self.settle(consumer)
+
+    def close(self) -> None:
+        """Close every owned store and the session's clients."""
+        for owned in self.owned.values():
+            owned.store.close()
+        self.owned.clear()
+        self.arriving.clear()
+        self._restorer.close()
+
+    def settle(self, consumer: Consumer) -> None:
+        """Restore and start consuming the arriving partitions whose offsets are settled.
+
+        With read_committed, the committed-offset fetch does not answer while a transaction of
+        the previous owner is pending (KIP-447 require_stable); a SIGKILLed owner's lasts until
+        the broker aborts it, seconds later. Each turn asks for the partitions one by one, the
+        one that last went unanswered last, and stops at the first that does not answer within
+        the wait: the partitions already owned keep firing meanwhile.
+        """
+        settled: list[TopicPartition] = []
+        for partition in list(self.arriving):
+            asked = TopicPartition(self._topics.schedules, partition)
+            try:
+                (answer,) = consumer.committed([asked], timeout=self._settle_wait_s)
+            except KafkaException as failure:
+                if failure.args[0].code() not in _NOT_SETTLED:
+                    raise
+                answer = None
+            if answer is None or answer.error is not None:
+                # Still pending: asked last next turn, and this turn has spent its wait.
+                self.arriving[partition] = self.arriving.pop(partition)
+                break
+            settled.append(answer)
+        if not settled:
+            self._settle_wait_s = min(2 * self._settle_wait_s, _SETTLE_WAIT_S[1])
+            return
+        self._settle_wait_s = _SETTLE_WAIT_S[0]
+        for tp in settled:
+            try:
+                self._take_over(consumer, tp, time.monotonic() - self.arriving[tp.partition])
+            except KafkaException as failure:
+                error: KafkaError = failure.args[0]
+                if not (error.retriable() or error.code() in _NOT_LED_YET):
+                    raise
+                # A just-created or moving partition may have no leader for a moment: try this
+                # partition again next turn instead of rebuilding the whole ticker.
+                logger.warning(
+                    "instance=%s partition=%d: take-over postponed (%s)",
+                    self._settings.instance,
+                    tp.partition,
+                    error.str(),
+                )
+                owned = self.owned.pop(tp.partition, None)
+                if owned is not None:
+                    owned.store.close()
+                continue
+            del self.arriving[tp.partition]
+        self._metrics.owned_partitions.set(len(self.owned))
+        self._metrics.schedules_held.set(sum(o.store.count for o in self.owned.values()))
+
+    def _take_over(self, consumer: Consumer, tp: TopicPartition, waited_s: float) -> None:
+        """Restore a settled partition to its committed state and start consuming it."""
+        previous = OwnershipInfo.decode(tp.metadata)
+        # Restore the store from the changelog up to where the last committed transaction's
+        # records end (the offset's metadata says where), however long an open one holds the
+        # last stable offset back.
+        path = self._settings.state_dir / self._topics.schedules / str(tp.partition)
+        owned = OwnedPartition(tp.partition, PartitionStore(path), self._codecs, self._clock())
+        # Held from the start, so a failure further on still closes its store (_disconnect).
+        self.owned[tp.partition] = owned
+        report = owned.restore(
+            self._restorer,
+            self._topics.changelog,
+            self._settings.restore_timeout_s,
+            must_reach=None if previous is None else previous.changelog_offset,
+            end_offset=self._changelog_end(tp.partition),
+        )
+        owned.changelog_end = owned.store.changelog_offset
+        self._metrics.restore_seconds.labels(report.mode).observe(report.seconds)
+        self._metrics.restored_records.labels(report.mode).inc(report.records)
+        start = self._start_offset(consumer, tp, owned)
+        # A valid offset for every owned partition, always: librdkafka sends no offset commit
+        # (and so no fencing) in a transaction whose offsets are all invalid.
+        owned.committed_offset = owned.next_offset = start
+        # The consumer starts from the committed offset too (its own fetch of it waits for the
+        # same settled transaction); records below `start` are skipped by `_take_change`.
+        consumer.resume([TopicPartition(self._topics.schedules, tp.partition)])
+        logger.info(
+            "handover event=assigned instance=%s partition=%d offset=%d settled_after=%.3f "
+            "restore=%s records=%d seconds=%.3f",
+            self._settings.instance,
+            tp.partition,
+            start,
+            waited_s,
+            report.mode,
+            report.records,
+            report.seconds,
+        )
+
+    def _start_offset(self, consumer: Consumer, tp: TopicPartition, owned: OwnedPartition) -> int:
+        """Where the partition's schedule changes resume: never below what the state applied.
+
+        The group's committed offset is the fence, not the only memory: under a new group id,
+        or after the group's offsets expired, the store's checkpoint (restored from the
+        changelog on a fresh host) keeps every change from being applied a second time.
+        """
+        applied = owned.store.schedules_offset
+        committed = tp.offset if tp.offset >= 0 else None
+        if applied is not None and (committed is None or applied > committed):
+            logger.warning(
+                "instance=%s partition=%d: the group's committed offset is %s but the state "
+                "already applied the schedules topic up to %d; resuming there",
+                self._settings.instance,
+                tp.partition,
+                "missing" if committed is None else committed,
+                applied,
+            )
+            return applied
+        if committed is not None:
+            return committed
+        low, _ = consumer.get_watermark_offsets(tp, timeout=30)
+        return int(low)
+
+    def _changelog_end(self, partition: int) -> int:
+        """The changelog partition's end, uncommitted records included."""
+        assert self._admin is not None
+        asked = TopicPartition(self._topics.changelog, partition)
+        futures = self._admin.list_offsets(
+            # confluent-kafka ships OffsetSpec's factories without annotations.
+            {asked: OffsetSpec.latest()},  # type: ignore[no-untyped-call]
+            isolation_level=IsolationLevel.READ_UNCOMMITTED,
+            request_timeout=30,
+        )
+        return int(futures[asked].result().offset)
+
+    def release(self, consumer: Consumer, partitions: list[TopicPartition], event: str) -> None:
+        """Stop owning `partitions` (revoked or lost); their stores stay on disk for later."""
+        try:
+            consumer.incremental_unassign(partitions)
+        finally:
+            for tp in partitions:
+                self.arriving.pop(tp.partition, None)
+                owned = self.owned.pop(tp.partition, None)
+                if owned is not None:
+                    # The store stays on disk: a later assignment restarts warm from it.
+                    owned.store.close()
+                    logger.info(
+                        "handover event=%s instance=%s partition=%d",
+                        event,
+                        self._settings.instance,
+                        tp.partition,
+                    )
+            self._metrics.owned_partitions.set(len(self.owned))
