@@ -36,6 +36,8 @@ from kairos.streams.topics import CHANGELOG_DELETE_RETENTION_MS
 logger = logging.getLogger(__name__)
 
 _RESTORE_BATCH = 5_000
+_HELD_BACK_WAIT_S = 0.5
+"""How long a restore waits at a held-back end before it gives the turn back (and retries)."""
 _CACHE_LIMIT = 2_000_000
 """Decoded states kept in memory per partition; past it the cache starts over (bounded RSS)."""
 PROGRESS_SUFFIX = "#progress"
@@ -52,6 +54,21 @@ class RestoreError(KairosError):
         super().__init__(f"restoring partition {partition} from the changelog failed: {reason}")
         self.partition = partition
         self.reason = reason
+
+
+class RestoreHeldBackError(RestoreError):
+    """The changelog's last stable offset is below the committed point: an open transaction
+    (a dead or paused owner's, or anybody else's) holds it back. What was restored is kept."""
+
+    def __init__(self, partition: int, position: int, target: int) -> None:
+        super().__init__(
+            partition,
+            f"the changelog's last stable offset {position} is below the committed point "
+            f"{target}: an open transaction holds it back (kairos audit verify names it); the "
+            "take-over waits for it to commit, abort or time out rather than restore short",
+        )
+        self.position = position
+        self.target = target
 
 
 @dataclass(frozen=True)
@@ -306,23 +323,21 @@ class OwnedPartition:
                     if position > (self.store.changelog_offset or 0):
                         self.store.apply([], changelog_offset=position)
                     return applied
-                if reached_end and held_back_since is None:
-                    held_back_since = time.monotonic()
-                    logger.warning(
-                        "partition %d: the changelog's last stable offset %d is below the "
-                        "committed point %d (an open transaction holds it back); waiting for "
-                        "it to end rather than restoring short",
-                        self.partition,
-                        position,
-                        target,
-                    )
+                if reached_end:
+                    held_back_since = held_back_since or time.monotonic()
+                elif messages:
+                    held_back_since = None
+                if (
+                    held_back_since is not None
+                    and time.monotonic() - held_back_since > _HELD_BACK_WAIT_S
+                ):
+                    raise RestoreHeldBackError(self.partition, position, target)
                 if time.monotonic() > deadline:
                     raise RestoreError(
                         self.partition,
-                        f"read to offset {position} of the changelog, short of the committed "
-                        f"point {target}, for {timeout_s}s: an open transaction holds the last "
-                        "stable offset back (kairos audit verify names it); it ends when its "
-                        "producer commits, aborts or times out",
+                        f"read only to offset {position} of the changelog in {timeout_s}s, "
+                        f"short of the committed point {target}: the broker answers too slowly; "
+                        "the take-over is tried again",
                     )
         finally:
             consumer.unassign()

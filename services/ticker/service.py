@@ -126,7 +126,9 @@ class Ticker:
         producer = Producer(
             self.kafka.client_config(
                 **{
-                    "transactional.id": f"kairos-ticker-{s.instance}",
+                    # Namespaced by the deployment: two deployments sharing a cluster must not fence
+                    # each other's tickers of the same name.
+                    "transactional.id": f"{self.kafka.topic_prefix}ticker-{s.instance}",
                     "transaction.timeout.ms": s.transaction_timeout_ms,
                     "linger.ms": 5,
                     "queue.buffering.max.messages": 2_000_000,

@@ -18,7 +18,7 @@ from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from kairos.services.ticker.metrics import TickerMetrics
-from kairos.services.ticker.partition import OwnedPartition
+from kairos.services.ticker.partition import OwnedPartition, RestoreError, RestoreHeldBackError
 from kairos.services.ticker.settings import TickerSettings
 from kairos.streams.codec import Codecs
 from kairos.streams.ownership import OwnershipInfo
@@ -37,6 +37,10 @@ _NOT_LED_YET = (
     KafkaError.UNKNOWN_TOPIC_OR_PART,
 )
 """Errors of a partition without a leader for a moment (just created, or moving)."""
+_RETRY_S = 0.5
+"""How soon a take-over held up by a passing obstacle is tried again."""
+_RETRY_AFTER_FAILURE_S = 5.0
+"""How soon a take-over whose restore failed is tried again."""
 
 
 class PartitionTopics:
@@ -72,11 +76,17 @@ class TakeOver:
         self.arriving: dict[int, float] = {}
         """Partitions assigned, paused and not taken over yet: `time.monotonic()` at assignment."""
         self._settle_wait_s = _SETTLE_WAIT_S[0]
+        self._postponed_until: dict[int, float] = {}
+        """Arriving partitions not asked for again before this `time.monotonic()`."""
+        self._held_back: set[int] = set()
+        """Arriving partitions whose restore an open changelog transaction holds back."""
+        self._restoring: dict[int, OwnedPartition] = {}
+        """Held-back partitions' stores, kept open between attempts (opening loads the index)."""
         self._admin = AdminClient(kafka.client_config())
         self._restorer = Consumer(
             kafka.consumer_config(
                 **{
-                    "group.id": f"kairos-restore-{settings.instance}",
+                    "group.id": f"{kafka.topic_prefix}restore-{settings.instance}",
                     "enable.auto.commit": False,
                     "isolation.level": "read_committed",
                     "enable.partition.eof": True,
@@ -98,10 +108,13 @@ class TakeOver:
 
     def close(self) -> None:
         """Close every owned store and the session's clients."""
-        for owned in self.owned.values():
+        for owned in [*self.owned.values(), *self._restoring.values()]:
             owned.store.close()
         self.owned.clear()
+        self._restoring.clear()
         self.arriving.clear()
+        self._postponed_until.clear()
+        self._held_back.clear()
         self._restorer.close()
 
     def settle(self, consumer: Consumer) -> None:
@@ -113,8 +126,24 @@ class TakeOver:
         one that last went unanswered last, and stops at the first that does not answer within
         the wait: the partitions already owned keep firing meanwhile.
         """
+        settled = self._settled_offsets(consumer)
+        if not settled:
+            self._settle_wait_s = min(2 * self._settle_wait_s, _SETTLE_WAIT_S[1])
+            return
+        self._settle_wait_s = _SETTLE_WAIT_S[0]
+        for tp in settled:
+            if self._take_over_or_postpone(consumer, tp):
+                del self.arriving[tp.partition]
+                self._postponed_until.pop(tp.partition, None)
+        self._metrics.owned_partitions.set(len(self.owned))
+        self._metrics.schedules_held.set(sum(o.store.count for o in self.owned.values()))
+
+    def _settled_offsets(self, consumer: Consumer) -> list[TopicPartition]:
         settled: list[TopicPartition] = []
+        now = time.monotonic()
         for partition in list(self.arriving):
+            if self._postponed_until.get(partition, 0.0) > now:
+                continue
             asked = TopicPartition(self._topics.schedules, partition)
             try:
                 (answer,) = consumer.committed([asked], timeout=self._settle_wait_s)
@@ -127,32 +156,59 @@ class TakeOver:
                 self.arriving[partition] = self.arriving.pop(partition)
                 break
             settled.append(answer)
-        if not settled:
-            self._settle_wait_s = min(2 * self._settle_wait_s, _SETTLE_WAIT_S[1])
-            return
-        self._settle_wait_s = _SETTLE_WAIT_S[0]
-        for tp in settled:
-            try:
-                self._take_over(consumer, tp, time.monotonic() - self.arriving[tp.partition])
-            except KafkaException as failure:
-                error: KafkaError = failure.args[0]
-                if not (error.retriable() or error.code() in _NOT_LED_YET):
-                    raise
-                # A just-created or moving partition may have no leader for a moment: try this
-                # partition again next turn instead of rebuilding the whole ticker.
-                logger.warning(
-                    "instance=%s partition=%d: take-over postponed (%s)",
-                    self._settings.instance,
-                    tp.partition,
-                    error.str(),
-                )
-                owned = self.owned.pop(tp.partition, None)
-                if owned is not None:
-                    owned.store.close()
-                continue
-            del self.arriving[tp.partition]
-        self._metrics.owned_partitions.set(len(self.owned))
-        self._metrics.schedules_held.set(sum(o.store.count for o in self.owned.values()))
+        return settled
+
+    def _take_over_or_postpone(self, consumer: Consumer, tp: TopicPartition) -> bool:
+        """Take `tp` over; on a passing obstacle postpone it (True: taken over).
+
+        A partition without a leader for a moment, or whose changelog an open transaction holds
+        back, is tried again in a later turn; the other partitions keep firing meanwhile.
+        """
+        partition = tp.partition
+        try:
+            self._take_over(consumer, tp, time.monotonic() - self.arriving[partition])
+        except KafkaException as failure:
+            error: KafkaError = failure.args[0]
+            if not (error.retriable() or error.code() in _NOT_LED_YET):
+                raise
+            self._postpone(partition, _RETRY_S, error.str())
+            return False
+        except RestoreHeldBackError as held:
+            # The store keeps what it restored so far, open: the next attempt resumes there.
+            self._postpone(
+                partition, _RETRY_S, str(held), quiet=partition in self._held_back, keep=True
+            )
+            self._held_back.add(partition)
+            return False
+        except RestoreError as failure:
+            self._postpone(partition, _RETRY_AFTER_FAILURE_S, str(failure))
+            return False
+        self._held_back.discard(partition)
+        return True
+
+    def _postpone(
+        self,
+        partition: int,
+        delay_s: float,
+        reason: str,
+        *,
+        quiet: bool = False,
+        keep: bool = False,
+    ) -> None:
+        log = logger.debug if quiet else logger.warning
+        log(
+            "instance=%s partition=%d: take-over postponed %.1fs (%s)",
+            self._settings.instance,
+            partition,
+            delay_s,
+            reason,
+        )
+        owned = self.owned.pop(partition, None)
+        if owned is not None and keep:
+            self._restoring[partition] = owned
+        elif owned is not None:
+            owned.store.close()
+        self._postponed_until[partition] = time.monotonic() + delay_s
 
     def _take_over(self, consumer: Consumer, tp: TopicPartition, waited_s: float) -> None:
         """Restore a settled partition to its committed state and start consuming it."""
@@ -160,8 +216,10 @@ class TakeOver:
         # Restore the store from the changelog up to where the last committed transaction's
         # records end (the offset's metadata says where), however long an open one holds the
         # last stable offset back.
-        path = self._settings.state_dir / self._topics.schedules / str(tp.partition)
-        owned = OwnedPartition(tp.partition, PartitionStore(path), self._codecs, self._clock())
+        owned = self._restoring.pop(tp.partition, None)
+        if owned is None:
+            path = self._settings.state_dir / self._topics.schedules / str(tp.partition)
+            owned = OwnedPartition(tp.partition, PartitionStore(path), self._codecs, self._clock())
         # Held from the start, so a failure further on still closes its store (_disconnect).
         self.owned[tp.partition] = owned
         report = owned.restore(
@@ -236,6 +294,11 @@ class TakeOver:
         finally:
             for tp in partitions:
                 self.arriving.pop(tp.partition, None)
+                self._postponed_until.pop(tp.partition, None)
+                self._held_back.discard(tp.partition)
+                restoring = self._restoring.pop(tp.partition, None)
+                if restoring is not None:
+                    restoring.store.close()
                 owned = self.owned.pop(tp.partition, None)
                 if owned is not None:
                     # The store stays on disk: a later assignment restarts warm from it.
