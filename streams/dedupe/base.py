@@ -25,6 +25,10 @@ implementation keeps these rules (tests/local/test_dedupe_contract.py checks the
    the publisher returned. Events are published at least once and never before their change
    committed.
 7. **Time is an argument.** Methods take `now`; a store never reads the clock.
+8. **One identity.** `store_id` is made at random when the store's tables are created and kept
+   in them: every executor on one database (or one SQLite file) reads the same id, and a
+   different database has a different one. Executors compare it to refuse a consumer group
+   whose members keep their claims in different stores.
 
 Methods raise `DedupeStoreError` when the database fails; the caller retries later.
 """
@@ -260,6 +264,11 @@ class DedupeStore(Protocol):
     @property
     def name(self) -> str:
         """The store for messages and logs: a path or a URL without password."""
+        ...
+
+    @property
+    def store_id(self) -> str:
+        """The store's identity (rule 8): the same for every connection to this database."""
         ...
 
     def admit(

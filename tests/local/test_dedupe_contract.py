@@ -421,3 +421,16 @@ def test_pruning_forgets_only_finished_runs(store: DedupeStore) -> None:
     assert store.prune_finished(T0 + timedelta(days=1), limit=10) == 1
     assert store.get(done.run_id) is None
     assert store.get(pending.run_id) is not None
+
+
+def test_every_executor_on_one_database_reads_one_store_id(
+    store_url: str, store: DedupeStore, tmp_path: Path
+) -> None:
+    again = open_dedupe_store(store_url)
+    elsewhere = open_dedupe_store(sqlite_url(tmp_path / "elsewhere" / "dedupe.sqlite3"))
+    try:
+        assert store.store_id and again.store_id == store.store_id
+        assert elsewhere.store_id != store.store_id
+    finally:
+        again.close()
+        elsewhere.close()
