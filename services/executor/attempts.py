@@ -59,9 +59,11 @@ _REASON_EXTRA = 512
 class InFlight:
     """One attempt this executor runs, and whether it was asked to stop."""
 
-    def __init__(self, lease: Lease) -> None:
+    def __init__(self, lease: Lease, held_until: float) -> None:
         self.lease = lease
-        self.held_until = lease.expires_at
+        self.held_until = held_until
+        """`time.monotonic()` value before which the lease cannot have expired: taken before the
+        database set the expiry, so it errs early, and no clock step can move it."""
         self.stop = threading.Event()
         self.stop_reason: str | None = None
         self._ended = False
@@ -97,8 +99,8 @@ class InFlightAttempts:
         self._attempts: dict[str, InFlight] = {}
         self._lock = threading.Lock()
 
-    def add(self, lease: Lease) -> InFlight:
-        attempt = InFlight(lease)
+    def add(self, lease: Lease, held_until: float) -> InFlight:
+        attempt = InFlight(lease, held_until)
         with self._lock:
             self._attempts[lease.run_id] = attempt
         return attempt
@@ -141,22 +143,22 @@ class LeaseKeeper(threading.Thread):
         attempts = self._attempts.snapshot()
         if not attempts:
             return
-        now = self._clock()
+        asked = time.monotonic()
         try:
-            statuses = self._store.renew([a.lease for a in attempts], now, self._lease)
+            statuses = self._store.renew([a.lease for a in attempts], self._clock(), self._lease)
         except DedupeStoreError as error:
             logger.warning("lease renewal failed: %s", error)
             statuses = {}
         for attempt in attempts:
             status = statuses.get(attempt.lease.run_id)
             if status is LeaseStatus.HELD:
-                attempt.held_until = now + self._lease
+                attempt.held_until = asked + self._lease.total_seconds()
             elif status is LeaseStatus.STOP_REQUESTED:
-                attempt.held_until = now + self._lease
+                attempt.held_until = asked + self._lease.total_seconds()
                 attempt.request_stop("replaced by a newer run of the schedule (overlap replace)")
             elif status is LeaseStatus.LOST:
                 attempt.request_stop("the lease was lost: another executor took the run over")
-            elif self._clock() >= attempt.held_until:
+            elif time.monotonic() >= attempt.held_until:
                 # Unrenewed, the lease may be reaped any moment: stop before a retry starts.
                 attempt.request_stop("the lease could not be renewed before it expired")
 

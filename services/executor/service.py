@@ -376,10 +376,11 @@ class Executor:
 
     def _dispatch(self, now: datetime) -> None:
         free = self.settings.concurrency - len(self.attempts)
+        held_until = time.monotonic() + self.settings.lease.total_seconds()
         for lease in self.store.acquire(
             self.settings.instance, self.served.runners, now, self.settings.lease, free
         ):
-            attempt = self.attempts.add(lease)
+            attempt = self.attempts.add(lease, held_until)
             logger.info("run=%s attempt=%d started", lease.run_id, lease.attempt)
             self.pool.submit(self.runner.run, attempt)
         self.metrics.in_flight.set(len(self.attempts))
