@@ -30,7 +30,12 @@ import time
 from datetime import timedelta
 
 from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+from confluent_kafka.admin import (
+    AdminClient,
+    ConfigResource,
+    ConsumerGroupDescription,
+    ResourceType,
+)
 
 from kairos.core.durations import format_duration
 from kairos.core.errors import KairosError
@@ -41,6 +46,7 @@ logger = logging.getLogger(__name__)
 _STORE_TAG = "@dedupe-store-"
 _RECHECK_S = 0.5
 _ADMIN_TIMEOUT_S = 10.0
+_ADMIN_RETRY_S = 30.0
 _SHARED_STORE_FIX = (
     "give every executor of the group one shared store: "
     "--dedupe-url postgresql://user@host:5432/db (executors on several hosts) or "
@@ -154,19 +160,29 @@ class StoreGuard:
     def _error(self, member: str) -> SeparateStoresError:
         return SeparateStoresError(self._group_id, self._store.name, self._store.store_id, member)
 
+    def _describe(self) -> ConsumerGroupDescription:
+        """The group as the broker has it; retries what a starting broker or group answers."""
+        deadline = time.monotonic() + _ADMIN_RETRY_S
+        while True:
+            future = self._admin.describe_consumer_groups(
+                [self._group_id], request_timeout=_ADMIN_TIMEOUT_S
+            )[self._group_id]
+            try:
+                described: ConsumerGroupDescription = future.result(timeout=_ADMIN_TIMEOUT_S)
+                return described
+            except KafkaException as failure:
+                error: KafkaError = failure.args[0]
+                problem, transient = f"{error.name()} {error.str()}", error.retriable()
+            except TimeoutError:
+                problem, transient = "no answer", True
+            if not transient or time.monotonic() >= deadline:
+                raise FleetCheckError(f"consumer group {self._group_id}", problem)
+            logger.info("executor group %s not described yet: %s", self._group_id, problem)
+            time.sleep(_RECHECK_S)
+
     def _other_store_member(self) -> str | None:
         """The client id of a member that advertises another store, if there is one."""
-        future = self._admin.describe_consumer_groups(
-            [self._group_id], request_timeout=_ADMIN_TIMEOUT_S
-        )[self._group_id]
-        try:
-            described = future.result(timeout=_ADMIN_TIMEOUT_S)
-        except KafkaException as failure:
-            error: KafkaError = failure.args[0]
-            raise FleetCheckError(f"consumer group {self._group_id}", error.str()) from None
-        except TimeoutError:
-            raise FleetCheckError(f"consumer group {self._group_id}", "no answer") from None
-        for member in described.members:
+        for member in self._describe().members:
             store_id = advertised_store(member.client_id)
             if store_id is None:
                 logger.warning(

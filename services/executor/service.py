@@ -38,7 +38,13 @@ from kairos.services.executor.admission import (
     ServedJobs,
     read_request,
 )
-from kairos.services.executor.attempts import AttemptRunner, Clock, InFlightAttempts, LeaseKeeper
+from kairos.services.executor.attempts import (
+    AttemptRunner,
+    Clock,
+    InFlightAttempts,
+    LeaseKeeper,
+    ShellJobGuard,
+)
 from kairos.services.executor.events import EventPublisher, PublishError, dead_letter_record
 from kairos.services.executor.fleet import (
     FleetCheckError,
@@ -50,6 +56,7 @@ from kairos.services.executor.fleet import (
 from kairos.services.executor.handlers import Handlers
 from kairos.services.executor.metrics import ExecutorMetrics
 from kairos.services.executor.settings import ExecutorSettings
+from kairos.services.executor.watchdog import JobWatchdog
 from kairos.streams.codec import Codecs, SchemaRegistryUnavailableError, make_codecs
 from kairos.streams.dedupe import open_dedupe_store
 from kairos.streams.dedupe.base import (
@@ -133,7 +140,9 @@ class Executor:
             self.store.close()
             raise
         self.publisher = EventPublisher(self.kafka, self.codecs, s.instance, _FLUSH_TIMEOUT_S)
-        self.keeper = LeaseKeeper(self.store, self.attempts, s.lease, self.clock)
+        self.watchdog = JobWatchdog()
+        shell_jobs = ShellJobGuard(self.watchdog, s.lease)
+        self.keeper = LeaseKeeper(self.store, self.attempts, s.lease, self.clock, shell_jobs)
         self.runner = AttemptRunner(
             store=self.store,
             settings=s,
@@ -143,6 +152,7 @@ class Executor:
             attempts=self.attempts,
             job_producer=self._kafka_jobs,
             clock=self.clock,
+            shell_jobs=shell_jobs,
         )
         self.pool = ThreadPoolExecutor(s.concurrency, thread_name_prefix="attempt")
         # read_committed: runs of an aborted ticker transaction were never fired.
@@ -204,6 +214,7 @@ class Executor:
             time.sleep(0.05)
         self.pool.shutdown(wait=False, cancel_futures=True)
         self.keeper.close()
+        self.watchdog.close()
         # 4. Publish the events of the last outcomes, then close.
         self._publish_events()
         self.publisher.close()
