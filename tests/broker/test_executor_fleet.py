@@ -3,10 +3,16 @@ store that forgets runs before the runs topic drops them. Real processes, the re
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import pytest
+from confluent_kafka import Consumer
+from confluent_kafka.admin import AdminClient
+
+from kairos.services.executor.fleet import SeparateStoresError, StoreGuard, advertised_client_id
+from kairos.streams.dedupe import open_dedupe_store, sqlite_url
 from tests.helpers import eventually
 from tests.processes import ServiceProcess
 
@@ -100,3 +106,61 @@ def test_a_store_that_forgets_runs_before_the_runs_topic_drops_them_is_refused(
     remembering = launch_executor("e2", dedupe_retention="91d")
     remembering.wait_for_log("partitions assigned")
     assert remembering.stop() == 0, remembering.log()[-3000:]
+
+
+def test_executors_on_two_stores_starting_together_never_both_execute(
+    runs_topic: RunsTopic, launch_executor: Launcher, tmp_path: Path
+) -> None:
+    ledger = tmp_path / "ledger"
+    ledger.touch()
+    # Started side by side, both may pass the check before joining; each then sees the other
+    # at its assignment, and one that never ran alone on its store stops before it admits.
+    pair = [launch_executor(name) for name in ("e1", "e2")]
+    job = {"kind": "shell", "command": f"echo $KAIROS_RUN_ID >> {ledger}"}
+    batch = [runs_topic.request(f"race-{n:02d}", NOMINAL, job) for n in range(12)]
+    runs_topic.publish(*batch)
+    refused = eventually(
+        lambda: [p for p in pair if p.process.poll() is not None],
+        timeout_s=60,
+        message="neither executor refused the other's store",
+    )
+    for process in refused:
+        assert process.process.returncode != 0
+        assert "whose dedupe store is not this executor's" in process.log(), process.log()[-3000:]
+    running = [p for p in pair if p not in refused]
+    assert len(running) <= 1
+    for process in running:
+        eventually(
+            lambda: len(ledger.read_text().split()) == len(batch),
+            timeout_s=60,
+            interval_s=0.5,
+            message="the executor left running did not run the batch",
+        )
+        assert process.stop() == 0, process.log()[-3000:]
+    lines = ledger.read_text().split()
+    assert len(lines) == len(set(lines)), "a run executed twice"
+
+
+def test_at_an_assignment_only_an_executor_that_never_ran_alone_on_its_store_stops(
+    runs_topic: RunsTopic, tmp_path: Path
+) -> None:
+    settings = runs_topic.settings
+    group = f"{settings.topic_prefix}executors"
+    store = open_dedupe_store(sqlite_url(tmp_path / "dedupe.sqlite3"))
+    admin = AdminClient(settings.consumer_config())
+    newcomer = StoreGuard(admin, group, store, lingering=timedelta(0))
+    established = StoreGuard(admin, group, store, lingering=timedelta(0))
+    established.check_assignment()  # the group is empty: it runs alone on its store
+    other = Consumer(
+        settings.group_member_config(group, advertised_client_id("elsewhere", "0" * 32), 3000)
+    )
+    try:
+        other.subscribe([runs_topic.runs])
+        eventually(lambda: other.poll(0.2) is None and other.assignment(), timeout_s=60)
+        with pytest.raises(SeparateStoresError) as refused:
+            newcomer.check_assignment()
+        assert refused.value.member == advertised_client_id("elsewhere", "0" * 32)
+        established.check_assignment()  # logged, not raised: the newcomer is the one to stop
+    finally:
+        other.close()
+        store.close()
