@@ -40,6 +40,9 @@ _REFUSALS = frozenset(
 )
 """Delivery errors about the record itself: producing it again fails the same way."""
 _REMEMBERED_REFUSALS = 1024
+_SMALLER_KEY = 256
+_SMALLER_REASON = 1024
+"""Bytes of the key and characters of the reason in the smaller copy of a refused dead letter."""
 
 Shrink = Callable[[dict[str, Any], str], dict[str, Any]]
 """A smaller copy of a refused record, given the broker's error."""
@@ -88,9 +91,9 @@ def _without_copy(record: dict[str, Any], refusal: str) -> dict[str, Any]:
     note = f"[copied value of {size} bytes dropped: {refusal}]"
     return {
         **record,
-        "key": _prefix(record["key"], 256),
+        "key": _prefix(record["key"], _SMALLER_KEY),
         "value": None,
-        "reason": bounded(f"{note} {record['reason']}", 1024),
+        "reason": bounded(f"{note} {record['reason']}", _SMALLER_REASON),
     }
 
 
