@@ -62,6 +62,14 @@ def executor(
             "sqlite:////path (shared on one host).",
         ),
     ] = None,
+    dedupe_retention: Annotated[
+        str,
+        typer.Option(
+            envvar="KAIROS_DEDUPE_RETENTION",
+            help="How long finished runs are remembered as duplicates; at least the runs "
+            "topic's retention.ms (checked at start).",
+        ),
+    ] = "90d",
     bootstrap_servers: BootstrapOption = DEFAULT_BOOTSTRAP,
     topic_prefix: TopicPrefixOption = "kairos.",
     group_id: Annotated[
@@ -116,6 +124,7 @@ def executor(
             instance=instance,
             state_dir=state_dir,
             dedupe_url=dedupe_url,
+            retention=parse_duration(dedupe_retention),
             group_id=group_id,
             kinds=served,
             concurrency=concurrency,
@@ -147,6 +156,7 @@ def executor_arguments(
     *,
     group_id: str | None = None,
     dedupe_url: str | None = None,
+    dedupe_retention: str | None = None,
     handlers: str | None = None,
     kinds: str | None = None,
     concurrency: int | None = None,
@@ -170,6 +180,7 @@ def executor_arguments(
         (
             ("--group-id", group_id),
             ("--dedupe-url", dedupe_url),
+            ("--dedupe-retention", dedupe_retention),
             ("--handlers", handlers),
             ("--kinds", kinds),
             ("--concurrency", concurrency),

@@ -4,12 +4,17 @@ An attempt is registered as in flight when the loop hands it to a worker and lea
 outcome is recorded (or refused). While it is in flight the `LeaseKeeper` renews its lease; when
 the store reports the lease lost or the run replaced, or the lease could not be renewed before it
 expired, the keeper asks the attempt to stop, so a run is never left running here while another
-executor runs it.
+executor runs it. A shell job's process group is also watched by the `JobWatchdog` (its own
+process) until the lease is surely held, so that a paused executor's job dies before another
+executor can retry the run; a lost lease kills the group at once.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -36,6 +41,7 @@ from kairos.services.executor.jobs import (
 )
 from kairos.services.executor.metrics import ExecutorMetrics
 from kairos.services.executor.settings import ExecutorSettings
+from kairos.services.executor.watchdog import JobWatchdog
 from kairos.streams.codec import Codec
 from kairos.streams.dedupe.base import (
     AttemptResult,
@@ -54,16 +60,23 @@ Clock = Callable[[], datetime]
 
 _REASON_EXTRA = 512
 """Room in a failure reason for its explanation, beside the job's output (`output_limit_bytes`)."""
+_WATCHDOG_MARGIN = 0.1
+"""The fraction of a lease by which the watchdog kills an unrenewed job before the lease could
+expire: room for the clocks of this host and the database to run at slightly different rates."""
 
 
 class InFlight:
     """One attempt this executor runs, and whether it was asked to stop."""
 
-    def __init__(self, lease: Lease) -> None:
+    def __init__(self, lease: Lease, held_until: float) -> None:
         self.lease = lease
-        self.held_until = lease.expires_at
+        self.held_until = held_until
+        """`time.monotonic()` value before which the lease cannot have expired: taken before the
+        database set the expiry, so it errs early, and no clock step can move it."""
         self.stop = threading.Event()
         self.stop_reason: str | None = None
+        self.process_group: int | None = None
+        """The shell job's process group while it runs."""
         self._ended = False
         self._outcome_lock = threading.Lock()
 
@@ -90,6 +103,54 @@ class InFlight:
                 self._ended = True
 
 
+class ShellJobGuard:
+    """Ties the process groups of shell jobs to their leases, through the watchdog."""
+
+    def __init__(self, watchdog: JobWatchdog, lease: timedelta) -> None:
+        self._watchdog = watchdog
+        self._margin_s = lease.total_seconds() * _WATCHDOG_MARGIN
+
+    def lease_moved(self, attempt: InFlight) -> None:
+        pgid = attempt.process_group
+        if pgid is not None:
+            self._watchdog.watch(pgid, attempt.held_until - self._margin_s, attempt.lease.run_id)
+
+    def lease_lost(self, attempt: InFlight) -> None:
+        """Kill the job now: another executor may already run the run."""
+        pgid = attempt.process_group
+        if pgid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pgid, signal.SIGKILL)
+            logger.warning(
+                "run=%s attempt=%d lease lost: killed the job's process group %d",
+                attempt.lease.run_id,
+                attempt.lease.attempt,
+                pgid,
+            )
+
+    def groups_of(self, attempt: InFlight) -> _AttemptGroups:
+        return _AttemptGroups(self, attempt)
+
+    def forget(self, pgid: int) -> None:
+        self._watchdog.forget(pgid)
+
+
+class _AttemptGroups:
+    """`ProcessGroups` of one attempt: its shell job is watched from start to end."""
+
+    def __init__(self, guard: ShellJobGuard, attempt: InFlight) -> None:
+        self._guard = guard
+        self._attempt = attempt
+
+    def started(self, pgid: int) -> None:
+        self._attempt.process_group = pgid
+        self._guard.lease_moved(self._attempt)
+
+    def ended(self, pgid: int) -> None:
+        self._attempt.process_group = None
+        self._guard.forget(pgid)
+
+
 class InFlightAttempts:
     """The attempts in flight in this process; shared by the loop, the workers and the keeper."""
 
@@ -97,8 +158,8 @@ class InFlightAttempts:
         self._attempts: dict[str, InFlight] = {}
         self._lock = threading.Lock()
 
-    def add(self, lease: Lease) -> InFlight:
-        attempt = InFlight(lease)
+    def add(self, lease: Lease, held_until: float) -> InFlight:
+        attempt = InFlight(lease, held_until)
         with self._lock:
             self._attempts[lease.run_id] = attempt
         return attempt
@@ -120,13 +181,19 @@ class LeaseKeeper(threading.Thread):
     """Renews the leases of the attempts in flight every third of the lease."""
 
     def __init__(
-        self, store: DedupeStore, attempts: InFlightAttempts, lease: timedelta, clock: Clock
+        self,
+        store: DedupeStore,
+        attempts: InFlightAttempts,
+        lease: timedelta,
+        clock: Clock,
+        shell_jobs: ShellJobGuard,
     ) -> None:
         super().__init__(name="lease-keeper", daemon=True)
         self._store = store
         self._attempts = attempts
         self._lease = lease
         self._clock = clock
+        self._shell_jobs = shell_jobs
         self._closed = threading.Event()
 
     def close(self) -> None:
@@ -141,22 +208,23 @@ class LeaseKeeper(threading.Thread):
         attempts = self._attempts.snapshot()
         if not attempts:
             return
-        now = self._clock()
+        asked = time.monotonic()
         try:
-            statuses = self._store.renew([a.lease for a in attempts], now, self._lease)
+            statuses = self._store.renew([a.lease for a in attempts], self._clock(), self._lease)
         except DedupeStoreError as error:
             logger.warning("lease renewal failed: %s", error)
             statuses = {}
         for attempt in attempts:
             status = statuses.get(attempt.lease.run_id)
-            if status is LeaseStatus.HELD:
-                attempt.held_until = now + self._lease
-            elif status is LeaseStatus.STOP_REQUESTED:
-                attempt.held_until = now + self._lease
+            if status in (LeaseStatus.HELD, LeaseStatus.STOP_REQUESTED):
+                attempt.held_until = asked + self._lease.total_seconds()
+                self._shell_jobs.lease_moved(attempt)
+            if status is LeaseStatus.STOP_REQUESTED:
                 attempt.request_stop("replaced by a newer run of the schedule (overlap replace)")
             elif status is LeaseStatus.LOST:
                 attempt.request_stop("the lease was lost: another executor took the run over")
-            elif self._clock() >= attempt.held_until:
+                self._shell_jobs.lease_lost(attempt)
+            elif status is None and time.monotonic() >= attempt.held_until:
                 # Unrenewed, the lease may be reaped any moment: stop before a retry starts.
                 attempt.request_stop("the lease could not be renewed before it expired")
 
@@ -175,7 +243,9 @@ class AttemptRunner:
         attempts: InFlightAttempts,
         job_producer: Callable[[], Producer],
         clock: Clock,
+        shell_jobs: ShellJobGuard,
     ) -> None:
+        self._shell_jobs = shell_jobs
         self._store = store
         self._settings = settings
         self._codec = codec
@@ -233,6 +303,7 @@ class AttemptRunner:
             timeout=timedelta(milliseconds=request["timeout_ms"]),
             stop=attempt.stop,
             deadline=time.monotonic() + request["timeout_ms"] / 1000,
+            process_groups=self._shell_jobs.groups_of(attempt),
         )
         started = time.monotonic()
         kind = request["job"]["kind"]

@@ -2,21 +2,50 @@
 
 Both are produced and flushed before the caller moves on (the outbox rows are deleted, the
 consumed offsets committed), so an event or a dead letter is published at least once.
+
+No record may stop the executor: one the broker refuses for good would otherwise be produced
+again after every restart, and hold every later event behind it in the outbox. So reasons and
+copied records are bounded before they are encoded (`REASON_LIMIT`, `COPY_LIMIT`), and a record
+the broker still refuses as too large or invalid (a topic whose `max.message.bytes` is lower) is
+sent, when the batch is published again, as a smaller copy: the event without its reason, the
+dead letter without the copied value, each saying what was dropped and why.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import hashlib
+import logging
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from confluent_kafka import KafkaError, Message, Producer
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from kairos.core.errors import KairosError
 from kairos.streams.codec import Codecs
 from kairos.streams.dedupe.base import OutboxEvent, SourceRecord
 from kairos.streams.settings import KafkaSettings
 from kairos.streams.topics import TopicRole
+
+logger = logging.getLogger(__name__)
+
+REASON_LIMIT = 16 * 1024
+"""Characters of a reason kept in a run event or a dead letter."""
+COPY_LIMIT = 512 * 1024
+"""Bytes of a refused record's value (and of its key) a dead letter copies."""
+_REFUSALS = frozenset(
+    {KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.INVALID_RECORD, KafkaError.RECORD_LIST_TOO_LARGE}
+)
+"""Delivery errors about the record itself: producing it again fails the same way."""
+_REMEMBERED_REFUSALS = 1024
+_SMALLER_KEY = 256
+_SMALLER_REASON = 1024
+"""Bytes of the key and characters of the reason in the smaller copy of a refused dead letter."""
+
+Shrink = Callable[[dict[str, Any], str], dict[str, Any]]
+"""A smaller copy of a refused record, given the broker's error."""
 
 
 class PublishError(KairosError):
@@ -26,6 +55,14 @@ class PublishError(KairosError):
         self.topic = topic
         self.problem = problem
         super().__init__(f"could not publish to {topic}: {problem}")
+
+
+def bounded(reason: str, limit: int = REASON_LIMIT) -> str:
+    """The reason, cut to `limit` characters with a note of how much was dropped."""
+    if len(reason) <= limit:
+        return reason
+    note = f" [{len(reason) - limit} more characters dropped]"
+    return reason[: limit - len(note)] + note
 
 
 def run_event_record(event: OutboxEvent) -> dict[str, Any]:
@@ -39,8 +76,24 @@ def run_event_record(event: OutboxEvent) -> dict[str, Any]:
         "fired_at": event.fired_at,
         "started_at": event.started_at,
         "finished_at": event.finished_at,
-        "reason": event.reason,
+        "reason": None if event.reason is None else bounded(event.reason),
         "next_attempt_at": event.next_attempt_at,
+    }
+
+
+def _without_reason(record: dict[str, Any], refusal: str) -> dict[str, Any]:
+    dropped = len(record["reason"] or "")
+    return {**record, "reason": f"[reason of {dropped} characters dropped: {refusal}]"}
+
+
+def _without_copy(record: dict[str, Any], refusal: str) -> dict[str, Any]:
+    size = len(record["value"] or b"")
+    note = f"[copied value of {size} bytes dropped: {refusal}]"
+    return {
+        **record,
+        "key": _prefix(record["key"], _SMALLER_KEY),
+        "value": None,
+        "reason": bounded(f"{note} {record['reason']}", _SMALLER_REASON),
     }
 
 
@@ -54,17 +107,42 @@ def dead_letter_record(
     at: datetime,
     instance: str,
 ) -> dict[str, Any]:
+    """A `DeadLetter` of the record at `source`; a key or value beyond `COPY_LIMIT` is cut, and
+    the reason says so (the copy then cannot replay the record)."""
+    cut = [
+        f"{name} cut to its first {COPY_LIMIT} of {len(data)} bytes"
+        for name, data in (("key", key), ("value", value))
+        if data is not None and len(data) > COPY_LIMIT
+    ]
+    if cut:
+        reason = f"[{', '.join(cut)}: not replayable from this copy] {reason}"
     return {
         "source_topic": source.topic,
         "source_partition": source.partition,
         "source_offset": source.offset,
-        "key": key,
-        "value": value,
-        "reason": reason,
+        "key": _prefix(key, COPY_LIMIT),
+        "value": _prefix(value, COPY_LIMIT),
+        "reason": bounded(reason),
         "error_class": error_class,
         "dead_lettered_at": at,
         "dead_lettered_by": f"executor:{instance}",
     }
+
+
+def _prefix(data: bytes | None, limit: int) -> bytes | None:
+    return data if data is None or len(data) <= limit else data[:limit]
+
+
+@dataclass(frozen=True, slots=True)
+class _Failure:
+    topic: str
+    error: KafkaError
+    identity: bytes
+    """Of the record as it was produced (`_identity`): the next copy of it is made smaller."""
+
+
+def _identity(topic: str, value: bytes) -> bytes:
+    return hashlib.blake2b(value, digest_size=16, person=topic.encode()[-16:]).digest()
 
 
 class EventPublisher:
@@ -83,7 +161,9 @@ class EventPublisher:
         self._producer = Producer(
             kafka.client_config(**{"enable.idempotence": True, "linger.ms": 5})
         )
-        self._failures: list[tuple[str, str]] = []
+        self._failures: list[_Failure] = []
+        self._refused: OrderedDict[bytes, str] = OrderedDict()
+        """Records the broker refused (by identity), with its error: sent smaller next time."""
 
     def publish_events(self, events: Sequence[OutboxEvent], at: datetime) -> None:
         """Produce each event (and the dead letter of a dead-lettered run), then flush."""
@@ -91,7 +171,9 @@ class EventPublisher:
             self._produce(
                 self.run_events_topic,
                 event.run_id.encode(),
-                self._codecs.run_event.encode(run_event_record(event)),
+                run_event_record(event),
+                self._codecs.run_event.encode,
+                _without_reason,
             )
             if event.dead_letter is not None:
                 record = dead_letter_record(
@@ -109,14 +191,21 @@ class EventPublisher:
     def dead_letter(self, record: dict[str, Any]) -> None:
         """Produce a dead letter (keyed like its source record); durable after `flush`."""
         self._produce(
-            self.dead_letters_topic, record["key"], self._codecs.dead_letter.encode(record)
+            self.dead_letters_topic,
+            record["key"],
+            record,
+            self._codecs.dead_letter.encode,
+            _without_copy,
         )
 
     def flush(self) -> None:
         remaining = self._producer.flush(self._flush_timeout_s)
         failures, self._failures = self._failures, []
+        for failure in failures:
+            if failure.error.code() in _REFUSALS:
+                self._remember_refusal(failure.identity, failure.error.str())
         if failures:
-            raise PublishError(*failures[0])
+            raise PublishError(failures[0].topic, failures[0].error.str())
         if remaining:
             raise PublishError(
                 "kafka", f"{remaining} records not delivered in {self._flush_timeout_s:g}s"
@@ -125,10 +214,44 @@ class EventPublisher:
     def close(self) -> None:
         self._producer.flush(self._flush_timeout_s)
 
-    def _produce(self, topic: str, key: bytes | None, value: bytes) -> None:
+    def _produce(
+        self,
+        topic: str,
+        key: bytes | None,
+        record: dict[str, Any],
+        encode: Callable[[dict[str, Any]], bytes],
+        shrink: Shrink,
+    ) -> None:
+        """Produce the record, or its smaller copy if the broker refused it before."""
+        value = encode(record)
+        identity = _identity(topic, value)
+        refusal = self._refused.get(identity)
+        if refusal is None:
+            try:
+                self._send(topic, key, value, identity)
+                return
+            except KafkaException as failure:
+                error: KafkaError = failure.args[0]
+                if error.code() not in _REFUSALS:
+                    raise PublishError(topic, error.str()) from None
+                refusal = error.str()
+        smaller = shrink(record, f"refused by Kafka: {refusal}")
+        logger.warning(
+            "%s key=%r: record of %d bytes refused (%s); publishing a smaller copy",
+            topic,
+            key[:100] if key else key,
+            len(value),
+            refusal,
+        )
+        try:
+            self._send(topic, smaller.get("key", key), encode(smaller), identity)
+        except KafkaException as failure:
+            raise PublishError(topic, failure.args[0].str()) from None
+
+    def _send(self, topic: str, key: bytes | None, value: bytes, identity: bytes) -> None:
         def on_delivery(error: KafkaError | None, _: Message) -> None:
             if error is not None:
-                self._failures.append((topic, error.str()))
+                self._failures.append(_Failure(topic, error, identity))
 
         while True:
             try:
@@ -137,3 +260,8 @@ class EventPublisher:
             except BufferError:
                 # The local queue is full: let deliveries drain, then try again.
                 self._producer.poll(0.05)
+
+    def _remember_refusal(self, identity: bytes, error: str) -> None:
+        self._refused[identity] = error
+        while len(self._refused) > _REMEMBERED_REFUSALS:
+            self._refused.popitem(last=False)

@@ -22,7 +22,7 @@ import urllib.request
 from collections import deque
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 from confluent_kafka import KafkaError, Message, Producer
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -116,6 +116,15 @@ def job_params(job: JobSpec) -> JobParams:
         raise JobParamsError(job.kind, problems) from None
 
 
+class ProcessGroups(Protocol):
+    """Told of the process group of an attempt's shell job, so that it can be killed from
+    outside the worker (the lease lost, the executor paused past it)."""
+
+    def started(self, pgid: int) -> None: ...
+
+    def ended(self, pgid: int) -> None: ...
+
+
 @dataclass(frozen=True)
 class Invocation:
     """One attempt of one run, as a job runner sees it."""
@@ -129,6 +138,7 @@ class Invocation:
     """Set when the attempt must stop before it ends by itself."""
     deadline: float
     """`time.monotonic()` value at which the attempt times out."""
+    process_groups: ProcessGroups | None = None
 
     def remaining_s(self) -> float:
         return max(0.0, self.deadline - time.monotonic())
@@ -207,12 +217,18 @@ def run_shell(job: ShellJob, invocation: Invocation, output_limit: int) -> None:
     )
     assert process.stdout is not None
     output = _OutputTail(process.stdout, output_limit)
-    stopped_because = _wait(process, invocation)
+    if invocation.process_groups is not None:
+        invocation.process_groups.started(process.pid)
+    try:
+        stopped_because = _wait(process, invocation)
+    finally:
+        # The attempt ends with its shell: what the shell left running in the background would
+        # otherwise still run when the next attempt, or the next run, starts.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        if invocation.process_groups is not None:
+            invocation.process_groups.ended(process.pid)
     code = process.returncode
-    # The attempt ends with its shell: what the shell left running in the background would
-    # otherwise still run when the next attempt, or the next run, starts.
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGKILL)
     text = output.text(wait_s=_KILL_GRACE_S)
     logger.debug(
         "run=%s attempt=%d shell exit=%s output=%r",

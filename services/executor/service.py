@@ -29,6 +29,7 @@ from datetime import UTC, datetime, timedelta
 from types import FrameType
 
 from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from kairos.core.errors import KairosError
 from kairos.services.executor.admission import (
@@ -37,11 +38,25 @@ from kairos.services.executor.admission import (
     ServedJobs,
     read_request,
 )
-from kairos.services.executor.attempts import AttemptRunner, Clock, InFlightAttempts, LeaseKeeper
+from kairos.services.executor.attempts import (
+    AttemptRunner,
+    Clock,
+    InFlightAttempts,
+    LeaseKeeper,
+    ShellJobGuard,
+)
 from kairos.services.executor.events import EventPublisher, PublishError, dead_letter_record
+from kairos.services.executor.fleet import (
+    FleetCheckError,
+    SeparateStoresError,
+    StoreGuard,
+    advertised_client_id,
+    check_retention,
+)
 from kairos.services.executor.handlers import Handlers
 from kairos.services.executor.metrics import ExecutorMetrics
 from kairos.services.executor.settings import ExecutorSettings
+from kairos.services.executor.watchdog import JobWatchdog
 from kairos.streams.codec import Codecs, SchemaRegistryUnavailableError, make_codecs
 from kairos.streams.dedupe import open_dedupe_store
 from kairos.streams.dedupe.base import (
@@ -62,6 +77,8 @@ _PRUNE_EVERY = timedelta(minutes=10)
 _PRUNE_LIMIT = 10_000
 _FLUSH_TIMEOUT_S = 30.0
 _STOPPED_ATTEMPTS_WAIT_S = 10.0
+_LINGERING_MARGIN = timedelta(seconds=2)
+"""Beyond a session timeout, how long a dead executor's member may take to leave the group."""
 
 
 def utc_now() -> datetime:
@@ -106,6 +123,8 @@ class Executor:
         self._next_reap = self._next_prune = datetime.min.replace(tzinfo=UTC)
         self._job_producer: Producer | None = None
         self._job_producer_lock = threading.Lock()
+        self._refused: SeparateStoresError | FleetCheckError | None = None
+        """Set at an assignment that showed a member on another store: stop before admitting."""
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -115,8 +134,15 @@ class Executor:
         if s.metrics_port is not None:
             self.metrics.serve(s.metrics_port)
         self.store = open_dedupe_store(s.store_url)
+        try:
+            self.guard = self._check_fleet()
+        except BaseException:
+            self.store.close()
+            raise
         self.publisher = EventPublisher(self.kafka, self.codecs, s.instance, _FLUSH_TIMEOUT_S)
-        self.keeper = LeaseKeeper(self.store, self.attempts, s.lease, self.clock)
+        self.watchdog = JobWatchdog()
+        shell_jobs = ShellJobGuard(self.watchdog, s.lease)
+        self.keeper = LeaseKeeper(self.store, self.attempts, s.lease, self.clock, shell_jobs)
         self.runner = AttemptRunner(
             store=self.store,
             settings=s,
@@ -126,11 +152,13 @@ class Executor:
             attempts=self.attempts,
             job_producer=self._kafka_jobs,
             clock=self.clock,
+            shell_jobs=shell_jobs,
         )
         self.pool = ThreadPoolExecutor(s.concurrency, thread_name_prefix="attempt")
         # read_committed: runs of an aborted ticker transaction were never fired.
+        client_id = advertised_client_id(s.instance, self.store.store_id)
         self.consumer = Consumer(
-            self.kafka.group_member_config(s.group_id, s.instance, s.session_timeout_ms)
+            self.kafka.group_member_config(s.group_id, client_id, s.session_timeout_ms)
         )
         self.consumer.subscribe(
             [self.runs_topic],
@@ -152,6 +180,17 @@ class Executor:
                 self.turn()
         finally:
             self._shutdown()
+
+    def _check_fleet(self) -> StoreGuard:
+        """Refuse a store that forgets too soon, or a group on another store (`fleet`)."""
+        s = self.settings
+        # Notices (level 6) off: the admin client's closing would log them as noise.
+        admin = AdminClient(self.kafka.consumer_config(log_level=5))
+        check_retention(admin, self.runs_topic, s.retention)
+        lingering = timedelta(milliseconds=s.session_timeout_ms) + _LINGERING_MARGIN
+        guard = StoreGuard(admin, s.group_id, self.store, lingering)
+        guard.check_before_joining()
+        return guard
 
     def _shutdown(self) -> None:
         s = self.settings
@@ -175,6 +214,7 @@ class Executor:
             time.sleep(0.05)
         self.pool.shutdown(wait=False, cancel_futures=True)
         self.keeper.close()
+        self.watchdog.close()
         # 4. Publish the events of the last outcomes, then close.
         self._publish_events()
         self.publisher.close()
@@ -195,6 +235,12 @@ class Executor:
     # -- rebalance ---------------------------------------------------------------------------
 
     def _on_assign(self, _: Consumer, partitions: list[TopicPartition]) -> None:
+        try:
+            self.guard.check_assignment()
+        except (SeparateStoresError, FleetCheckError) as refused:
+            # Raised by the loop before it admits a record of these partitions.
+            self._refused = refused
+            return
         logger.info(
             "executor instance=%s partitions assigned: %s",
             self.settings.instance,
@@ -221,6 +267,8 @@ class Executor:
         messages = self.consumer.consume(
             num_messages=_BATCH, timeout=self.settings.poll_interval.total_seconds()
         )
+        if self._refused is not None:
+            raise self._refused
         if messages:
             self._admit(messages)
         self._commit_offsets()
@@ -339,10 +387,11 @@ class Executor:
 
     def _dispatch(self, now: datetime) -> None:
         free = self.settings.concurrency - len(self.attempts)
+        held_until = time.monotonic() + self.settings.lease.total_seconds()
         for lease in self.store.acquire(
             self.settings.instance, self.served.runners, now, self.settings.lease, free
         ):
-            attempt = self.attempts.add(lease)
+            attempt = self.attempts.add(lease, held_until)
             logger.info("run=%s attempt=%d started", lease.run_id, lease.attempt)
             self.pool.submit(self.runner.run, attempt)
         self.metrics.in_flight.set(len(self.attempts))

@@ -43,7 +43,8 @@ class ExecutorSettings(BaseModel):
     output_limit_bytes: int = Field(default=4096, ge=64)
     """Output of a shell job (its tail) or body of an HTTP response kept for the failure reason."""
     retention: timedelta = Field(default=timedelta(days=90), gt=timedelta(0))
-    """How long finished runs are remembered as duplicates: at least the runs topic retention."""
+    """How long finished runs are remembered as duplicates: at least the runs topic's retention,
+    which the executor checks at start (`fleet.check_retention`)."""
     metrics_port: int | None = None
 
     @model_validator(mode="after")

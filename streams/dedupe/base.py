@@ -24,7 +24,15 @@ implementation keeps these rules (tests/local/test_dedupe_contract.py checks the
    `publish_events` hands them, in order, to one publisher at a time and deletes them only after
    the publisher returned. Events are published at least once and never before their change
    committed.
-7. **Time is an argument.** Methods take `now`; a store never reads the clock.
+7. **Time is an argument, except a lease's.** Methods take `now` (the executor's clock) for
+   what they record: events' instants, retry instants, admission. Lease expiry is set by
+   `acquire` and `renew` and compared by `reap_expired` on the database's own clock, so an
+   executor whose clock is ahead never reaps a healthy lease, and one whose clock is behind
+   never holds a lease longer than it renews it.
+8. **One identity.** `store_id` is made at random when the store's tables are created and kept
+   in them: every executor on one database (or one SQLite file) reads the same id, and a
+   different database has a different one. Executors compare it to refuse a consumer group
+   whose members keep their claims in different stores.
 
 Methods raise `DedupeStoreError` when the database fails; the caller retries later.
 """
@@ -262,6 +270,11 @@ class DedupeStore(Protocol):
         """The store for messages and logs: a path or a URL without password."""
         ...
 
+    @property
+    def store_id(self) -> str:
+        """The store's identity (rule 8): the same for every connection to this database."""
+        ...
+
     def admit(
         self, requests: Sequence[RunRequest], now: datetime, instance: str
     ) -> list[Admission]:
@@ -275,7 +288,8 @@ class DedupeStore(Protocol):
     def acquire(
         self, owner: str, runners: Collection[str], now: datetime, lease: timedelta, limit: int
     ) -> list[Lease]:
-        """Start the next attempt of up to `limit` ready runs due at `now`, leased to `owner`.
+        """Start the next attempt of up to `limit` ready runs due at `now`, leased to `owner`
+        until the database's clock passes its present reading plus `lease`.
 
         Only runs of the given `runners` are taken, in order of their due instant; a `started`
         event is written for each.
@@ -285,7 +299,8 @@ class DedupeStore(Protocol):
     def renew(
         self, leases: Sequence[Lease], now: datetime, lease: timedelta
     ) -> dict[str, LeaseStatus]:
-        """Extend each lease still held to `now + lease`; the status of each, by run id."""
+        """Extend each lease still held to `lease` past the database's clock; the status of
+        each, by run id."""
         ...
 
     def attempt_transaction(self) -> AbstractContextManager[AttemptTransaction]:
@@ -309,8 +324,9 @@ class DedupeStore(Protocol):
         ...
 
     def reap_expired(self, now: datetime, instance: str) -> list[tuple[str, RunEnd]]:
-        """End every running attempt whose lease expired before `now` as failed; retry or
-        dead-letter each run like a failure. Returns each run id with what followed."""
+        """End every running attempt whose lease expired (on the database's clock) as failed,
+        at `now`; retry or dead-letter each run like a failure. Returns each run id with what
+        followed."""
         ...
 
     def publish_events(self, publish: Publisher, limit: int) -> int:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
@@ -61,6 +62,9 @@ def schema_statements(*, bigint: str, blob: str, serial_key: str) -> list[str]:
     """The store's tables in the dialect's types; every statement is idempotent."""
     return [
         "CREATE TABLE IF NOT EXISTS kairos_dedupe_schema (version INTEGER NOT NULL)",
+        # The store's identity, made once with it: executors on one database share it, and
+        # refuse a consumer group whose members use another store (services/executor/fleet.py).
+        "CREATE TABLE IF NOT EXISTS kairos_dedupe_identity (store_id TEXT NOT NULL)",
         # One row per run id ever claimed (until pruned). `value` is the RunRequested as first
         # consumed: retries decode it again and a dead letter copies it.
         f"""CREATE TABLE IF NOT EXISTS kairos_runs (
@@ -119,11 +123,15 @@ class Database(ABC):
         self._local = threading.local()
         self._connections: set[Connection] = set()
         self._connections_lock = threading.Lock()
-        self.transaction(self._create_schema)
+        self._store_id = self.transaction(self._create_schema)
 
     @property
     def name(self) -> str:
         return self._name
+
+    @property
+    def store_id(self) -> str:
+        return self._store_id
 
     @abstractmethod
     def _connect(self) -> Connection: ...
@@ -212,7 +220,8 @@ class Database(ABC):
             self.drop_connection()
             raise DedupeStoreError(self._name, str(error)) from error
 
-    def _create_schema(self, conn: Connection) -> None:
+    def _create_schema(self, conn: Connection) -> str:
+        """Create what is missing; returns the store's id (made here the first time)."""
         for statement in self._schema_statements():
             conn.execute(statement)
         row = conn.execute("SELECT version FROM kairos_dedupe_schema").fetchone()
@@ -226,6 +235,14 @@ class Database(ABC):
                 f"its schema version {row[0]} is newer than this Kairos knows "
                 f"({SCHEMA_VERSION}); upgrade this executor",
             )
+        identity = conn.execute("SELECT store_id FROM kairos_dedupe_identity").fetchone()
+        if identity is not None:
+            return str(identity[0])
+        store_id = uuid.uuid4().hex
+        conn.execute(
+            self.q("INSERT INTO kairos_dedupe_identity (store_id) VALUES (?)"), (store_id,)
+        )
+        return store_id
 
     def close(self) -> None:
         with self._connections_lock:

@@ -35,6 +35,8 @@ class PostgresDedupeStore(SqlDedupeStore):
     begin_sql: ClassVar[str] = "BEGIN"
     for_update: ClassVar[str] = " FOR UPDATE"
     skip_locked: ClassVar[str] = " FOR UPDATE SKIP LOCKED"
+    # The server's clock, as the statement runs (now() would be the transaction's start).
+    clock_ms: ClassVar[str] = "CAST(FLOOR(EXTRACT(EPOCH FROM clock_timestamp()) * 1000) AS BIGINT)"
 
     def __init__(self, url: str) -> None:
         self.url = url

@@ -82,6 +82,9 @@ class SqlDedupeStore(Database):
     """Appended to a SELECT whose rows a decision depends on."""
     skip_locked: ClassVar[str]
     """Appended to a SELECT that takes rows no other transaction holds."""
+    clock_ms: ClassVar[str]
+    """The database's clock in epoch milliseconds, as SQL: every lease instant is set and
+    compared on it, so executors whose own clocks disagree agree on which leases expired."""
 
     @abstractmethod
     def _lock_schedule(self, conn: Connection, schedule_id: str) -> None:
@@ -211,7 +214,7 @@ class SqlDedupeStore(Database):
     def acquire(
         self, owner: str, runners: Collection[str], now: datetime, lease: timedelta, limit: int
     ) -> list[Lease]:
-        now_ms, expires_ms = to_ms(now), to_ms(now + lease)
+        now_ms, lease_ms = to_ms(now), lease // _MS
         served = sorted(runners)
         if not served or limit < 1:
             return []
@@ -230,13 +233,14 @@ class SqlDedupeStore(Database):
                 row = conn.execute(
                     self.q(
                         "UPDATE kairos_runs SET state = 'running', attempt = attempt + 1, "
-                        "lease_owner = ?, lease_expires_ms = ?, started_ms = ?, "
-                        "stop_reason = NULL, updated_ms = ? WHERE run_id = ? "
-                        "AND state = 'ready' RETURNING schedule_id, attempt, due_ms, value"
+                        f"lease_owner = ?, lease_expires_ms = {self.clock_ms} + ?, "
+                        "started_ms = ?, stop_reason = NULL, updated_ms = ? WHERE run_id = ? "
+                        "AND state = 'ready' "
+                        "RETURNING schedule_id, attempt, due_ms, value, lease_expires_ms"
                     ),
-                    (owner, expires_ms, now_ms, now_ms, run_id),
+                    (owner, lease_ms, now_ms, now_ms, run_id),
                 ).fetchone()
-                schedule_id, attempt, due_ms, value = row
+                schedule_id, attempt, due_ms, value, expires_ms = row
                 write_event(self, conn, NewEvent(run_id, EventKind.STARTED, attempt, owner, now_ms))
                 leases.append(
                     Lease(
@@ -261,9 +265,10 @@ class SqlDedupeStore(Database):
         for held in leases:
             # One statement per lease: a heartbeat never holds one row while waiting for another.
             row = self.statement(
-                "UPDATE kairos_runs SET lease_expires_ms = ?, updated_ms = ? WHERE run_id = ? "
-                "AND lease_owner = ? AND attempt = ? AND state = 'running' RETURNING stop_reason",
-                (to_ms(now + lease), to_ms(now), held.run_id, held.owner, held.attempt),
+                f"UPDATE kairos_runs SET lease_expires_ms = {self.clock_ms} + ?, updated_ms = ? "
+                "WHERE run_id = ? AND lease_owner = ? AND attempt = ? AND state = 'running' "
+                "RETURNING stop_reason",
+                (lease // _MS, to_ms(now), held.run_id, held.owner, held.attempt),
             ).fetchone()
             if row is None:
                 statuses[held.run_id] = LeaseStatus.LOST
@@ -311,8 +316,8 @@ class SqlDedupeStore(Database):
         now_ms = to_ms(now)
         expired = self.statement(
             "SELECT run_id, schedule_id FROM kairos_runs WHERE state = 'running' "
-            "AND lease_expires_ms < ? ORDER BY lease_expires_ms LIMIT ?",
-            (now_ms, _REAP_BATCH),
+            f"AND lease_expires_ms < {self.clock_ms} ORDER BY lease_expires_ms LIMIT ?",
+            (_REAP_BATCH,),
         ).fetchall()
         ended = []
         for run_id, schedule_id in expired:
@@ -321,7 +326,9 @@ class SqlDedupeStore(Database):
                 conn: Connection, run_id: str = run_id, schedule_id: str = schedule_id
             ) -> RunEnd | None:
                 self._lock_schedule(conn, schedule_id)
-                running = self._running_attempt(conn, "AND lease_expires_ms < ?", (run_id, now_ms))
+                running = self._running_attempt(
+                    conn, f"AND lease_expires_ms < {self.clock_ms}", (run_id,)
+                )
                 if running is None:  # renewed or finished since the candidates were read
                     return None
                 reason = (

@@ -25,6 +25,8 @@ class SqliteDedupeStore(SqlDedupeStore):
     begin_sql: ClassVar[str] = "BEGIN IMMEDIATE"
     for_update: ClassVar[str] = ""
     skip_locked: ClassVar[str] = ""
+    # This host's clock, read by SQLite: the executors sharing a file share the host.
+    clock_ms: ClassVar[str] = "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)"
 
     def __init__(self, path: Path) -> None:
         self.path = path

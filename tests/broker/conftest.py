@@ -106,9 +106,10 @@ def launch_executor(runs_topic: RunsTopic, tmp_path: Path) -> Iterator[Launcher]
     a failed test left running is killed at teardown."""
     started: list[ServiceProcess] = []
 
-    def launch(instance: str, **options: Any) -> ServiceProcess:
+    def launch(instance: str, state_dir: Path | None = None, **options: Any) -> ServiceProcess:
+        """`state_dir`: the instance's own directory unless given (another's, to share it)."""
         process = start_executor(
-            runs_topic.settings, instance, tmp_path / instance, tmp_path, **options
+            runs_topic.settings, instance, state_dir or tmp_path / instance, tmp_path, **options
         )
         started.append(process)
         return process

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -27,10 +28,13 @@ from kairos.streams.dedupe.base import (
     RunRequest,
     SourceRecord,
 )
+from tests.helpers import eventually
 from tests.postgres import run_sql
 
 T0 = datetime(2027, 3, 14, 7, 0, tzinfo=UTC)
 LEASE = timedelta(seconds=30)
+SHORT_LEASE = timedelta(milliseconds=300)
+"""Leases expire on the database's clock: tests of expiry let real time pass."""
 SHELL = frozenset({"shell"})
 OK = AttemptResult(succeeded=True)
 BROKEN = AttemptResult(succeeded=False, reason="exit status 1")
@@ -170,7 +174,9 @@ def test_a_lease_carries_the_request_and_the_next_attempt(store: DedupeStore) ->
         1,
         "a",
     )
-    assert (lease.value, lease.due_at, lease.expires_at) == (request.value, T0, T0 + LEASE)
+    assert (lease.value, lease.due_at) == (request.value, T0)
+    # On the database's clock (this host's, here), whatever the executor's `now` said.
+    assert abs(lease.expires_at - LEASE - datetime.now(UTC)) < timedelta(seconds=5)
     assert store.acquire("b", SHELL, T0, LEASE, limit=10) == []
 
 
@@ -186,19 +192,26 @@ def test_an_executor_acquires_only_runs_it_can_run(store: DedupeStore) -> None:
 
 def test_renewal_keeps_a_lease_from_expiring(store: DedupeStore) -> None:
     store.admit([run_request()], T0, "e1")
-    lease = only(store.acquire("a", SHELL, T0, LEASE, limit=1))
-    later = T0 + LEASE - timedelta(seconds=1)
-    assert store.renew([lease], later, LEASE) == {lease.run_id: LeaseStatus.HELD}
-    assert store.reap_expired(T0 + LEASE + timedelta(seconds=1), "e2") == []
-    assert store.finish(lease, OK, later + LEASE - timedelta(seconds=1)) is RunEnd.SUCCEEDED
+    lease = only(store.acquire("a", SHELL, T0, SHORT_LEASE, limit=1))
+    renewals_until = time.monotonic() + 3 * SHORT_LEASE.total_seconds()
+    while time.monotonic() < renewals_until:  # time must pass on the database's clock
+        assert store.renew([lease], T0, SHORT_LEASE) == {lease.run_id: LeaseStatus.HELD}
+        assert store.reap_expired(T0, "e2") == []
+        time.sleep(SHORT_LEASE.total_seconds() / 3)
+    assert store.finish(lease, OK, T0) is RunEnd.SUCCEEDED
+
+
+def reaped(store: DedupeStore, now: datetime) -> list[tuple[str, RunEnd]]:
+    """Once the database's clock passes the lease: what `reap_expired` ended."""
+    return eventually(lambda: store.reap_expired(now, "b"), timeout_s=10, interval_s=0.05)
 
 
 def test_an_expired_lease_is_reaped_and_the_run_retried_elsewhere(store: DedupeStore) -> None:
     request = run_request(backoff=timedelta(seconds=5))
     store.admit([request], T0, "e1")
-    dead = only(store.acquire("a", SHELL, T0, LEASE, limit=1))
-    expired = T0 + LEASE + timedelta(seconds=1)
-    assert store.reap_expired(expired, "b") == [(request.run_id, RunEnd.RETRYING)]
+    dead = only(store.acquire("a", SHELL, T0, SHORT_LEASE, limit=1))
+    expired = T0 + timedelta(seconds=1)
+    assert reaped(store, expired) == [(request.run_id, RunEnd.RETRYING)]
     assert store.renew([dead], expired, LEASE) == {request.run_id: LeaseStatus.LOST}
     assert store.acquire("b", SHELL, expired, LEASE, limit=1) == [], "the backoff applies"
     retry = only(store.acquire("b", SHELL, expired + timedelta(seconds=5), LEASE, limit=1))
@@ -319,12 +332,12 @@ def test_a_handler_write_is_discarded_when_the_lease_was_lost(
 ) -> None:
     run_sql(store_url, "CREATE TABLE team_effects (run_id TEXT, attempt INTEGER)")
     store.admit([run_request()], T0, "e1")
-    lease = only(store.acquire("a", SHELL, T0, LEASE, 1))
-    store.reap_expired(T0 + LEASE + timedelta(seconds=1), "b")
+    lease = only(store.acquire("a", SHELL, T0, SHORT_LEASE, 1))
+    reaped(store, T0)
     with store.attempt_transaction() as transaction:
         write_effect(transaction.begin(), lease)
         with pytest.raises(LeaseLostError):
-            store.finish(lease, OK, T0 + LEASE + timedelta(seconds=2), transaction)
+            store.finish(lease, OK, T0, transaction)
     assert effects(store_url) == []
 
 
@@ -421,3 +434,16 @@ def test_pruning_forgets_only_finished_runs(store: DedupeStore) -> None:
     assert store.prune_finished(T0 + timedelta(days=1), limit=10) == 1
     assert store.get(done.run_id) is None
     assert store.get(pending.run_id) is not None
+
+
+def test_every_executor_on_one_database_reads_one_store_id(
+    store_url: str, store: DedupeStore, tmp_path: Path
+) -> None:
+    again = open_dedupe_store(store_url)
+    elsewhere = open_dedupe_store(sqlite_url(tmp_path / "elsewhere" / "dedupe.sqlite3"))
+    try:
+        assert store.store_id and again.store_id == store.store_id
+        assert elsewhere.store_id != store.store_id
+    finally:
+        again.close()
+        elsewhere.close()
