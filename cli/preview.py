@@ -43,6 +43,9 @@ def preview(
         typer.echo(f"error: {error}", err=True)
         raise typer.Exit(1) from None
 
+    for schedule in schedules:
+        if schedule.zone_warning is not None:
+            typer.echo(f"warning: schedule '{schedule.id}': {schedule.zone_warning}", err=True)
     listing: dict[str, list[Fire]] = {}
     for schedule in schedules:
         listing[schedule.id] = next_fires(schedule, after, count)
