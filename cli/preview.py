@@ -9,6 +9,7 @@ from typing import Annotated, Literal
 
 import typer
 
+from kairos.core import limits
 from kairos.core.calendar import Fire, never_fires_reason, next_fires
 from kairos.core.cron import parse_cron
 from kairos.core.errors import KairosError
@@ -74,6 +75,13 @@ def _parse_from(text: str) -> datetime:
     if instant.tzinfo is None:
         raise _PreviewInputError(f"--from {text!r} has no UTC offset; add one, e.g. "
                                  f"{text}Z or {text}+01:00")
+    try:
+        in_range = limits.EARLIEST_INSTANT <= instant < limits.LATEST_INSTANT
+    except OverflowError:
+        in_range = False
+    if not in_range:
+        raise _PreviewInputError(f"--from {text!r} is outside the instants schedules name, "
+                                 f"{limits.INSTANT_RANGE}")
     return instant
 
 

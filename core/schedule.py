@@ -102,10 +102,8 @@ def _aware_utc(value: datetime) -> datetime:
     except OverflowError:
         utc = None
     if utc is None or not limits.EARLIEST_INSTANT <= utc < limits.LATEST_INSTANT:
-        raise ValueError(
-            f"{value.isoformat()} is outside the instants a schedule may name, from "
-            f"{limits.EARLIEST_INSTANT:%Y-%m-%dT%H:%M:%SZ} up to (not including) "
-            f"{limits.LATEST_INSTANT:%Y-%m-%dT%H:%M:%SZ}; pick an instant in that range")
+        raise ValueError(f"{value.isoformat()} is outside the instants a schedule may name, "
+                         f"{limits.INSTANT_RANGE}; pick an instant in that range")
     if utc.microsecond % 1000:
         # Instants travel as Avro timestamp-millis; a finer one would change on the way and
         # with it the run ids derived from it.

@@ -155,6 +155,10 @@ def test_invalid_input_is_reported_without_traceback(
             id="unreadable-from",
         ),
         pytest.param(["--from", "2027-01-01T00:00:00"], "has no UTC offset", id="naive-from"),
+        pytest.param(["--from", "9999-12-30T00:00:00Z"], "outside the instants schedules name",
+                     id="from-past-the-latest-instant"),
+        pytest.param(["--from", "0001-01-01T00:00:00+01:00"], "up to (not including) 9900",
+                     id="from-before-year-1-in-utc"),
     ],
 )
 def test_bad_from(tmp_path: Path, args: list[str], expected: str) -> None:
