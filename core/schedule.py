@@ -169,6 +169,21 @@ RetryBackoff = Annotated[Duration, _at_most(limits.LONGEST_RETRY_BACKOFF,
                                             "waits between attempts are capped at it")]
 
 
+def _utf8(value: str) -> str:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as error:
+        # JSON's "\ud800" escape reads as a lone surrogate, which Avro's UTF-8 cannot carry.
+        bad = value[error.start]
+        raise ValueError(f"contains {bad!r} at position {error.start}, half of a UTF-16 pair "
+                         "that UTF-8 cannot carry; remove it") from None
+    return value
+
+
+Text = Annotated[str, AfterValidator(_utf8)]
+"""A string every record can carry: UTF-8 encodable."""
+
+
 def _rule(field: str, problem: str) -> PydanticCustomError:
     # Cross-field rules are checked on the whole model, where pydantic has no field location;
     # the field travels in the context so that `_problems` can still name it.
@@ -184,7 +199,7 @@ class JobSpec(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="allow")
 
-    kind: str
+    kind: Text
 
     @field_validator("kind")
     @classmethod
@@ -232,10 +247,10 @@ class Schedule(BaseModel):
     """Per attempt."""
     retry_backoff: RetryBackoff = timedelta(seconds=10)
     """Delay before the first retry; it doubles for each further retry."""
-    owner: str | None = None
+    owner: Text | None = None
     """The team that answers for the schedule."""
-    labels: dict[str, str] = Field(default_factory=dict)
-    description: str | None = None
+    labels: dict[Text, Text] = Field(default_factory=dict)
+    description: Text | None = None
 
     @field_validator("id")
     @classmethod
@@ -429,7 +444,9 @@ def _problems(error: ValidationError, data: object, index: int | None
 
 
 def _describe(detail: ErrorDetails) -> tuple[str, str]:
-    field = ".".join(str(part) for part in detail["loc"])
+    # A key can hold a lone surrogate (see `_utf8`); the path must still print.
+    field = ".".join(str(part) for part in detail["loc"]).encode(
+        "utf-8", "backslashreplace").decode("utf-8")
     context = detail.get("ctx") or {}
     kind = detail["type"]
     if kind == "schedule_rule":

@@ -85,6 +85,15 @@ REFUSED = [
                  id="zone-leap-second-path"),
     pytest.param(cron(timezone="posix/Europe/Berlin"), "timezone", ["not a known IANA time zone"],
                  id="zone-posix-path"),
+    pytest.param(cron(description="caf\ud800"), "description",
+                 ["contains '\\ud800' at position 3", "UTF-8 cannot carry", "remove it"],
+                 id="description-with-a-lone-surrogate"),
+    pytest.param(cron(owner="\udfff"), "owner", ["UTF-8 cannot carry"],
+                 id="owner-with-a-lone-surrogate"),
+    pytest.param(cron(job={"kind": "shell\ud800"}), "job.kind", ["UTF-8 cannot carry"],
+                 id="job-kind-with-a-lone-surrogate"),
+    pytest.param(cron(labels={"tier": "\ud800"}), "labels.tier", ["UTF-8 cannot carry"],
+                 id="label-with-a-lone-surrogate"),
 ]
 
 

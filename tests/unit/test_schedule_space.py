@@ -136,6 +136,13 @@ def cron_fields(draw: st.DrawFn, low: int, high: int, names: list[str]) -> str:
     return ",".join(items)
 
 
+texts = mostly(st.text(max_size=12), st.sampled_from(["\ud800", "x\udfff", "\x00", "\U0010ffff"]))
+"""Strings, at times a lone surrogate (JSON's "\\ud800", which UTF-8 cannot carry), a NUL or
+the last code point."""
+params = st.dictionaries(st.sampled_from(["command", "url", "env", "n"]),
+                         st.none() | st.booleans() | st.integers() | texts
+                         | st.lists(texts, max_size=2), max_size=3)
+
 MONTHS = ["JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC"]
 DAYS = ["SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"]
 crons = st.one_of(
@@ -187,6 +194,11 @@ def schedule_inputs(draw: st.DrawFn) -> dict[str, Any]:
     data["dst_gap"] = draw(st.sampled_from(list(DstGapPolicy)))
     data["dst_repeat"] = draw(st.sampled_from(list(DstRepeatPolicy)))
     data["paused"] = draw(st.booleans())
+    data["job"] = {"kind": draw(mostly(st.sampled_from(["shell", "http", "noop"]), texts)),
+                   **draw(params)}
+    data["owner"] = draw(st.none() | texts)
+    data["description"] = draw(st.none() | texts)
+    data["labels"] = draw(st.dictionaries(texts, texts, max_size=2))
     data["max_attempts"] = draw(mostly(st.integers(1, limits.MAX_ATTEMPTS), st.sampled_from(
         [0, limits.MAX_ATTEMPTS + 1, 2**31, 2**63])))
     return data
