@@ -18,6 +18,8 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from kairos.core import limits
+from kairos.core.audit import HistoryEvent, expected_occurrences
+from kairos.core.calendar import never_fires_reason, next_fires
 from kairos.core.cron import MACROS
 from kairos.core.firing import (
     Action,
@@ -29,6 +31,7 @@ from kairos.core.firing import (
     holds_at,
     upserted,
 )
+from kairos.core.retry import after_failure
 from kairos.core.schedule import (
     DstGapPolicy,
     DstRepeatPolicy,
@@ -235,6 +238,18 @@ def _round_trips(schedule: Schedule, state: ScheduleState) -> None:
     assert state_from_records(definition, progress) == state
 
 
+def _read_everywhere(schedule: Schedule, changed_at: datetime, now: datetime) -> None:
+    """What preview, audit and the executor compute from the schedule."""
+    if not next_fires(schedule, now, 3):
+        assert never_fires_reason(schedule, now)
+    # A short window: the audit settles every occurrence in it, as the ticker would.
+    history = [HistoryEvent(schedule.id, 0, 0, "upserted", schedule, changed_at)]
+    expected_occurrences(history, now, now + timedelta(seconds=90))
+    for attempt in range(1, schedule.max_attempts + 1):
+        after_failure(attempt=attempt, max_attempts=schedule.max_attempts,
+                      backoff=schedule.retry_backoff, failed_at=now)
+
+
 def _decide_everywhere(schedule: Schedule, changed_at: datetime, now: datetime) -> None:
     created = upserted(None, schedule, version=0, changed_at=changed_at, now=now)
     assert created.state is not None and created.decisions == []
@@ -283,3 +298,31 @@ def test_every_schedule_is_refused_at_validation_or_decided_without_error(
         return
     event(f"accepted: {'cron' if schedule.cron else 'at' if schedule.at else 'every'}")
     _decide_everywhere(schedule, changed_at, now)
+    _read_everywhere(schedule, changed_at, now)
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | texts
+    | st.sampled_from(["@daily", "1h", "P1D", "2027-01-01T00:00:00Z", "9999-12-31T23:59:59-14:00",
+                       "UTC", "localtime", "-1ms", "9" * 30 + "d"])
+    | st.datetimes(timezones=st.none() | st.timezones()) | st.timedeltas(),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(texts, inner, max_size=3),
+    max_leaves=6,
+)
+"""Anything a YAML or JSON file, or an SDK caller, can put in a field."""
+
+
+@settings(max_examples=400, deadline=None, derandomize=True, database=None)
+@given(
+    base=st.sampled_from([{"id": "a", "cron": "@daily"}, {"id": "a", "at": "2027-01-01T00:00:00Z"},
+                          {"id": "a", "every": "1m", "start_at": "2027-01-01T00:00:00Z"}]),
+    values=st.dictionaries(st.sampled_from([*Schedule.model_fields, "extra"]), json_values,
+                           min_size=1, max_size=4),
+)
+def test_any_value_in_any_field_is_accepted_or_refused_with_the_field_named(
+    base: dict[str, Any], values: dict[str, Any]
+) -> None:
+    try:
+        parse_schedule({**base, **values})
+    except SchedulesInvalidError as invalid:
+        assert all(error.problem for error in invalid.errors)
