@@ -110,15 +110,16 @@ def written(draw: st.DrawFn, instant: datetime) -> str:
     try:
         local = (instant + offset).replace(tzinfo=None)
     except OverflowError:
-        return instant.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+        return instant.isoformat(timespec="milliseconds").replace("+00:00", "Z")
     return f"{local.isoformat(timespec='milliseconds')}{sign}{hours:02d}:{minutes:02d}"
 
 
-def _cron_value(draw: st.DrawFn, low: int, high: int, names: list[str]) -> str:
+def _spelled(draw: st.DrawFn, value: int, low: int, names: list[str]) -> str:
+    """A cron field value as a number, or as its name (`JAN`, `SUN`) when it has one."""
     use_name: bool = draw(st.booleans())
-    if names and use_name:
-        return draw(st.sampled_from(names))
-    return str(draw(st.integers(low, high)))
+    if use_name and value - low < len(names):
+        return names[value - low]
+    return str(value)
 
 
 @st.composite
@@ -132,10 +133,11 @@ def cron_fields(draw: st.DrawFn, low: int, high: int, names: list[str]) -> str:
         elif form == "*/n":
             items.append(f"*/{step}")
         elif form == "v":
-            items.append(_cron_value(draw, low, high, names))
+            items.append(_spelled(draw, draw(st.integers(low, high)), low, names))
         else:
             first, last = sorted(draw(st.lists(st.integers(low, high), min_size=2, max_size=2)))
-            items.append(f"{first}-{last}" + (f"/{step}" if form == "a-b/n" else ""))
+            spelled = f"{_spelled(draw, first, low, names)}-{_spelled(draw, last, low, names)}"
+            items.append(spelled + (f"/{step}" if form == "a-b/n" else ""))
     return ",".join(items)
 
 
@@ -149,8 +151,9 @@ params = st.dictionaries(st.sampled_from(["command", "url", "env", "n"]),
 MONTHS = ["JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC"]
 DAYS = ["SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"]
 crons = st.one_of(
-    st.sampled_from([*MACROS, "@reboot", "0 0 L * *", "0 0 30 2 *", "0 0 29 2 *",
-                     "0 0 31 4,6,9,11 *", "30 2 * * *", "0 0 13 * FRI", "*/15 * * * *"]),
+    st.sampled_from([*MACROS, "@DAILY", " @hourly ", "@reboot", "0 0 L * *", "0 0 30 2 *",
+                     "0 0 29 2 *", "0 0 31 4,6,9,11 *", "30 2 * * *", "0 0 13 * FRI",
+                     "*/15 * * * *"]),
     st.builds(lambda *fields: " ".join(fields),
               cron_fields(0, 59, []), cron_fields(0, 23, []), cron_fields(1, 31, []),
               cron_fields(1, 12, MONTHS), cron_fields(0, 7, DAYS)),
