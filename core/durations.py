@@ -79,12 +79,12 @@ def duration_from_ms(total_ms: int, *, original: object = None) -> timedelta:
 
     `original` is the input to name in an error; by default the milliseconds.
     """
+    if 0 <= total_ms <= _LONGEST_MS:
+        return timedelta(milliseconds=total_ms)
     shown = f"{total_ms}ms" if original is None else original
     if total_ms < 0:
         raise DurationError(shown, "durations cannot be negative")
-    if total_ms > _LONGEST_MS:
-        raise _too_long(shown)
-    return timedelta(milliseconds=total_ms)
+    raise _too_long(shown)
 
 
 def _too_long(original: object) -> DurationError:
