@@ -9,11 +9,13 @@ beyond their bounds, every zone the host knows, every cron form, every policy.
 
 from __future__ import annotations
 
+import itertools
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import available_timezones
 
+import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
@@ -329,3 +331,37 @@ def test_any_value_in_any_field_is_accepted_or_refused_with_the_field_named(
         parse_schedule({**base, **values})
     except SchedulesInvalidError as invalid:
         assert all(error.problem for error in invalid.errors)
+
+
+_LAST_DAY = limits.LATEST_INSTANT - DAY
+EDGE_TRIGGERS = [
+    pytest.param({"cron": "30 2 * * *", "timezone": "America/New_York",
+                  "start_at": _LAST_DAY.isoformat()}, id="fixed-time-cron-on-the-last-day"),
+    pytest.param({"cron": "*/30 1 * * *", "timezone": "Australia/Lord_Howe",
+                  "jitter": "1d"}, id="wildcard-cron-with-a-day-of-jitter"),
+    pytest.param({"every": "3650d", "jitter": "3650d", "timezone": "Pacific/Kiritimati",
+                  "start_at": limits.EARLIEST_INSTANT.isoformat()},
+                 id="every-ten-years-from-the-epoch"),
+    pytest.param({"every": "1s", "start_at": _LAST_DAY.isoformat(),
+                  "timezone": "Pacific/Chatham"}, id="every-second-on-the-last-day"),
+    pytest.param({"at": (limits.LATEST_INSTANT - MS).isoformat(), "jitter": "1d"},
+                 id="at-the-last-millisecond"),
+]
+
+
+@pytest.mark.parametrize("trigger", EDGE_TRIGGERS)
+def test_every_policy_combination_is_decided_at_the_edges(trigger: dict[str, Any]) -> None:
+    # Overlap is the executor's: it only travels, so it cycles instead of multiplying the rest.
+    combinations = itertools.product(MisfirePolicy, DstGapPolicy, DstRepeatPolicy,
+                                     [False, True], [None, "0s", "3650d"])
+    overlaps = itertools.cycle(OverlapPolicy)
+    for (misfire, gap, repeat, paused, window), overlap in zip(combinations, overlaps,
+                                                               strict=False):
+        data = {"id": "edge", **trigger, "misfire": misfire, "overlap": overlap, "dst_gap": gap,
+                "dst_repeat": repeat, "paused": paused, "max_attempts": limits.MAX_ATTEMPTS,
+                "retry_backoff": "1h", "timeout": "30d"}
+        if window is not None:
+            data["catchup_window"] = window
+        schedule = parse_schedule(data)
+        for now in (limits.EARLIEST_INSTANT, limits.LATEST_INSTANT - MS):
+            _decide_everywhere(schedule, changed_at=now, now=now)
