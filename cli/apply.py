@@ -130,6 +130,9 @@ def apply(
         raise typer.Exit(1) from None
     except KairosError as error:
         raise fail(f"{file}: {error}; nothing was published") from None
+    for schedule in desired:
+        if schedule.zone_warning is not None:
+            typer.echo(f"warning: schedule '{schedule.id}': {schedule.zone_warning}", err=True)
 
     settings = kafka_settings(bootstrap_servers, topic_prefix)
     reader = reader_for(settings, changed_by)

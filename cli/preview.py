@@ -9,6 +9,7 @@ from typing import Annotated, Literal
 
 import typer
 
+from kairos.core import limits
 from kairos.core.calendar import Fire, never_fires_reason, next_fires
 from kairos.core.cron import parse_cron
 from kairos.core.errors import KairosError
@@ -43,6 +44,9 @@ def preview(
         typer.echo(f"error: {error}", err=True)
         raise typer.Exit(1) from None
 
+    for schedule in schedules:
+        if schedule.zone_warning is not None:
+            typer.echo(f"warning: schedule '{schedule.id}': {schedule.zone_warning}", err=True)
     listing: dict[str, list[Fire]] = {}
     for schedule in schedules:
         listing[schedule.id] = next_fires(schedule, after, count)
@@ -71,6 +75,13 @@ def _parse_from(text: str) -> datetime:
     if instant.tzinfo is None:
         raise _PreviewInputError(f"--from {text!r} has no UTC offset; add one, e.g. "
                                  f"{text}Z or {text}+01:00")
+    try:
+        in_range = limits.EARLIEST_INSTANT <= instant < limits.LATEST_INSTANT
+    except OverflowError:
+        in_range = False
+    if not in_range:
+        raise _PreviewInputError(f"--from {text!r} is outside the instants schedules name, "
+                                 f"{limits.INSTANT_RANGE}")
     return instant
 
 

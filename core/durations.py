@@ -28,6 +28,15 @@ _ISO = re.compile(
 
 EXAMPLES = "'90s', '15m', '1h30m', '2d', '250ms' or ISO-8601 'PT15M', 'P1D'"
 
+LONGEST = timedelta(days=36_500)
+"""No duration is read longer than this (100 years): beyond it a `timedelta` or the arithmetic
+on it can overflow. Each schedule field has its own, shorter, maximum (`kairos.core.limits`)."""
+
+_LONGEST_MS = LONGEST // timedelta(milliseconds=1)
+# More digits than any amount within LONGEST has; refused before int() reads them, which
+# refuses strings of over 4,300 digits with an unrelated message.
+_MOST_DIGITS = 16
+
 
 class DurationError(KairosError, ValueError):
     """A duration could not be read; `text` is the input, `problem` what is wrong with it.
@@ -60,9 +69,33 @@ def parse_duration(value: object) -> timedelta:
         raise DurationError(
             value, "not a duration: use whole numbers with units w, d, h, m, s, ms, largest first"
         )
-    total_ms = sum(int(amount) * _MS_PER_UNIT[unit] for unit, amount in match.groupdict().items()
-                   if amount is not None)
-    return timedelta(milliseconds=total_ms)
+    total_ms = sum(_amount(value, amount) * _MS_PER_UNIT[unit]
+                   for unit, amount in match.groupdict().items() if amount is not None)
+    return duration_from_ms(total_ms, original=value)
+
+
+def duration_from_ms(total_ms: int, *, original: object = None) -> timedelta:
+    """The duration of `total_ms` milliseconds (as Avro records carry durations), checked.
+
+    `original` is the input to name in an error; by default the milliseconds.
+    """
+    if 0 <= total_ms <= _LONGEST_MS:
+        return timedelta(milliseconds=total_ms)
+    shown = f"{total_ms}ms" if original is None else original
+    if total_ms < 0:
+        raise DurationError(shown, "durations cannot be negative")
+    raise _too_long(shown)
+
+
+def _too_long(original: object) -> DurationError:
+    return DurationError(original, f"longer than {format_duration(LONGEST)}, the longest "
+                                   "duration Kairos reads")
+
+
+def _amount(original: object, digits: str) -> int:
+    if len(digits.lstrip("0")) > _MOST_DIGITS:
+        raise _too_long(original)
+    return int(digits)
 
 
 def _parse_iso(original: str, text: str) -> timedelta:
@@ -76,9 +109,10 @@ def _parse_iso(original: str, text: str) -> timedelta:
         raise DurationError(original, "not an ISO-8601 duration of weeks, days, hours, minutes "
                                       "and seconds")
     parts = match.groupdict()
-    total_ms = sum(int(parts[unit]) * _MS_PER_UNIT[unit] for unit in ("w", "d", "h", "m")
-                   if parts[unit] is not None)
+    total_ms = sum(_amount(original, parts[unit]) * _MS_PER_UNIT[unit]
+                   for unit in ("w", "d", "h", "m") if parts[unit] is not None)
     if parts["s"] is not None:
+        _amount(original, parts["s"].partition(".")[0])
         try:
             seconds_ms = Decimal(parts["s"]) * 1000
         except InvalidOperation as error:  # pragma: no cover - the regex admits only decimals
@@ -86,7 +120,7 @@ def _parse_iso(original: str, text: str) -> timedelta:
         if seconds_ms != seconds_ms.to_integral_value():
             raise DurationError(original, "durations have millisecond precision")
         total_ms += int(seconds_ms)
-    return timedelta(milliseconds=total_ms)
+    return duration_from_ms(total_ms, original=original)
 
 
 def _checked(original: object, duration: timedelta) -> timedelta:
@@ -94,6 +128,8 @@ def _checked(original: object, duration: timedelta) -> timedelta:
         raise DurationError(original, "durations cannot be negative")
     if duration.microseconds % 1000:
         raise DurationError(original, "durations have millisecond precision")
+    if duration > LONGEST:
+        raise _too_long(original)
     return duration
 
 

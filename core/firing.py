@@ -26,6 +26,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 
 from kairos.core.calendar import fire_instant_with_jitter, next_fire
+from kairos.core.limits import EARLIEST_INSTANT
 from kairos.core.run_id import run_id
 from kairos.core.schedule import MisfirePolicy, Schedule
 
@@ -89,6 +90,13 @@ class Outcome:
     decisions: list[Decision]
 
 
+def _in_force_from(changed_at: datetime, now: datetime) -> datetime:
+    # A producer's clock ahead of the ticker's cannot date a change in the future. Nothing is
+    # owed before the earliest instant a schedule may name, and a `changed_at` of year 1 (the
+    # wire allows it) would take the calendar out of datetime's range.
+    return max(min(changed_at, now), EARLIEST_INSTANT)
+
+
 def _first_owed(schedule: Schedule, owed_from: datetime, floor: datetime | None) -> datetime | None:
     # Never at or before an occurrence already decided: its run id must not be reused.
     after = owed_from - _JUST_BEFORE
@@ -112,7 +120,7 @@ def upserted(
     new one owes its first occurrence at or after the change. Occurrences that fell inside a
     pause are not owed: pausing means "do not run these".
     """
-    changed_at = min(changed_at, now)
+    changed_at = _in_force_from(changed_at, now)
     decisions: list[Decision] = []
     floor: datetime | None = None
     if state is not None:
@@ -131,7 +139,7 @@ def upserted(
 
 def deleted(state: ScheduleState, changed_at: datetime, now: datetime) -> Outcome:
     """The schedule is gone from `changed_at`; occurrences owed before it are still decided."""
-    changed_at = min(changed_at, now)
+    changed_at = _in_force_from(changed_at, now)
     return Outcome(None, _settle_before(state, changed_at, now).decisions)
 
 

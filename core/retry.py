@@ -21,9 +21,8 @@ from datetime import datetime, timedelta
 MAX_BACKOFF = timedelta(hours=1)
 """The longest wait between two attempts, however many attempts failed."""
 
-# 2^40 times a millisecond is 35 years: beyond MAX_BACKOFF for every backoff, and small enough
-# that the multiplication never overflows a timedelta.
-_MAX_DOUBLINGS = 40
+_MS = timedelta(milliseconds=1)
+_MAX_BACKOFF_MS = MAX_BACKOFF // _MS
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,9 +37,17 @@ def backoff_delay(backoff: timedelta, failed_attempt: int) -> timedelta:
     """The wait after attempt number `failed_attempt` (1 for the first) failed."""
     if failed_attempt < 1:
         raise ValueError(f"attempts are numbered from 1, got {failed_attempt}")
-    if backoff <= timedelta(0):
+    backoff_ms = backoff // _MS
+    if backoff_ms <= 0:
         return timedelta(0)
-    return min(backoff * (1 << min(failed_attempt - 1, _MAX_DOUBLINGS)), MAX_BACKOFF)
+    # Doubled in whole milliseconds, where nothing overflows, and stopped at the cap: a
+    # timedelta of a long backoff doubled forty times is out of range.
+    delay_ms = backoff_ms
+    for _ in range(failed_attempt - 1):
+        if delay_ms >= _MAX_BACKOFF_MS:
+            break
+        delay_ms *= 2
+    return timedelta(milliseconds=min(delay_ms, _MAX_BACKOFF_MS))
 
 
 def after_failure(

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Annotated, Any, Literal
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo
 
 import yaml
 from pydantic import (
@@ -23,14 +23,17 @@ from pydantic import (
     Field,
     PlainSerializer,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
 from pydantic_core import ErrorDetails, PydanticCustomError
 
+from kairos.core import limits
 from kairos.core.cron import parse_cron
-from kairos.core.durations import format_duration, parse_duration
+from kairos.core.durations import duration_from_ms, format_duration, parse_duration
 from kairos.core.errors import KairosError
+from kairos.core.zones import legacy_fixed_zone_warning, zone_problem
 
 SCHEDULE_ID_PATTERN = re.compile(r"[A-Za-z0-9._:/-]{1,200}")
 
@@ -81,26 +84,39 @@ class DstRepeatPolicy(StrEnum):
     """Run once, in the second pass."""
 
 
-def _is_zone(name: str) -> bool:
-    try:
-        ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError, OSError):
-        return False
-    return True
+DURATIONS_IN_MS: dict[str, bool] = {"durations_in_ms": True}
+"""Validation context for records whose durations are integer milliseconds (Avro `long`s):
+`Schedule.model_validate(record, context=DURATIONS_IN_MS)`. Elsewhere a bare number is refused,
+since `90` could mean seconds or minutes."""
 
 
 def _aware_utc(value: datetime) -> datetime:
-    if value.tzinfo is None or value.utcoffset() is None:
+    offset = value.utcoffset()
+    if offset is None:
         raise ValueError(
             f"{value.isoformat()} has no UTC offset, so it is not an instant; "
             "add one, such as '2027-03-14T07:00:00Z' or '2027-03-14T03:00:00-04:00'"
         )
-    if value.microsecond % 1000:
+    try:
+        utc = value if value.tzinfo is UTC else (value - offset).replace(tzinfo=UTC)
+    except OverflowError:
+        utc = None
+    if utc is None or not limits.EARLIEST_INSTANT <= utc < limits.LATEST_INSTANT:
+        raise ValueError(f"{value.isoformat()} is outside the instants a schedule may name, "
+                         f"{limits.INSTANT_RANGE}; pick an instant in that range")
+    if utc.microsecond % 1000:
         # Instants travel as Avro timestamp-millis; a finer one would change on the way and
         # with it the run ids derived from it.
         raise ValueError(f"{value.isoformat()} is more precise than a millisecond; "
                          "round it to whole milliseconds")
-    return value.astimezone(UTC)
+    return utc
+
+
+def _read_duration(value: object, info: ValidationInfo) -> timedelta:
+    # Checked in this order, cheapest first: a restore reads a million definitions.
+    if type(value) is int and info.context is not None and info.context.get("durations_in_ms"):
+        return duration_from_ms(value)
+    return parse_duration(value)
 
 
 def _positive(value: timedelta) -> timedelta:
@@ -109,17 +125,62 @@ def _positive(value: timedelta) -> timedelta:
     return value
 
 
+def _at_most(longest: timedelta, why: str) -> AfterValidator:
+    def check(value: timedelta) -> timedelta:
+        if value > longest:
+            raise ValueError(f"{format_duration(value)} is longer than the maximum, "
+                             f"{format_duration(longest)} ({why}); shorten it")
+        return value
+    return AfterValidator(check)
+
+
 Duration = Annotated[
     timedelta,
-    BeforeValidator(parse_duration),
+    BeforeValidator(_read_duration),
     PlainSerializer(format_duration, return_type=str, when_used="json"),
 ]
-"""A duration read by `parse_duration`; serialised to JSON in its canonical short form."""
+"""A duration read by `parse_duration` (or from integer milliseconds, in the `DURATIONS_IN_MS`
+context); serialised to JSON in its canonical short form."""
 
 PositiveDuration = Annotated[Duration, AfterValidator(_positive)]
 
 Instant = Annotated[datetime, AfterValidator(_aware_utc)]
-"""An aware datetime with millisecond precision, normalised to UTC; naive ones are refused."""
+"""An aware datetime with millisecond precision, normalised to UTC; naive ones are refused.
+
+Within `limits.EARLIEST_INSTANT` and `limits.LATEST_INSTANT`."""
+
+
+def _not_too_often(value: timedelta) -> timedelta:
+    if value < limits.SHORTEST_EVERY:
+        raise ValueError(f"{format_duration(value)} is shorter than the minimum, "
+                         f"{format_duration(limits.SHORTEST_EVERY)}; lengthen it")
+    return value
+
+
+Interval = Annotated[PositiveDuration, AfterValidator(_not_too_often),
+                     _at_most(limits.LONGEST_EVERY, "about ten years; for a rarer occurrence "
+                                                    "use 'at'")]
+Jitter = Annotated[Duration, _at_most(limits.LONGEST_EVERY, "the longest 'every'")]
+CatchupWindow = Annotated[Duration, _at_most(limits.LONGEST_CATCHUP_WINDOW,
+                                             "a longer window is no limit: leave it unset")]
+Timeout = Annotated[PositiveDuration, _at_most(limits.LONGEST_TIMEOUT, "per attempt")]
+RetryBackoff = Annotated[Duration, _at_most(limits.LONGEST_RETRY_BACKOFF,
+                                            "waits between attempts are capped at it")]
+
+
+def _utf8(value: str) -> str:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as error:
+        # JSON's "\ud800" escape reads as a lone surrogate, which Avro's UTF-8 cannot carry.
+        bad = value[error.start]
+        raise ValueError(f"contains {bad!r} at position {error.start}, half of a UTF-16 pair "
+                         "that UTF-8 cannot carry; remove it") from None
+    return value
+
+
+Text = Annotated[str, AfterValidator(_utf8)]
+"""A string every record can carry: UTF-8 encodable."""
 
 
 def _rule(field: str, problem: str) -> PydanticCustomError:
@@ -137,7 +198,7 @@ class JobSpec(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="allow")
 
-    kind: str
+    kind: Text
 
     @field_validator("kind")
     @classmethod
@@ -158,7 +219,7 @@ class Schedule(BaseModel):
     """Five fields or a macro, read on the wall clock of `timezone`."""
     at: Instant | None = None
     """One instant."""
-    every: PositiveDuration | None = None
+    every: Interval | None = None
     """A fixed interval of elapsed time, anchored at `start_at` (which it requires)."""
     timezone: str = "UTC"
     """IANA zone name whose wall clock `cron` is read on; also used to display fires."""
@@ -166,10 +227,10 @@ class Schedule(BaseModel):
     """No fire before this instant; a fire exactly at it counts."""
     end_at: Instant | None = None
     """No fire after this instant; a fire exactly at it counts."""
-    jitter: Duration | None = None
+    jitter: Jitter | None = None
     """Maximum delay added to each run, the same for the same run every time."""
     misfire: MisfirePolicy = MisfirePolicy.ALL
-    catchup_window: Duration | None = None
+    catchup_window: CatchupWindow | None = None
     """Occurrences found later than this are skipped whatever `misfire` says; `None`: no limit."""
     overlap: OverlapPolicy = OverlapPolicy.ALLOW
     dst_gap: DstGapPolicy = DstGapPolicy.RUN_AT_TRANSITION
@@ -181,14 +242,14 @@ class Schedule(BaseModel):
     job: JobSpec = Field(default_factory=lambda: JobSpec(kind="noop"))
     max_attempts: int = Field(default=3, ge=1)
     """Attempts per run, the first included."""
-    timeout: PositiveDuration = timedelta(hours=1)
+    timeout: Timeout = timedelta(hours=1)
     """Per attempt."""
-    retry_backoff: Duration = timedelta(seconds=10)
+    retry_backoff: RetryBackoff = timedelta(seconds=10)
     """Delay before the first retry; it doubles for each further retry."""
-    owner: str | None = None
+    owner: Text | None = None
     """The team that answers for the schedule."""
-    labels: dict[str, str] = Field(default_factory=dict)
-    description: str | None = None
+    labels: dict[Text, Text] = Field(default_factory=dict)
+    description: Text | None = None
 
     @field_validator("id")
     @classmethod
@@ -209,9 +270,18 @@ class Schedule(BaseModel):
     @field_validator("timezone")
     @classmethod
     def _valid_zone(cls, value: str) -> str:
-        if not _is_zone(value):
-            raise ValueError(f"{value!r} is not a known IANA time zone; use a name such as "
-                             "'UTC', 'Europe/Berlin' or 'America/New_York'")
+        problem = zone_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
+        return value
+
+    @field_validator("max_attempts")
+    @classmethod
+    def _bounded_attempts(cls, value: int) -> int:
+        if value > limits.MAX_ATTEMPTS:
+            raise ValueError(f"{value} is more than the maximum, {limits.MAX_ATTEMPTS} "
+                             "(with waits capped at an hour, that many attempts retry for "
+                             "days); lower it")
         return value
 
     @model_validator(mode="after")
@@ -225,14 +295,31 @@ class Schedule(BaseModel):
         if self.every is not None and self.start_at is None:
             raise _rule("start_at", "'every' counts from start_at, so set start_at "
                                     "(for example '2027-01-01T00:00:00Z')")
+        self._check_jitter()
         if self.start_at is not None and self.end_at is not None and self.end_at <= self.start_at:
             raise _rule("end_at", f"end_at {self.end_at.isoformat()} is not after start_at "
                                   f"{self.start_at.isoformat()}; move it later or drop it")
         return self
 
+    def _check_jitter(self) -> None:
+        if self.jitter is None:
+            return
+        if self.every is not None:
+            longest, why = self.every, "the schedule's 'every', so runs keep their order"
+        else:
+            longest, why = limits.LONGEST_CALENDAR_JITTER, "for 'cron' and 'at' schedules"
+        if self.jitter > longest:
+            raise _rule("jitter", f"{format_duration(self.jitter)} is longer than the maximum, "
+                                  f"{format_duration(longest)} ({why}); shorten it")
+
     @property
     def zone(self) -> ZoneInfo:
         return ZoneInfo(self.timezone)
+
+    @property
+    def zone_warning(self) -> str | None:
+        """Why the zone is valid but probably not what was meant (`EST`), or `None`."""
+        return legacy_fixed_zone_warning(self.timezone)
 
 
 class ScheduleValidationError(KairosError):
@@ -356,7 +443,9 @@ def _problems(error: ValidationError, data: object, index: int | None
 
 
 def _describe(detail: ErrorDetails) -> tuple[str, str]:
-    field = ".".join(str(part) for part in detail["loc"])
+    # A key can hold a lone surrogate (see `_utf8`); the path must still print.
+    field = ".".join(str(part) for part in detail["loc"]).encode(
+        "utf-8", "backslashreplace").decode("utf-8")
     context = detail.get("ctx") or {}
     kind = detail["type"]
     if kind == "schedule_rule":

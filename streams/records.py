@@ -11,17 +11,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from kairos.core.firing import Decision, ScheduleState
-from kairos.core.schedule import JobSpec, Schedule
+from kairos.core.schedule import DURATIONS_IN_MS, JobSpec, Schedule
 
 _MS = timedelta(milliseconds=1)
 
 
 def _ms(value: timedelta | None) -> int | None:
     return None if value is None else value // _MS
-
-
-def _duration(ms: int | None) -> timedelta | None:
-    return None if ms is None else timedelta(milliseconds=ms)
 
 
 def _utc(value: datetime | None) -> datetime | None:
@@ -68,31 +64,35 @@ def schedule_from_definition(record: dict[str, Any]) -> Schedule:
 
     A definition written by a newer producer may carry an enum symbol this version does not
     know; Avro resolves it to `unknown`, and validation then rejects it with the field named.
+    Durations are validated as the milliseconds they are, so that one beyond any bound (even
+    beyond `timedelta`) is a validation error of its field too.
     """
     fields: dict[str, Any] = {
         "id": record["id"],
         "cron": record["cron"],
         "at": record["at"],
-        "every": _duration(record["every_ms"]),
+        "every": record["every_ms"],
         "timezone": record["timezone"],
         "start_at": record["start_at"],
         "end_at": record["end_at"],
-        "jitter": _duration(record["jitter_ms"]),
+        "jitter": record["jitter_ms"],
         "misfire": record["misfire"],
-        "catchup_window": _duration(record["catchup_window_ms"]),
+        "catchup_window": record["catchup_window_ms"],
         "overlap": record["overlap"],
         "dst_gap": record["dst_gap"],
         "dst_repeat": record["dst_repeat"],
         "paused": record["paused"],
         "job": job_from_record(record["job"]),
         "max_attempts": record["max_attempts"],
-        "timeout": _duration(record["timeout_ms"]),
-        "retry_backoff": _duration(record["retry_backoff_ms"]),
+        "timeout": record["timeout_ms"],
+        "retry_backoff": record["retry_backoff_ms"],
         "owner": record["owner"],
         "labels": record["labels"],
         "description": record["description"],
     }
-    return Schedule.model_validate({k: v for k, v in fields.items() if v is not None})
+    return Schedule.model_validate(
+        {k: v for k, v in fields.items() if v is not None}, context=DURATIONS_IN_MS
+    )
 
 
 def state_record(state: ScheduleState) -> dict[str, Any]:

@@ -70,6 +70,26 @@ def test_one_invalid_schedule_publishes_nothing_and_names_it(
     assert records(kafka_settings) == []
 
 
+def test_a_legacy_fixed_zone_is_applied_with_a_warning_naming_location_zones(
+    kafka_settings: KafkaSettings, tmp_path: Path
+) -> None:
+    text = BILLING + """
+  - id: billing.hawaii
+    cron: "0 6 * * *"
+    timezone: HST
+    owner: billing
+"""
+    result = apply(kafka_settings, tmp_path, text)
+    assert result.exit_code == 0, result.output
+    assert result.stderr.splitlines() == [
+        "warning: schedule 'billing.hawaii': timezone 'HST' is a fixed UTC-10:00 offset with no "
+        "daylight-saving time; if the schedule follows a place's clock, use Pacific/Honolulu"
+    ]
+    assert {key for key, _ in records(kafka_settings)} == {
+        "billing.nightly", "billing.poll", "billing.hawaii"
+    }
+
+
 def test_a_second_apply_of_the_same_file_publishes_nothing(
     kafka_settings: KafkaSettings, tmp_path: Path
 ) -> None:

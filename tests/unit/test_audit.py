@@ -324,7 +324,17 @@ def test_time_arguments(text: str, expected: datetime) -> None:
     assert parse_time(text, NOW) == expected
 
 
-@pytest.mark.parametrize("text", ["2027-03-14T07:00:00", "yesterday", "-10", "-10y"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "2027-03-14T07:00:00",
+        "yesterday",
+        "-10",
+        "-10y",
+        pytest.param("-99999999d", id="before-year-1"),
+        pytest.param("-" + "9" * 40 + "w", id="past-any-timedelta"),
+    ],
+)
 def test_unusable_time_arguments_say_how_to_write_one(text: str) -> None:
     with pytest.raises(TimeArgumentError, match="ISO-8601 instant with an offset"):
         parse_time(text, NOW)

@@ -155,6 +155,10 @@ def test_invalid_input_is_reported_without_traceback(
             id="unreadable-from",
         ),
         pytest.param(["--from", "2027-01-01T00:00:00"], "has no UTC offset", id="naive-from"),
+        pytest.param(["--from", "9999-12-30T00:00:00Z"], "outside the instants schedules name",
+                     id="from-past-the-latest-instant"),
+        pytest.param(["--from", "0001-01-01T00:00:00+01:00"], "up to (not including) 9900",
+                     id="from-before-year-1-in-utc"),
     ],
 )
 def test_bad_from(tmp_path: Path, args: list[str], expected: str) -> None:
@@ -177,3 +181,36 @@ def test_non_utf8_file(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["preview", "-f", str(path)])
     assert result.exit_code == 1
     assert "cannot read schedules file" in result.stderr
+
+
+def test_a_legacy_fixed_zone_is_previewed_with_a_warning_naming_location_zones(
+    tmp_path: Path,
+) -> None:
+    text = """
+schedules:
+  - id: us-east-report
+    cron: "0 9 * * *"
+    timezone: EST
+  - id: new-york-report
+    cron: "0 9 * * *"
+    timezone: America/New_York
+"""
+    result = run(tmp_path, text, "--from", "2027-07-01T00:00:00Z", "-n", "1", "--json")
+    assert result.exit_code == 0, result.output
+    # EST is UTC-05:00 in July too, an hour off New York's clock: the warning says so.
+    assert json.loads(result.stdout) == {"us-east-report": ["2027-07-01T09:00:00-05:00"],
+                                         "new-york-report": ["2027-07-01T09:00:00-04:00"]}
+    assert result.stderr.splitlines() == [
+        "warning: schedule 'us-east-report': timezone 'EST' is a fixed UTC-05:00 offset with no "
+        "daylight-saving time; if the schedule follows a place's clock, use America/New_York "
+        "(with DST) or America/Panama (UTC-05:00 all year)"
+    ]
+
+
+@pytest.mark.parametrize("zone", ["localtime", "posixrules", "Factory"])
+def test_a_zone_that_means_the_hosts_own_is_refused(tmp_path: Path, zone: str) -> None:
+    result = run(tmp_path, f"schedules:\n  - id: a\n    cron: '@daily'\n    timezone: {zone}\n")
+    assert result.exit_code == 1
+    assert f"schedule 'a' (schedules[0]): field 'timezone': '{zone}'" in result.stderr
+    assert "name the zone, such as 'UTC'" in result.stderr
+    assert result.stdout == ""

@@ -27,8 +27,11 @@ CREATED = datetime(2027, 3, 13, 23, 30, tzinfo=UTC)
 def schedules(draw: st.DrawFn) -> Schedule:
     trigger = draw(st.sampled_from(["* * * * *", "*/5 * * * *", "30 2 * * *", "every", "at"]))
     fields: dict[str, object] = {"id": "s"}
+    longest_jitter_s = 300
     if trigger == "every":
-        fields["every"] = f"{draw(st.integers(1, 90))}s"
+        every_s = draw(st.integers(1, 90))
+        fields["every"] = f"{every_s}s"
+        longest_jitter_s = every_s  # the model's bound
         fields["start_at"] = CREATED.isoformat()
     elif trigger == "at":
         fields["at"] = (CREATED + timedelta(minutes=draw(st.integers(1, 30)))).isoformat()
@@ -36,7 +39,7 @@ def schedules(draw: st.DrawFn) -> Schedule:
         fields["cron"] = trigger
         fields["timezone"] = draw(st.sampled_from(["UTC", "America/New_York", "Europe/Berlin"]))
     if draw(st.booleans()):
-        fields["jitter"] = f"{draw(st.integers(1, 300))}s"
+        fields["jitter"] = f"{draw(st.integers(1, longest_jitter_s))}s"
     fields["misfire"] = draw(st.sampled_from(["all", "skip", "latest"]))
     if draw(st.booleans()):
         fields["catchup_window"] = f"{draw(st.integers(1, 120))}s"

@@ -20,6 +20,8 @@ T0 = datetime(2027, 3, 14, 7, 0, tzinfo=UTC)
         pytest.param(timedelta(milliseconds=200), 3, timedelta(milliseconds=800), id="millis"),
         pytest.param(timedelta(minutes=20), 3, MAX_BACKOFF, id="capped"),
         pytest.param(timedelta(seconds=1), 10_000, MAX_BACKOFF, id="huge-attempt-no-overflow"),
+        pytest.param(MAX_BACKOFF, 99, MAX_BACKOFF, id="longest-backoff-last-attempt-no-overflow"),
+        pytest.param(timedelta(minutes=2), 60, MAX_BACKOFF, id="long-backoff-no-overflow"),
         pytest.param(timedelta(0), 5, timedelta(0), id="zero-backoff-retries-at-once"),
     ],
 )
