@@ -140,6 +140,9 @@ def test_hostile_schedule_events_never_stop_a_ticker(
     )
     _alive(first, second)
     assert first.stop() == 0 and second.stop() == 0
+    for ticker in (first, second):
+        # Neither failed over nor rebuilt: the hostile schedules were confined where they landed.
+        assert "rejoining" not in ticker.log() and "event=lost" not in ticker.log(), ticker.log()
 
     # A restart meets none of them again.
     restarted_at = datetime.now(UTC)
@@ -163,7 +166,9 @@ def test_hostile_schedule_events_never_stop_a_ticker(
     assert not gaps, f"control occurrences lost: {gaps[:3]}"
     while_hostile = [r for r in control if published_at <= r["due_at"] <= restarted_at]
     worst_ms = max(r["lateness_ms"] for r in while_hostile)
-    assert worst_ms <= 2_000, f"the control fired {worst_ms} ms late beside hostile schedules"
+    # A failover would cost at least the 3 s session timeout; this 2-core machine under load
+    # fires up to about 2 s late without one.
+    assert worst_ms < 5_000, f"the control fired {worst_ms} ms late beside hostile schedules"
     assert not any(r["schedule_id"].startswith("hostile-") for r in committed_runs(kafka_settings))
 
 
