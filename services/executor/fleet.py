@@ -54,6 +54,14 @@ _SHARED_STORE_FIX = (
     "or give this executor a group of its own (--group-id)"
 )
 
+_COORDINATOR_NOT_READY = (
+    KafkaError.NOT_COORDINATOR,
+    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    KafkaError.COORDINATOR_NOT_AVAILABLE,
+)
+"""Answers of a broker whose group coordinator is still starting or moving (not flagged
+retriable by librdkafka's admin API, but they pass in seconds)."""
+
 
 class SeparateStoresError(KairosError):
     """A member of the executors' group keeps its claims in another dedupe store."""
@@ -172,7 +180,8 @@ class StoreGuard:
                 return described
             except KafkaException as failure:
                 error: KafkaError = failure.args[0]
-                problem, transient = f"{error.name()} {error.str()}", error.retriable()
+                problem = f"{error.name()} {error.str()}"
+                transient = error.retriable() or error.code() in _COORDINATOR_NOT_READY
             except TimeoutError:
                 problem, transient = "no answer", True
             if not transient or time.monotonic() >= deadline:
