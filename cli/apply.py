@@ -135,7 +135,7 @@ def apply(
             typer.echo(f"warning: schedule '{schedule.id}': {schedule.zone_warning}", err=True)
 
     settings = kafka_settings(bootstrap_servers, topic_prefix)
-    reader = reader_for(settings, changed_by)
+    reader = reader_for(settings)
     try:
         snapshot = reader.read_all()
     except KairosError as error:

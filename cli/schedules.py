@@ -49,19 +49,19 @@ def changed_by_or_default(changed_by: str | None) -> str:
     return f"{os.environ.get('USER') or 'unknown'}@{socket.gethostname()}"
 
 
-def reader_for(settings: KafkaSettings, changed_by: str | None = None) -> ScheduleReader:
-    return ScheduleReader(settings, reader_name=f"kairos-cli:{changed_by_or_default(changed_by)}")
+def reader_for(settings: KafkaSettings) -> ScheduleReader:
+    return ScheduleReader(settings)
 
 
 def warn_rejected(snapshot: ScheduleSnapshot, reader: ScheduleReader) -> None:
-    """Say on stderr that unreadable records were skipped, and where they went."""
+    """Say on stderr that records breaking the contract were skipped, as the ticker skips them."""
     if not snapshot.rejected:
         return
     first = snapshot.rejected[0]
     typer.echo(
-        f"warning: skipped {len(snapshot.rejected)} unreadable record(s) on {reader.topic} "
-        f"(copied to {reader.dead_letters_topic}); first at partition {first.partition} "
-        f"offset {first.offset}: {first.reason}",
+        f"warning: skipped {len(snapshot.rejected)} unreadable record(s) on {reader.topic}, "
+        "as the ticker does (the ticker copies them to the dead-letter topic); first at "
+        f"partition {first.partition} offset {first.offset}: {first.reason}",
         err=True,
     )
 

@@ -7,7 +7,8 @@ Every read starts at the beginning of each partition, is read_committed (aborted
 fenced ticker are never seen), and ends at each partition's end as of the read.
 
 The reader never writes: records that are not valid events are reported in `rejected` (the
-ticker and the schedule reader dead-letter them), and skipped exactly as the ticker skips them.
+ticker dead-letters them), and skipped exactly as the ticker skips them: schedule events are
+read through `kairos.streams.schedule_events`, as the ticker reads them.
 """
 
 from __future__ import annotations
@@ -39,7 +40,12 @@ from kairos.core.audit import (
 from kairos.core.errors import KairosError
 from kairos.streams.codec import Codecs, DecodeError, make_codecs
 from kairos.streams.partitioner import partition_for
-from kairos.streams.records import schedule_from_definition
+from kairos.streams.schedule_events import (
+    RejectedEvent,
+    ScheduleChange,
+    ScheduleUpserted,
+    read_schedule_event,
+)
 from kairos.streams.settings import KafkaSettings
 from kairos.streams.topics import TopicRole
 
@@ -91,6 +97,8 @@ class _Record:
     timestamp: datetime
     key: bytes | None
     value: bytes | None
+    partitions: int
+    """The topic's partition count at read time: where each key belongs."""
     appended: bool = False
     """`timestamp` is the broker's append time (the topic has LogAppendTime)."""
 
@@ -127,13 +135,19 @@ class HistoryReader:
         topic = self.topic(TopicRole.SCHEDULES)
         found: list[HistoryEvent] = []
         for record in self._read(topic, schedule_id):
-            try:
-                event = self._schedule_event(record)
-            except (DecodeError, _InvalidRecordError) as problem:
-                self._reject(topic, record, str(problem))
-                continue
-            if event is not None and (schedule_id is None or event.schedule_id == schedule_id):
-                found.append(event)
+            change = read_schedule_event(
+                self._codecs.schedule_event,
+                key=record.key,
+                value=record.value,
+                partition=record.partition,
+                offset=record.offset,
+                timestamp=record.timestamp,
+                partitions=record.partitions,
+            )
+            if isinstance(change, RejectedEvent):
+                self._reject(topic, record, change.reason)
+            elif schedule_id is None or change.schedule_id == schedule_id:
+                found.append(_history_event(change))
         return found
 
     def runs(
@@ -234,48 +248,6 @@ class HistoryReader:
     def _reject(self, topic: str, record: _Record, reason: str) -> None:
         self.rejected.append(RejectedRecord(topic, record.partition, record.offset, reason))
 
-    def _schedule_event(self, record: _Record) -> HistoryEvent | None:
-        """The event, as the ticker applies it; `None` for a record the ticker ignores."""
-        if record.key is None:
-            raise _InvalidRecordError("a schedule event must be keyed by its schedule id")
-        try:
-            schedule_id = record.key.decode("utf-8")
-        except UnicodeDecodeError:
-            raise _InvalidRecordError("the key is not UTF-8 text") from None
-        if record.value is None:
-            # A tombstone: the ticker deletes at the record's timestamp if a delete event did
-            # not already.
-            return HistoryEvent(
-                schedule_id, record.partition, record.offset, "tombstone", None, record.timestamp
-            )
-        event = self._codecs.schedule_event.decode(record.value)
-        if event["schedule_id"] != schedule_id:
-            raise _InvalidRecordError(
-                f"the key {schedule_id!r} differs from the event's schedule_id "
-                f"{event['schedule_id']!r}"
-            )
-        definition = None
-        if event["definition"] is not None:
-            try:
-                definition = schedule_from_definition(event["definition"])
-            except (ValueError, TypeError, KeyError) as invalid:
-                raise _InvalidRecordError(f"invalid definition: {invalid}") from invalid
-            if definition.id != schedule_id:
-                raise _InvalidRecordError(
-                    f"the definition's id {definition.id!r} differs from the key {schedule_id!r}"
-                )
-        return HistoryEvent(
-            schedule_id=schedule_id,
-            partition=record.partition,
-            offset=record.offset,
-            change=event["change"],
-            definition=definition,
-            changed_at=event["changed_at"],
-            changed_by=event["changed_by"],
-            reason=event["reason"],
-            revision=event["revision"],
-        )
-
     def _read(
         self, topic: str, key: str | None, beyond: list[_Record] | None = None
     ) -> Iterator[_Record]:
@@ -292,20 +264,21 @@ class HistoryReader:
             partitions = [partition_for(key, count)] if key is not None else list(range(count))
             low, stable = self._watermarks(consumer, topic, partitions)
             if beyond is None:
-                yield from self._consume(consumer, topic, low, stable, bounded=False)
+                yield from self._consume(consumer, topic, count, low, stable, bounded=False)
                 return
             uncommitted = Consumer(self._consumer_config("read_uncommitted"))
             try:
                 # Taken right after the stable offsets, so that a gap is a transaction open as
                 # the read began, not records written while it went on.
                 _, high = self._watermarks(uncommitted, topic, partitions)
-                yield from self._consume(consumer, topic, low, stable, bounded=False)
+                yield from self._consume(consumer, topic, count, low, stable, bounded=False)
                 held = [p for p in partitions if high[p] > stable[p]]
                 if held:
                     found = list(
                         self._consume(
                             uncommitted,
                             topic,
+                            count,
                             {p: stable[p] for p in held},
                             {p: high[p] for p in held},
                             bounded=True,
@@ -364,6 +337,7 @@ class HistoryReader:
         self,
         consumer: Consumer,
         topic: str,
+        count: int,
         low: dict[int, int],
         high: dict[int, int],
         *,
@@ -402,7 +376,7 @@ class HistoryReader:
                 if error is None:
                     position[partition] = offset + 1
                     if not bounded or offset < high[partition]:
-                        yield _record(message)
+                        yield _record(message, count)
                     if not bounded or offset + 1 < high[partition]:
                         continue
                 # The end as of now: later records were written after the read began.
@@ -425,7 +399,7 @@ class _InvalidRecordError(KairosError):
     """A record decoded but breaks its topic's contract; the message is the reason."""
 
 
-def _record(message: Message) -> _Record:
+def _record(message: Message, partitions: int) -> _Record:
     partition, offset = message.partition(), message.offset()
     assert partition is not None and offset is not None  # set on every record
     timestamp_type, timestamp_ms = message.timestamp()
@@ -435,7 +409,22 @@ def _record(message: Message) -> _Record:
         timestamp=datetime.fromtimestamp(timestamp_ms / 1000, UTC),
         key=message.key(),
         value=message.value(),
+        partitions=partitions,
         appended=timestamp_type == TIMESTAMP_LOG_APPEND_TIME,
+    )
+
+
+def _history_event(change: ScheduleChange) -> HistoryEvent:
+    return HistoryEvent(
+        schedule_id=change.schedule_id,
+        partition=change.partition,
+        offset=change.offset,
+        change=change.change,
+        definition=change.schedule if isinstance(change, ScheduleUpserted) else None,
+        changed_at=change.changed_at,
+        changed_by=change.changed_by,
+        reason=change.reason,
+        revision=change.revision,
     )
 
 

@@ -109,7 +109,7 @@ class SchedulesClient:
         self.topic = settings.layout.name(TopicRole.SCHEDULES)
         self._codecs = codecs or make_codecs()
         self._timeout_s = timeout_s
-        self._reader = ScheduleReader(settings, changed_by, self._codecs, timeout_s)
+        self._reader = ScheduleReader(settings, self._codecs, timeout_s)
         self._producer = Producer(
             settings.client_config(
                 **{

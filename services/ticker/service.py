@@ -165,6 +165,7 @@ class Ticker:
         self._consumer = Consumer(
             self.kafka.group_member_config(s.group_id, s.instance, s.session_timeout_ms)
         )
+        self._changes.learn_partitions(self._consumer, self.schedules_topic)
         self._consumer.subscribe(
             [self.schedules_topic],
             on_assign=self._guarded(self._on_assign),

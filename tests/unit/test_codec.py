@@ -195,6 +195,9 @@ SAMPLES: list[tuple[RecordType, str, dict[str, Any]]] = [
             "error_class": "kairos.streams.codec.UnknownSchemaError",
             "dead_lettered_at": T1,
             "dead_lettered_by": "ticker-1",
+            "truncated": True,
+            "key_size": 23,
+            "value_size": 1_200_000,
         },
     ),
 ]

@@ -1,0 +1,240 @@
+"""The contract of the schedules topic, read in one place: each record is a change or a rejection.
+
+Every consumer of the schedules topic (the ticker, `kairos.streams.schedule_reader` and
+`kairos.streams.history`) reads its records through `read_schedule_event`, so all of them agree
+on what each record means (docs/wire-format.md, docs/producers.md):
+
+- The key is the schedule id, as UTF-8 text.
+- The record is on the partition murmur2 (Java's default partitioner) puts its key on. A record
+  on another partition is refused: the ticker that owns that partition would fire the schedule
+  beside its rightful owner, and a delete published correctly would never reach it.
+- A null value (a tombstone) deletes the schedule, as of the record's timestamp.
+- Any other value is a `ScheduleEvent` of at most `MAX_SCHEDULE_EVENT_BYTES`, whose
+  `schedule_id` is the key. Its `definition` is the whole state after the change: a schedule the
+  model accepts, whose id is the key. Only a `deleted` event, or an event of a change kind newer
+  than this reader (`unknown`, which the schema says to apply from `definition`), may carry no
+  definition: that is a delete. An `upserted`, `paused` or `resumed` event without one breaks the
+  contract and is refused, never read as a delete.
+
+A refused record is a `RejectedEvent` carrying the reason. Only the ticker dead-letters it
+(`kairos.streams.dead_letters`); the readers skip it and report it to their caller.
+`SchemaRegistryUnavailableError` is raised, not a rejection: the record itself may be fine.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from confluent_kafka import Message
+from pydantic import ValidationError
+
+from kairos.core.errors import KairosError
+from kairos.core.schedule import Schedule
+from kairos.streams.codec import Codec, DecodeError
+from kairos.streams.partitioner import partition_for
+from kairos.streams.records import schedule_from_definition
+
+MAX_SCHEDULE_EVENT_BYTES = 512 * 1024
+"""The largest schedule event accepted. Every record the ticker derives from one (its changelog
+record, its runs) is about as large, and all must stay well under Kafka's default limit of
+1 MB per record: an unproducible changelog record would stop the partition."""
+
+TOMBSTONE = "tombstone"
+"""The `change` of a delete that came as a tombstone (a null value), not as an event."""
+
+_DELETES_WITHOUT_DEFINITION = frozenset({"deleted", "unknown"})
+
+
+class InvalidScheduleEventError(KairosError):
+    """A record of the schedules topic breaks its contract; the message is the reason."""
+
+
+class MisplacedScheduleEventError(InvalidScheduleEventError):
+    """A record is on another partition than the one murmur2 assigns its key."""
+
+    def __init__(self, schedule_id: str, partition: int, expected: int, partitions: int) -> None:
+        self.schedule_id = schedule_id
+        self.partition = partition
+        self.expected = expected
+        self.partitions = partitions
+        super().__init__(
+            f"schedule {schedule_id!r} is on partition {partition}, but murmur2 (Java's default "
+            f"partitioner) puts it on partition {expected} of {partitions}: the producer used "
+            "another partitioner. Set partitioner=murmur2_random in librdkafka clients (Python, "
+            "Go, .NET, C), keep Java's default, and publish the event again"
+        )
+
+
+@dataclass(frozen=True)
+class ScheduleUpserted:
+    """The schedule exists after this record, defined by `schedule`."""
+
+    schedule_id: str
+    partition: int
+    offset: int
+    schedule: Schedule
+    change: str
+    """upserted, paused, resumed, or unknown (a kind newer than this reader)."""
+    changed_at: datetime
+    changed_by: str
+    event_id: uuid.UUID
+    revision: int
+    reason: str | None
+
+
+@dataclass(frozen=True)
+class ScheduleDeleted:
+    """The schedule is gone after this record: a `deleted` event, or a tombstone."""
+
+    schedule_id: str
+    partition: int
+    offset: int
+    change: str
+    """deleted, unknown, or `TOMBSTONE`."""
+    changed_at: datetime
+    """The event's `changed_at`; a tombstone's is the record's timestamp."""
+    changed_by: str | None
+    """`None` for a tombstone, as are the fields below."""
+    event_id: uuid.UUID | None
+    revision: int
+    reason: str | None
+
+
+ScheduleChange = ScheduleUpserted | ScheduleDeleted
+
+
+@dataclass(frozen=True)
+class RejectedEvent:
+    """A record that breaks the contract, as consumed, with why; it is never applied."""
+
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    reason: str
+    error_class: str
+
+
+def read_schedule_event(
+    codec: Codec,
+    *,
+    key: bytes | None,
+    value: bytes | None,
+    partition: int,
+    offset: int,
+    timestamp: datetime,
+    partitions: int,
+) -> ScheduleChange | RejectedEvent:
+    """What the record at `partition`/`offset` of a schedules topic of `partitions` means.
+
+    `timestamp` is the record's own, the instant of a tombstone's delete.
+    """
+    try:
+        schedule_id = _schedule_id(key, partition, partitions)
+        if value is None:
+            return ScheduleDeleted(
+                schedule_id, partition, offset, TOMBSTONE, timestamp, None, None, 0, None
+            )
+        return _event(codec, schedule_id, value, partition, offset)
+    except (DecodeError, InvalidScheduleEventError) as problem:
+        return RejectedEvent(partition, offset, key, value, str(problem), type(problem).__name__)
+
+
+def read_schedule_message(
+    codec: Codec, message: Message, partitions: int
+) -> ScheduleChange | RejectedEvent:
+    """`read_schedule_event` of a consumed record."""
+    partition, offset = message.partition(), message.offset()
+    assert partition is not None and offset is not None  # set on every consumed record
+    _, timestamp_ms = message.timestamp()
+    return read_schedule_event(
+        codec,
+        key=message.key(),
+        value=message.value(),
+        partition=partition,
+        offset=offset,
+        timestamp=datetime.fromtimestamp(timestamp_ms / 1000, UTC),
+        partitions=partitions,
+    )
+
+
+def _event(
+    codec: Codec, schedule_id: str, value: bytes, partition: int, offset: int
+) -> ScheduleChange:
+    if len(value) > MAX_SCHEDULE_EVENT_BYTES:
+        raise InvalidScheduleEventError(
+            f"the event is {len(value)} bytes, over the limit of {MAX_SCHEDULE_EVENT_BYTES}: "
+            "every record made from it must fit Kafka's record size limit; keep job parameters, "
+            "labels and the description small"
+        )
+    event = codec.decode(value)
+    if event["schedule_id"] != schedule_id:
+        raise InvalidScheduleEventError(
+            f"the key {schedule_id!r} differs from the event's schedule_id "
+            f"{event['schedule_id']!r}; key each event by its schedule id"
+        )
+    change: str = event["change"]
+    if event["definition"] is None:
+        if change not in _DELETES_WITHOUT_DEFINITION:
+            raise InvalidScheduleEventError(
+                f"an event of change {change!r} must carry the whole definition; publish the "
+                "schedule's full definition with every change but a delete"
+            )
+        return ScheduleDeleted(
+            schedule_id,
+            partition,
+            offset,
+            change,
+            event["changed_at"],
+            event["changed_by"],
+            event["event_id"],
+            event["revision"],
+            event["reason"],
+        )
+    schedule = _schedule_of(event["definition"])
+    if schedule.id != schedule_id:
+        raise InvalidScheduleEventError(
+            f"the definition's id {schedule.id!r} differs from the key {schedule_id!r}"
+        )
+    return ScheduleUpserted(
+        schedule_id,
+        partition,
+        offset,
+        schedule,
+        change,
+        event["changed_at"],
+        event["changed_by"],
+        event["event_id"],
+        event["revision"],
+        event["reason"],
+    )
+
+
+def _schedule_id(key: bytes | None, partition: int, partitions: int) -> str:
+    if key is None:
+        raise InvalidScheduleEventError("a schedule event must be keyed by its schedule id")
+    try:
+        schedule_id = key.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidScheduleEventError("the key is not UTF-8 text") from None
+    expected = partition_for(key, partitions)
+    if partition != expected:
+        raise MisplacedScheduleEventError(schedule_id, partition, expected, partitions)
+    return schedule_id
+
+
+def _schedule_of(definition: dict[str, Any]) -> Schedule:
+    try:
+        return schedule_from_definition(definition)
+    except ValidationError as invalid:
+        problems = "; ".join(
+            f"{'.'.join(str(part) for part in detail['loc']) or 'definition'}: {detail['msg']}"
+            for detail in invalid.errors(include_url=False)
+        )
+        raise InvalidScheduleEventError(f"invalid definition: {problems}") from invalid
+    except (ValueError, TypeError, KeyError, ArithmeticError) as invalid:
+        # Job params_json that is not a JSON object, for example: the bytes are untrusted.
+        raise InvalidScheduleEventError(f"invalid definition: {invalid}") from invalid
