@@ -10,7 +10,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 
 from confluent_kafka import (
     TIMESTAMP_LOG_APPEND_TIME,
@@ -35,6 +35,7 @@ from kairos.services.ticker.partition import (
 from kairos.services.ticker.quarantine import PoisonedScheduleError
 from kairos.services.ticker.work import TransactionWork
 from kairos.streams.codec import Codecs
+from kairos.streams.dead_letters import dead_letter_record
 from kairos.streams.records import skipped_run_event_record, state_record
 from kairos.streams.run_encoder import ProgressEncoder, RunRequestedEncoder
 from kairos.streams.state_store import StateWrite
@@ -307,6 +308,44 @@ class FiringTransactions:
             except BufferError:
                 # The local queue is full: let deliveries drain, then try again.
                 self.producer.poll(0.05)
+            except KafkaException as failure:
+                error: KafkaError = failure.args[0]
+                refused_for_size = error.code() == KafkaError.MSG_SIZE_TOO_LARGE
+                if not refused_for_size or topic not in (self.topics.runs, self.topics.run_events):
+                    raise
+                self._dead_letter_instead(topic, value, key, partition, error)
+                return
+
+    def _dead_letter_instead(
+        self, topic: str, value: bytes | None, key: str | None, partition: int, error: KafkaError
+    ) -> None:
+        """Put a run or run event too large to produce on the dead letters, in its place.
+
+        Producing it again could never succeed: the transaction would abort and, after the
+        rebuild, the same batch be decided again, forever. Only those two topics: the changelog
+        must hold what the store holds, and a dead letter is bounded by its builder.
+        """
+        size = len(value or b"")
+        logger.error(
+            "instance=%s dead-lettering a %d-byte record for %s key=%s instead: %s",
+            self.ticker_instance,
+            size,
+            topic,
+            key,
+            error.str(),
+        )
+        record = dead_letter_record(
+            source_topic=topic,
+            source_partition=partition,
+            source_offset=-1,
+            key=None if key is None else key.encode(),
+            value=value,
+            reason=f"a {size}-byte record is over the producer's message.max.bytes: {error.str()}",
+            error_class=error.name(),
+            dead_lettered_at=datetime.now(UTC),
+            dead_lettered_by=f"ticker:{self.ticker_instance}",
+        )
+        self._produce(self.topics.dead_letters, self.codecs.dead_letter.encode(record), None)
 
     def _commit_with_retries(self) -> None:
         while True:
