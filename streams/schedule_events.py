@@ -68,6 +68,25 @@ class MisplacedScheduleEventError(InvalidScheduleEventError):
         )
 
 
+class ScheduleEventTooLargeError(InvalidScheduleEventError):
+    """A schedule event over `MAX_SCHEDULE_EVENT_BYTES`: publishers refuse it, consumers too."""
+
+    def __init__(self, schedule_id: str, size: int) -> None:
+        self.schedule_id = schedule_id
+        self.size = size
+        super().__init__(
+            f"the event of schedule {schedule_id!r} is {size} bytes, over the limit of "
+            f"{MAX_SCHEDULE_EVENT_BYTES}: every record made from it must fit Kafka's record size "
+            "limit; keep job parameters, labels and the description small"
+        )
+
+
+def check_event_size(schedule_id: str, value: bytes) -> None:
+    """Raise `ScheduleEventTooLargeError` when an encoded event is over the limit."""
+    if len(value) > MAX_SCHEDULE_EVENT_BYTES:
+        raise ScheduleEventTooLargeError(schedule_id, len(value))
+
+
 @dataclass(frozen=True)
 class ScheduleUpserted:
     """The schedule exists after this record, defined by `schedule`."""
@@ -164,12 +183,8 @@ def read_schedule_message(
 def _event(
     codec: Codec, schedule_id: str, value: bytes, partition: int, offset: int
 ) -> ScheduleChange:
-    if len(value) > MAX_SCHEDULE_EVENT_BYTES:
-        raise InvalidScheduleEventError(
-            f"the event is {len(value)} bytes, over the limit of {MAX_SCHEDULE_EVENT_BYTES}: "
-            "every record made from it must fit Kafka's record size limit; keep job parameters, "
-            "labels and the description small"
-        )
+    # Before decoding: the bytes of an oversized event are not worth reading.
+    check_event_size(schedule_id, value)
     event = codec.decode(value)
     if event["schedule_id"] != schedule_id:
         raise InvalidScheduleEventError(

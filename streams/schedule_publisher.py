@@ -23,6 +23,7 @@ from kairos.core.errors import KairosError
 from kairos.core.schedule import Schedule, parse_schedule
 from kairos.streams.codec import Codecs, make_codecs
 from kairos.streams.records import definition_record
+from kairos.streams.schedule_events import check_event_size
 from kairos.streams.schedule_reader import ScheduleReader, StoredSchedule
 from kairos.streams.settings import KafkaSettings
 from kairos.streams.topics import TopicRole
@@ -194,7 +195,10 @@ class SchedulesClient:
             "changed_at": datetime.now(UTC),
             "reason": reason,
         }
-        return self._codecs.schedule_event.encode(event)
+        value = self._codecs.schedule_event.encode(event)
+        # Refused here, before anything is sent, rather than by every consumer of the topic.
+        check_event_size(change.schedule_id, value)
+        return value
 
     def _deliver_all(self, records: Sequence[tuple[str, bytes | None]]) -> None:
         outcomes: dict[int, KafkaError | None] = {}

@@ -184,7 +184,7 @@ def rows(prefix: str, due: datetime) -> list[Row]:
             "an event over the size limit",
             sid("large").encode(),
             encoded(sid("large"), "upserted", large),
-            "InvalidScheduleEventError",
+            "ScheduleEventTooLargeError",
             "over the limit",
         ),
         Row(

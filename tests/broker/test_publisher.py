@@ -22,6 +22,7 @@ from kairos.client import (
 from kairos.streams.codec import make_codecs
 from kairos.streams.partitioner import partition_for
 from kairos.streams.records import definition_record
+from kairos.streams.schedule_events import MAX_SCHEDULE_EVENT_BYTES, ScheduleEventTooLargeError
 from kairos.streams.topics import TopicRole
 from tests.kafka_helpers import read_topic
 
@@ -131,6 +132,21 @@ def test_an_invalid_schedule_is_refused_before_sending(kafka_settings: KafkaSett
     ):
         client.upsert({"id": "broken", "cron": "61 * * * *"})
     assert [(e.schedule_id, e.field) for e in invalid.value.errors] == [("broken", "cron")]
+    assert schedule_events(kafka_settings) == []
+
+
+def test_a_schedule_too_large_for_the_topic_is_refused_before_sending(
+    kafka_settings: KafkaSettings,
+) -> None:
+    """Every consumer refuses an event over the contract's limit, so the SDK never sends one."""
+    large = Schedule(id="large", cron="0 2 * * *", description="x" * MAX_SCHEDULE_EVENT_BYTES)
+    with (
+        SchedulesClient(kafka_settings, changed_by="alice") as client,
+        pytest.raises(ScheduleEventTooLargeError) as refused,
+    ):
+        client.upsert_all([Schedule(id="small", cron="0 2 * * *"), large])
+    assert refused.value.schedule_id == "large"
+    assert f"over the limit of {MAX_SCHEDULE_EVENT_BYTES}" in str(refused.value)
     assert schedule_events(kafka_settings) == []
 
 

@@ -158,7 +158,7 @@ def test_an_event_too_large_to_dead_letter_whole_does_not_stop_the_ticker(
         assert not aborts, "a transaction was aborted: the ticker rebuilds and reads it again"
     (letter,) = dead_letters(kafka_settings)
     assert (letter["source_partition"], letter["source_offset"]) == where
-    assert letter["error_class"] == "InvalidScheduleEventError"
+    assert letter["error_class"] == "ScheduleEventTooLargeError"
     assert "over the limit" in letter["reason"]
     assert letter["truncated"] is True
     assert letter["value"] == poison[:VALUE_COPY_LIMIT]
