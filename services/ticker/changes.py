@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from datetime import datetime
 
-from confluent_kafka import Consumer, KafkaException, Message
+from confluent_kafka import Consumer, Message
 
 from kairos.core.errors import KairosError
 from kairos.core.firing import deleted, upserted
@@ -31,7 +31,7 @@ logger = logging.getLogger(__name__)
 
 
 class SchedulesTopicUnknownError(KairosError):
-    """The schedules topic's partition count could not be learnt from the broker."""
+    """The broker has no schedules topic: the ticker cannot tell where each schedule belongs."""
 
     def __init__(self, topic: str, reason: str) -> None:
         self.topic = topic
@@ -47,13 +47,15 @@ class ScheduleChanges:
         """The schedules topic's partition count, which decides each record's rightful place."""
 
     def learn_partitions(self, consumer: Consumer, topic: str, timeout_s: float = 30) -> None:
-        """Ask the broker for the schedules topic's partition count (once per assignment)."""
-        try:
-            found = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
-        except KafkaException as error:
-            raise SchedulesTopicUnknownError(topic, f"the broker did not answer: {error}") from None
+        """Ask the broker for the schedules topic's partition count, which is fixed
+        (docs/operations.md): once per connection, never inside a rebalance callback, where
+        confluent-kafka's metadata call aborts the process (CallState_get assertion)."""
+        # A broker that does not answer raises KafkaException: the ticker retries its connection.
+        found = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
         if found is None or found.error is not None or not found.partitions:
-            raise SchedulesTopicUnknownError(topic, "the broker does not know the topic")
+            raise SchedulesTopicUnknownError(
+                topic, "the broker does not know the topic; create it with `kairos topics create`"
+            )
         self.partitions = len(found.partitions)
 
     def take(
@@ -64,7 +66,7 @@ class ScheduleChanges:
         now: datetime,
         work: TransactionWork,
     ) -> None:
-        assert self.partitions is not None, "learn_partitions comes with every assignment"
+        assert self.partitions is not None, "learn_partitions comes with every connection"
         try:
             change = read_schedule_message(self.codecs.schedule_event, message, self.partitions)
             if isinstance(change, RejectedEvent):
