@@ -13,12 +13,12 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 from kairos.core.errors import KairosError
 from kairos.core.firing import Outcome
 from kairos.services.ticker.work import TransactionWork
 from kairos.streams.codec import Codecs
+from kairos.streams.dead_letters import dead_letter_record
 
 logger = logging.getLogger(__name__)
 
@@ -62,16 +62,17 @@ class Quarantine:
         work.record(
             poisoned.partition, poisoned.schedule_id, Outcome(None, []), None, redefined=True
         )
-        record: dict[str, Any] = {
-            "source_topic": self.schedules_topic,
-            "source_partition": poisoned.partition,
-            "source_offset": version,
-            "key": poisoned.schedule_id.encode(),
-            "value": None,
-            "reason": str(poisoned),
-            "error_class": type(poisoned.cause).__name__,
-            "dead_lettered_at": now,
-            "dead_lettered_by": self.dead_lettered_by,
-        }
+        record = dead_letter_record(
+            source_topic=self.schedules_topic,
+            source_partition=poisoned.partition,
+            source_offset=version,
+            key=poisoned.schedule_id.encode(),
+            value=None,
+            # Bounded by the builder: an exception's message may quote a huge value.
+            reason=str(poisoned),
+            error_class=type(poisoned.cause).__name__,
+            dead_lettered_at=now,
+            dead_lettered_by=self.dead_lettered_by,
+        )
         work.dead_letters.append(self.codecs.dead_letter.encode(record))
         work.quarantined += 1
