@@ -25,6 +25,8 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from kairos.core.errors import KairosError
 from kairos.streams.codec import Codecs
+from kairos.streams.dead_letters import KEY_COPY_LIMIT, VALUE_COPY_LIMIT
+from kairos.streams.dead_letters import dead_letter_record as bounded_dead_letter
 from kairos.streams.dedupe.base import OutboxEvent, SourceRecord
 from kairos.streams.settings import KafkaSettings
 from kairos.streams.topics import TopicRole
@@ -33,8 +35,8 @@ logger = logging.getLogger(__name__)
 
 REASON_LIMIT = 16 * 1024
 """Characters of a reason kept in a run event or a dead letter."""
-COPY_LIMIT = 512 * 1024
-"""Bytes of a refused record's value (and of its key) a dead letter copies."""
+COPY_LIMIT = VALUE_COPY_LIMIT
+"""Bytes of a refused record's value a dead letter copies (`kairos.streams.dead_letters`)."""
 _REFUSALS = frozenset(
     {KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.INVALID_RECORD, KafkaError.RECORD_LIST_TOO_LARGE}
 )
@@ -107,26 +109,26 @@ def dead_letter_record(
     at: datetime,
     instance: str,
 ) -> dict[str, Any]:
-    """A `DeadLetter` of the record at `source`; a key or value beyond `COPY_LIMIT` is cut, and
-    the reason says so (the copy then cannot replay the record)."""
+    """A `DeadLetter` of the record at `source`, bounded by `kairos.streams.dead_letters`; a cut
+    key or value is also said in the reason (the copy then cannot replay the record)."""
     cut = [
-        f"{name} cut to its first {COPY_LIMIT} of {len(data)} bytes"
-        for name, data in (("key", key), ("value", value))
-        if data is not None and len(data) > COPY_LIMIT
+        f"{name} cut to its first {limit} of {len(data)} bytes"
+        for name, data, limit in (("key", key, KEY_COPY_LIMIT), ("value", value, COPY_LIMIT))
+        if data is not None and len(data) > limit
     ]
     if cut:
         reason = f"[{', '.join(cut)}: not replayable from this copy] {reason}"
-    return {
-        "source_topic": source.topic,
-        "source_partition": source.partition,
-        "source_offset": source.offset,
-        "key": _prefix(key, COPY_LIMIT),
-        "value": _prefix(value, COPY_LIMIT),
-        "reason": bounded(reason),
-        "error_class": error_class,
-        "dead_lettered_at": at,
-        "dead_lettered_by": f"executor:{instance}",
-    }
+    return bounded_dead_letter(
+        source_topic=source.topic,
+        source_partition=source.partition,
+        source_offset=source.offset,
+        key=key,
+        value=value,
+        reason=bounded(reason),
+        error_class=error_class,
+        dead_lettered_at=at,
+        dead_lettered_by=f"executor:{instance}",
+    )
 
 
 def _prefix(data: bytes | None, limit: int) -> bytes | None:
