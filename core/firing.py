@@ -12,7 +12,12 @@ Rules (docs/defaults.md states them for users):
   reason). Decisions are strictly increasing in nominal instant per schedule, so a run id is
   never decided twice, even when a change rewrites the definition.
 - A change first decides the occurrences the old definition owed before the change, so editing a
-  schedule never loses a run that was due under the version in force at the time.
+  schedule never loses a run that was due under the version in force at the time. That settlement
+  is bounded like any catch-up (`limit`): a schedule far behind is settled over several calls, its
+  state meanwhile the old definition held at the change (`settle_before`), which nothing decides
+  at or after that instant and which is not due until the change is taken again.
+- A deleted schedule leaves its floor (`Outcome.floor`): a re-created id owes only occurrences after
+  the last one decided before the delete, whatever the re-creation's `changed_at` says.
 - Misfires: an occurrence decided more than `MISFIRE_GRACE` after its fire instant was missed
   (downtime, failover). `all` fires it late, `skip` records it skipped, `latest` fires only the
   most recent of a backlog. An occurrence older than `catchup_window` is skipped whatever the
@@ -21,7 +26,7 @@ Rules (docs/defaults.md states them for users):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
 
@@ -66,6 +71,10 @@ class ScheduleState:
     version: int
     next_nominal: datetime | None
     last_decided_nominal: datetime | None = None
+    settle_before: datetime | None = None
+    """Set while a change waits for this (old) definition to settle what it owed before the
+    change's instant: nothing is decided at or after it, and the state is not due, so only the
+    change, taken again, decides the rest (`upserted`, `deleted`)."""
     due_at: datetime | None = field(init=False, compare=False, repr=False)
     """When the ticker must look at this schedule next; `None` when nothing is pending."""
 
@@ -73,13 +82,17 @@ class ScheduleState:
         # Computed once: a fire asks for it several times (deciding, holds_at, the store's due
         # index), and at a million schedules the jitter's hash missed every cache.
         due = None
-        if not self.schedule.paused and self.next_nominal is not None:
+        if not self.schedule.paused and self.next_nominal is not None and not self.settling:
             due = fire_instant_with_jitter(self.schedule, self.next_nominal)
         object.__setattr__(self, "due_at", due)
 
     @property
     def paused(self) -> bool:
         return self.schedule.paused
+
+    @property
+    def settling(self) -> bool:
+        return self.settle_before is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +101,14 @@ class Outcome:
 
     state: ScheduleState | None
     decisions: list[Decision]
+    floor: datetime | None = None
+    """Of a deleted schedule (`state` is `None`): the nominal instant of its last decided
+    occurrence, to be kept and given to `upserted` should the id be created again."""
+
+    @property
+    def settling(self) -> bool:
+        """The change is not applied yet: the old definition still owes occurrences before it."""
+        return self.state is not None and self.state.settling
 
 
 def _in_force_from(changed_at: datetime, now: datetime) -> datetime:
@@ -112,6 +133,9 @@ def upserted(
     version: int,
     changed_at: datetime,
     now: datetime,
+    *,
+    limit: int | None = None,
+    floor: datetime | None = None,
 ) -> Outcome:
     """A definition in force from `changed_at`: created, edited, paused or resumed.
 
@@ -119,15 +143,20 @@ def upserted(
     them all: occurrences owed before the change are decided under the old definition, and the
     new one owes its first occurrence at or after the change. Occurrences that fell inside a
     pause are not owed: pausing means "do not run these".
+
+    At most `limit` occurrences are settled; when the old definition owes more, the outcome is
+    `settling`: the old state held at the change, to be given to this function again with the
+    same change. `floor` is the `Outcome.floor` a deletion of this id left, if any.
     """
-    changed_at = _in_force_from(changed_at, now)
+    changed_at = _change_instant(state, changed_at, now)
     decisions: list[Decision] = []
-    floor: datetime | None = None
     if state is not None:
-        settled = _settle_before(state, changed_at, now)
+        settled = _settle_before(state, changed_at, now, limit)
+        if settled.settling:
+            return settled
         decisions = settled.decisions
         assert settled.state is not None
-        floor = settled.state.last_decided_nominal
+        floor = _later(floor, settled.state.last_decided_nominal)
     new_state = ScheduleState(
         schedule=schedule,
         version=version,
@@ -137,19 +166,62 @@ def upserted(
     return Outcome(new_state, decisions)
 
 
-def deleted(state: ScheduleState, changed_at: datetime, now: datetime) -> Outcome:
-    """The schedule is gone from `changed_at`; occurrences owed before it are still decided."""
-    changed_at = _in_force_from(changed_at, now)
-    return Outcome(None, _settle_before(state, changed_at, now).decisions)
+def deleted(
+    state: ScheduleState, changed_at: datetime, now: datetime, *, limit: int | None = None
+) -> Outcome:
+    """The schedule is gone from `changed_at`; occurrences owed before it are still decided.
+
+    `limit` bounds the settlement as in `upserted`. Once settled, the outcome has no state and
+    carries the schedule's `floor`.
+    """
+    settled = _settle_before(state, _change_instant(state, changed_at, now), now, limit)
+    if settled.settling:
+        return settled
+    assert settled.state is not None
+    return Outcome(None, settled.decisions, floor=settled.state.last_decided_nominal)
 
 
-def _settle_before(state: ScheduleState, changed_at: datetime, now: datetime) -> Outcome:
-    """Decide every occurrence the current definition owes before `changed_at` (<= `now`).
+def _change_instant(state: ScheduleState | None, changed_at: datetime, now: datetime) -> datetime:
+    """When a change takes effect: never after `now`, nor after the bound a slice already held."""
+    instant = _in_force_from(changed_at, now)
+    if state is not None and state.settle_before is not None:
+        instant = min(instant, state.settle_before)
+    return instant
+
+
+def _held_at(changed_at: datetime) -> datetime:
+    """`changed_at` up to a whole millisecond, as `settle_before` is stored (timestamp-millis).
+
+    The same bound for occurrences, whose nominal instants are whole milliseconds, and the same
+    bound after a restore as before it.
+    """
+    below = changed_at.microsecond % 1000
+    return changed_at if below == 0 else changed_at + timedelta(microseconds=1000 - below)
+
+
+def _later(a: datetime | None, b: datetime | None) -> datetime | None:
+    if a is None or b is None:
+        return a if b is None else b
+    return max(a, b)
+
+
+def _settle_before(
+    state: ScheduleState, changed_at: datetime, now: datetime, limit: int | None
+) -> Outcome:
+    """Decide up to `limit` occurrences the current definition owes before `changed_at`.
 
     Bounded on the nominal instant, not the jittered one: an occurrence owed under the old
-    definition is decided now even if its jitter would have started it after the change.
+    definition is decided now even if its jitter would have started it after the change. When
+    some remain owed, the state returned is held at `changed_at` (`settling`).
     """
-    return _decide(state, changed_at - _JUST_BEFORE, now, limit=None, jittered=False)
+    until = changed_at - _JUST_BEFORE
+    resumed = replace(state, settle_before=None) if state.settling else state
+    settled = _decide(resumed, until, now, limit, jittered=False)
+    rest = settled.state
+    assert rest is not None
+    if rest.paused or rest.next_nominal is None or rest.next_nominal > until:
+        return settled
+    return Outcome(replace(rest, settle_before=_held_at(changed_at)), settled.decisions)
 
 
 def decide_due(
@@ -200,7 +272,7 @@ def _decide(
     state: ScheduleState, until: datetime, now: datetime, limit: int | None, *, jittered: bool
 ) -> Outcome:
     schedule = state.schedule
-    if state.paused:
+    if state.paused or state.settling:
         return Outcome(state, [])
     decisions: list[Decision] = []
     current = state
