@@ -111,7 +111,25 @@ def progress_record(state: ScheduleState) -> dict[str, Any]:
         "schedule_offset": state.version,
         "last_decided_nominal_at": state.last_decided_nominal,
         "next_nominal_at": state.next_nominal,
+        "settle_before_at": state.settle_before,
     }
+
+
+def floor_record(schedule_id: str, version: int, floor: datetime) -> dict[str, Any]:
+    """The progress a deleted schedule leaves: its last decided occurrence, nothing next."""
+    return {
+        "schedule_id": schedule_id,
+        "schedule_offset": version,
+        "last_decided_nominal_at": floor,
+        "next_nominal_at": None,
+        "settle_before_at": None,
+    }
+
+
+def floor_from_progress(progress: dict[str, Any]) -> datetime | None:
+    """The floor a progress record keeps: no occurrence at or before it is decided again."""
+    floor: datetime | None = progress["last_decided_nominal_at"]
+    return floor
 
 
 def state_from_records(
@@ -131,6 +149,7 @@ def state_from_records(
         version=definition["schedule_offset"],
         next_nominal=progress["next_nominal_at"],
         last_decided_nominal=progress["last_decided_nominal_at"],
+        settle_before=progress["settle_before_at"],
     )
 
 

@@ -9,7 +9,7 @@ encodes one whole record per schedule version, the encoder keeps the bytes aroun
 fields as a template, and each run writes only the leading fields, in Avro's binary encoding,
 between them.
 
-`TickerProgress`: four fields, written by hand after the codec's header.
+`TickerProgress`: five fields, written by hand after the codec's header.
 """
 
 from __future__ import annotations
@@ -65,10 +65,12 @@ class ProgressEncoder:
             "schedule_offset": 0,
             "last_decided_nominal_at": None,
             "next_nominal_at": None,
+            "settle_before_at": None,
         }
-        # Everything before the first field is the codec's header (single-object or registry).
+        # Everything before the first field is the codec's header (single-object or registry):
+        # the sample's five fields are one zero byte each.
         whole = codec.encode(sample)
-        self._header = whole[: len(whole) - len(b"\x00\x00\x00\x00")]
+        self._header = whole[: len(whole) - len(sample)]
 
     def encode(self, state: ScheduleState) -> bytes:
         """Exactly `codec.encode(progress_record(state))`."""
@@ -79,6 +81,7 @@ class ProgressEncoder:
                 _long(state.version),
                 _optional_instant(state.last_decided_nominal),
                 _optional_instant(state.next_nominal),
+                _optional_instant(state.settle_before),
             )
         )
 

@@ -171,6 +171,18 @@ SAMPLES: list[tuple[RecordType, str, dict[str, Any]]] = [
             "schedule_offset": 41,
             "last_decided_nominal_at": T0,
             "next_nominal_at": T1,
+            "settle_before_at": None,
+        },
+    ),
+    (
+        RecordType.TICKER_PROGRESS,
+        "ticker-progress-settling",
+        {
+            "schedule_id": "billing.nightly-invoice",
+            "schedule_offset": 41,
+            "last_decided_nominal_at": T0,
+            "next_nominal_at": T1,
+            "settle_before_at": T1,
         },
     ),
     (

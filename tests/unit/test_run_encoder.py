@@ -64,9 +64,14 @@ def test_encoder_matches_the_codec_byte_for_byte(
     version=st.integers(0, 2**40),
     last=st.none() | instants,
     following=st.none() | instants,
+    settle_before=st.none() | instants,
 )
 def test_progress_encoder_matches_the_codec_byte_for_byte(
-    schedule_id: str, version: int, last: datetime | None, following: datetime | None
+    schedule_id: str,
+    version: int,
+    last: datetime | None,
+    following: datetime | None,
+    settle_before: datetime | None,
 ) -> None:
     codec = make_codecs().ticker_progress
     state = ScheduleState(
@@ -74,6 +79,7 @@ def test_progress_encoder_matches_the_codec_byte_for_byte(
         version=version,
         next_nominal=following,
         last_decided_nominal=last,
+        settle_before=settle_before,
     )
     assert ProgressEncoder(codec).encode(state) == codec.encode(progress_record(state))
 
