@@ -4,7 +4,8 @@ Keys are bytes with a one-letter family prefix:
 
 - `s<schedule id>` → the definition the ticker holds, exactly the bytes of its changelog value;
 - `p<schedule id>` → be64 of the schedule's due instant in ms (-1: not due), then its firing
-  progress, exactly the bytes of its changelog value;
+  progress, exactly the bytes of its changelog value; it outlives the schedule's deletion as its
+  floor (never due), so that the id created again continues after its last decided occurrence;
 - `m:changelog` → be64 of the next changelog offset the store has not applied;
 - `m:schedules` → be64 of the next schedules-topic offset the state reflects (the checkpoint the
   changelog carries): a ticker never applies a schedule change below it again, whatever the
@@ -66,7 +67,8 @@ class StateWrite:
     """One schedule's change: new definition and/or progress bytes, or its removal.
 
     `None` for `definition` or `progress` leaves that part as it is; `deleted` removes the
-    schedule entirely. `due_ms` replaces the due-index entry (`None`: nothing due).
+    schedule, keeping only `progress` when given (the floor a deleted schedule leaves). `due_ms`
+    replaces the due-index entry (`None`: nothing due).
     """
 
     schedule_id: str
@@ -191,6 +193,10 @@ class PartitionStore:
             return None
         return definition, self._stored_progress(key)
 
+    def progress(self, schedule_id: str) -> bytes | None:
+        """The schedule's progress bytes, also kept once it is deleted (its floor)."""
+        return self._stored_progress(schedule_id.encode())
+
     def apply(
         self,
         writes: Iterable[StateWrite],
@@ -221,9 +227,14 @@ class PartitionStore:
             if write.deleted:
                 count -= present[schedule_id]
                 present[schedule_id] = False
-                moved[schedule_id] = progress_of[schedule_id] = None
+                moved[schedule_id] = None
+                progress_of[schedule_id] = write.progress
                 batch.delete(_STATE + key)
-                batch.delete(_PROGRESS + key)
+                if write.progress is None:
+                    batch.delete(_PROGRESS + key)
+                else:
+                    # The floor a deleted schedule leaves for its id (see `progress`).
+                    batch.put(_PROGRESS + key, pack(_NOT_DUE) + write.progress)
                 continue
             if write.definition is not None:
                 count += not present[schedule_id]

@@ -65,14 +65,15 @@ class ScheduleChanges:
         offset: int,
         now: datetime,
         work: TransactionWork,
-    ) -> None:
+    ) -> bool:
+        """Apply the change; `False` when it is held, to be taken again (see `work.settle`)."""
         assert self.partitions is not None, "learn_partitions comes with every connection"
         try:
             change = read_schedule_message(self.codecs.schedule_event, message, self.partitions)
             if isinstance(change, RejectedEvent):
                 self._dead_letter(str(message.topic()), change, now, work)
-                return
-            self._apply(owned, change, offset, now, work)
+                return True
+            return self._apply(owned, change, offset, now, work)
         except SchemaRegistryUnavailableError:
             # The record may be fine: read again after the rebuild, never dead-lettered.
             raise
@@ -97,6 +98,7 @@ class ScheduleChanges:
                 type(failure).__name__,
             )
             self._dead_letter(str(message.topic()), unappliable, now, work)
+            return True
 
     def _apply(
         self,
@@ -105,17 +107,26 @@ class ScheduleChanges:
         offset: int,
         now: datetime,
         work: TransactionWork,
-    ) -> None:
+    ) -> bool:
         schedule_id = change.schedule_id
         state = work.current(owned, schedule_id)
         if isinstance(change, ScheduleDeleted):
             if state is None:
-                return
-            outcome = deleted(state, change.changed_at, now)
+                return True
+            outcome = deleted(state, change.changed_at, now, limit=work.settle_room)
         else:
             # Created, edited, paused or resumed: the definition says which.
-            outcome = upserted(state, change.schedule, offset, change.changed_at, now)
-        work.record(owned.partition, schedule_id, outcome, state, redefined=True)
+            floor = work.floor(owned, schedule_id) if state is None else None
+            outcome = upserted(
+                state,
+                change.schedule,
+                offset,
+                change.changed_at,
+                now,
+                limit=work.settle_room,
+                floor=floor,
+            )
+        return work.settle(owned, schedule_id, outcome, state)
 
     def _dead_letter(
         self, topic: str, rejected: RejectedEvent, now: datetime, work: TransactionWork

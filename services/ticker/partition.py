@@ -29,7 +29,7 @@ from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 from kairos.core.errors import KairosError
 from kairos.core.firing import Outcome, ScheduleState
 from kairos.streams.codec import Codecs
-from kairos.streams.records import state_from_records
+from kairos.streams.records import floor_from_progress, state_from_records
 from kairos.streams.state_store import PartitionStore, StateWrite
 from kairos.streams.topics import CHANGELOG_DELETE_RETENTION_MS
 
@@ -204,6 +204,13 @@ class OwnedPartition:
                 self._states.clear()
             self._states[schedule_id] = state
         return state
+
+    def floor(self, schedule_id: str) -> datetime | None:
+        """The last occurrence decided under the id, kept by the progress a deletion leaves."""
+        progress = self.store.progress(schedule_id)
+        if progress is None:
+            return None
+        return floor_from_progress(self._codecs.ticker_progress.decode(progress))
 
     def decided_ahead(self, state: ScheduleState) -> Ahead | None:
         """What was decided ahead from exactly this state, if anything."""

@@ -263,12 +263,13 @@ class Ticker:
         if failure is not None:
             raise _RebuildError(f"rebalance callback failed: {failure}") from failure
         now = self.clock()
-        work = TransactionWork()
+        work = TransactionWork(settle_room=self.settings.catchup_per_transaction)
         for message in messages:
             self._take_change(message, now, work)
         self._decide_due(now, work)
         if not work.empty:
             self._commit(work)
+        self._read_held_again(consumer, work)
 
     def _take_change(self, message: Message, now: datetime, work: TransactionWork) -> None:
         error = message.error()
@@ -279,13 +280,27 @@ class Ticker:
         offset = message.offset()
         assert partition is not None and offset is not None
         owned = self.owned.get(partition)
-        if owned is None or offset < owned.next_offset:
+        if owned is None or offset < owned.next_offset or partition in work.held:
             # Not ours, or already in the state: the restored store reflects everything before
-            # the committed offset, whichever offset the consumer starts from.
+            # the committed offset, whichever offset the consumer starts from. Or behind a
+            # held change, which must apply first.
             return
-        owned.next_offset = offset + 1
-        work.consumed += 1
-        self._changes.take(owned, message, offset, now, work)
+        if self._changes.take(owned, message, offset, now, work):
+            owned.next_offset = offset + 1
+            work.consumed += 1
+
+    def _read_held_again(self, consumer: Consumer, work: TransactionWork) -> None:
+        """Rewind each held partition to its held change, so the next turn settles on."""
+        for partition in work.held:
+            owned = self.owned.get(partition)
+            if owned is not None:
+                logger.info(
+                    "schedule change held partition=%d offset=%d: its old definition still "
+                    "settles occurrences owed before it",
+                    partition,
+                    owned.next_offset,
+                )
+                consumer.seek(TopicPartition(self.schedules_topic, partition, owned.next_offset))
 
     def _decide_due(self, now: datetime, work: TransactionWork) -> None:
         now_ms = to_ms(now)

@@ -36,7 +36,7 @@ from kairos.services.ticker.quarantine import PoisonedScheduleError
 from kairos.services.ticker.work import TransactionWork
 from kairos.streams.codec import Codecs
 from kairos.streams.dead_letters import dead_letter_record
-from kairos.streams.records import skipped_run_event_record, state_record
+from kairos.streams.records import floor_record, skipped_run_event_record, state_record
 from kairos.streams.run_encoder import ProgressEncoder, RunRequestedEncoder
 from kairos.streams.state_store import StateWrite
 
@@ -103,12 +103,16 @@ class FiringTransactions:
         for partition, states in work.states.items():
             redefined = work.redefined.get(partition, set())
             ahead = work.written_ahead.get(partition, {})
+            floors = work.floors.get(partition, {})
             partition_writes = writes[partition] = []
             for sid, state in states.items():
                 write = ahead.get(sid)
                 if write is None:
                     try:
-                        write = self._state_write(sid, state, sid in redefined)
+                        if sid in floors:
+                            write = self._floor_write(sid, *floors[sid])
+                        else:
+                            write = self._state_write(sid, state, sid in redefined)
                     except Exception as failure:
                         raise PoisonedScheduleError(partition, sid, "encode", failure) from failure
                 partition_writes.append(write)
@@ -288,6 +292,10 @@ class FiringTransactions:
         definition = self.codecs.ticker_state.encode(state_record(state)) if redefined else None
         progress = self._progress.encode(state)
         return StateWrite(schedule_id, definition, progress, due_ms(state))
+
+    def _floor_write(self, schedule_id: str, version: int, floor: datetime) -> StateWrite:
+        progress = self.codecs.ticker_progress.encode(floor_record(schedule_id, version, floor))
+        return StateWrite(schedule_id, None, progress, None, deleted=True)
 
     def _produce(
         self,

@@ -26,6 +26,14 @@ class TransactionWork:
     """Schedules whose definition changed in this transaction (not only their progress)."""
     written_ahead: dict[int, dict[str, StateWrite]] = field(default_factory=dict)
     """The state writes, prepared in idle time, of schedules whose new state was decided ahead."""
+    floors: dict[int, dict[str, tuple[int, datetime]]] = field(default_factory=dict)
+    """Of each schedule deleted in this transaction that decided occurrences: the version it
+    was deleted under and its last decided nominal instant, kept for a re-creation."""
+    settle_room: int = 0
+    """How many more occurrences changes may settle in this transaction (the catch-up budget)."""
+    held: set[int] = field(default_factory=set)
+    """Partitions whose next change waits for its schedule's old definition to settle: nothing
+    after it is taken in this transaction, and the consumer reads it again (see `settle`)."""
     consumed: int = 0
     quarantined: int = 0
     """Schedules removed from the state because they could not be decoded, decided or encoded."""
@@ -44,6 +52,38 @@ class TransactionWork:
         if schedule_id in pending:
             return pending[schedule_id]
         return owned.state(schedule_id)
+
+    def floor(self, owned: OwnedPartition, schedule_id: str) -> datetime | None:
+        """Where a deleted schedule's decisions stopped, including this transaction's deletes."""
+        pending = self.floors.get(owned.partition, {})
+        if schedule_id in pending:
+            return pending[schedule_id][1]
+        return owned.floor(schedule_id)
+
+    def settle(
+        self,
+        owned: OwnedPartition,
+        schedule_id: str,
+        outcome: Outcome,
+        owed_by: ScheduleState | None,
+    ) -> bool:
+        """Take the outcome of a change; `False` when it is held (`Outcome.settling`).
+
+        A held change's partition takes nothing more in this transaction, so no later change
+        of the partition is applied before it, and its settlement counts against `settle_room`.
+        """
+        self.settle_room -= len(outcome.decisions)
+        self.record(owned.partition, schedule_id, outcome, owed_by, redefined=not outcome.settling)
+        floors = self.floors.setdefault(owned.partition, {})
+        if outcome.state is None and outcome.floor is not None:
+            assert owed_by is not None, "only an existing schedule leaves a floor"
+            floors[schedule_id] = (owed_by.version, outcome.floor)
+        else:
+            floors.pop(schedule_id, None)
+        if outcome.settling:
+            self.held.add(owned.partition)
+            return False
+        return True
 
     def record(
         self,
@@ -82,6 +122,8 @@ class TransactionWork:
         self.skips = [skip for skip in self.skips if skip.schedule_id != schedule_id]
         self.states.get(partition, {}).pop(schedule_id, None)
         self.written_ahead.get(partition, {}).pop(schedule_id, None)
+        # Its deletion then encodes nothing it decided: the one write that cannot fail.
+        self.floors.get(partition, {}).pop(schedule_id, None)
 
     def changed_due_by(self, partition: int, now: datetime) -> list[ScheduleState]:
         """States changed in this transaction that are already due (a change takes effect now)."""

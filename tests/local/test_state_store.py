@@ -60,6 +60,28 @@ def test_updates_move_the_due_entry_and_deletes_remove_it(tmp_path: Path) -> Non
     store.close()
 
 
+def test_a_deletion_may_keep_the_progress_as_the_ids_floor(tmp_path: Path) -> None:
+    store = PartitionStore(tmp_path / "p0")
+    store.apply([StateWrite("a", b"v1", b"p", 1_000), StateWrite("b", b"v1", b"p", 2_000)], 2)
+    store.apply(
+        [
+            StateWrite("a", None, b"floor", None, deleted=True),
+            StateWrite("b", None, None, None, deleted=True),
+        ],
+        4,
+    )
+    assert store.get("a") is None and store.count == 0
+    assert store.due(0, 10_000, 10) == []
+    assert (store.progress("a"), store.progress("b")) == (b"floor", None)
+    store.close()
+    reopened = PartitionStore(tmp_path / "p0")
+    assert reopened.progress("a") == b"floor"
+    assert reopened.due(0, 10_000, 10) == [] and reopened.schedule_ids() == []
+    reopened.apply([StateWrite("a", b"v2", b"p2", 3_000)], 6)
+    assert reopened.get("a") == (b"v2", b"p2") and reopened.count == 1
+    reopened.close()
+
+
 def test_state_and_changelog_offset_survive_reopen(tmp_path: Path) -> None:
     store = PartitionStore(tmp_path / "p0")
     assert store.changelog_offset is None
