@@ -269,7 +269,11 @@ class Ticker:
         self._decide_due(now, work)
         if not work.empty:
             self._commit(work)
-        self._read_held_again(consumer, work)
+        for partition in work.held & self.owned.keys():
+            # Its change is still settling: the partition reads it again next turn.
+            offset = self.owned[partition].next_offset
+            logger.info("schedule change held partition=%d offset=%d", partition, offset)
+            consumer.seek(TopicPartition(self.schedules_topic, partition, offset))
 
     def _take_change(self, message: Message, now: datetime, work: TransactionWork) -> None:
         error = message.error()
@@ -282,25 +286,12 @@ class Ticker:
         owned = self.owned.get(partition)
         if owned is None or offset < owned.next_offset or partition in work.held:
             # Not ours, or already in the state: the restored store reflects everything before
-            # the committed offset, whichever offset the consumer starts from. Or behind a
-            # held change, which must apply first.
+            # the committed offset, whichever offset the consumer starts from. Or after a held
+            # change.
             return
         if self._changes.take(owned, message, offset, now, work):
             owned.next_offset = offset + 1
             work.consumed += 1
-
-    def _read_held_again(self, consumer: Consumer, work: TransactionWork) -> None:
-        """Rewind each held partition to its held change, so the next turn settles on."""
-        for partition in work.held:
-            owned = self.owned.get(partition)
-            if owned is not None:
-                logger.info(
-                    "schedule change held partition=%d offset=%d: its old definition still "
-                    "settles occurrences owed before it",
-                    partition,
-                    owned.next_offset,
-                )
-                consumer.seek(TopicPartition(self.schedules_topic, partition, owned.next_offset))
 
     def _decide_due(self, now: datetime, work: TransactionWork) -> None:
         now_ms = to_ms(now)
