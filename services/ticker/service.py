@@ -286,8 +286,7 @@ class Ticker:
         owned = self.owned.get(partition)
         if owned is None or offset < owned.next_offset or partition in work.held:
             # Not ours, or already in the state: the restored store reflects everything before
-            # the committed offset, whichever offset the consumer starts from. Or after a held
-            # change.
+            # the committed offset, whichever offset the consumer starts from; or a change is held.
             return
         if self._changes.take(owned, message, offset, now, work):
             owned.next_offset = offset + 1
