@@ -269,8 +269,7 @@ class Ticker:
         self._decide_due(now, work)
         if not work.empty:
             self._commit(work)
-        for partition in work.held & self.owned.keys():
-            # Its change is still settling: the partition reads it again next turn.
+        for partition in work.held & self.owned.keys():  # read again: a change still settles
             offset = self.owned[partition].next_offset
             logger.info("schedule change held partition=%d offset=%d", partition, offset)
             consumer.seek(TopicPartition(self.schedules_topic, partition, offset))
