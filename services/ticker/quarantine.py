@@ -11,14 +11,22 @@ outcome that cannot fail in turn: a deletion encodes without reading the definit
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from kairos.core.errors import KairosError
 from kairos.core.firing import Outcome
+from kairos.services.ticker.partition import OwnedPartition
 from kairos.services.ticker.work import TransactionWork
 from kairos.streams.codec import Codecs
 from kairos.streams.dead_letters import dead_letter_record
+from kairos.streams.state_store import StateWrite
+
+if TYPE_CHECKING:
+    # The transactions raise this module's error: a runtime import would be circular.
+    from kairos.services.ticker.transaction import FiringTransactions
 
 logger = logging.getLogger(__name__)
 
@@ -50,18 +58,27 @@ class Quarantine:
     dead_lettered_by: str
 
     def take(
-        self, work: TransactionWork, poisoned: PoisonedScheduleError, version: int, now: datetime
+        self,
+        work: TransactionWork,
+        poisoned: PoisonedScheduleError,
+        owned: OwnedPartition,
+        version: int,
+        now: datetime,
     ) -> None:
         """Drop what `work` holds of the schedule, delete its state, dead-letter the reason.
 
         `version` is the schedules-topic offset of the definition that was in force (-1 when
-        unknown): the dead letter points at it.
+        unknown): the dead letter points at it. The schedule's floor (its last committed
+        decision, read from its progress, which decodes apart from the definition) is kept, so
+        a corrected re-creation never fires an occurrence already decided.
         """
         logger.error("quarantining %s", poisoned)
-        work.forget(poisoned.partition, poisoned.schedule_id)
-        work.record(
-            poisoned.partition, poisoned.schedule_id, Outcome(None, []), None, redefined=True
-        )
+        schedule_id = poisoned.schedule_id
+        floor = self._committed_floor(owned, schedule_id)
+        work.forget(poisoned.partition, schedule_id)
+        work.record(poisoned.partition, schedule_id, Outcome(None, []), None, redefined=True)
+        if floor is not None:
+            work.floors.setdefault(poisoned.partition, {})[schedule_id] = (version, floor)
         record = dead_letter_record(
             source_topic=self.schedules_topic,
             source_partition=poisoned.partition,
@@ -76,3 +93,26 @@ class Quarantine:
         )
         work.dead_letters.append(self.codecs.dead_letter.encode(record))
         work.quarantined += 1
+
+    def encode(
+        self,
+        transactions: FiringTransactions,
+        work: TransactionWork,
+        owned: Mapping[int, OwnedPartition],
+        fired_at: datetime,
+    ) -> tuple[dict[int, list[StateWrite]], list[tuple[bytes, str]]]:
+        """The state writes and runs of `work`, encoded; a schedule that cannot be is taken."""
+        while True:
+            try:
+                return transactions.state_writes(work), transactions.encode_runs(work, fired_at)
+            except PoisonedScheduleError as poisoned:
+                self.take(work, poisoned, owned[poisoned.partition], -1, fired_at)
+
+    @staticmethod
+    def _committed_floor(owned: OwnedPartition, schedule_id: str) -> datetime | None:
+        try:
+            return owned.floor(schedule_id)
+        except Exception:
+            # The progress is unreadable too: nothing is known to keep.
+            logger.warning("schedule %s: no readable floor to keep", schedule_id, exc_info=True)
+            return None

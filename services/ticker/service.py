@@ -303,7 +303,7 @@ class Ticker:
                 try:
                     self._decide(owned, changed, now, work)
                 except PoisonedScheduleError as poisoned:
-                    self._quarantine.take(work, poisoned, changed.version, now)
+                    self._quarantine.take(work, poisoned, owned, changed.version, now)
         for lane_from, lane_limit in lanes:
             for owned in list(self.owned.values()):
                 room = min(lane_limit, budget - work.decisions)
@@ -313,7 +313,7 @@ class Ticker:
                     try:
                         self._decide_one(owned, schedule_id, now, work)
                     except PoisonedScheduleError as poisoned:
-                        self._quarantine.take(work, poisoned, -1, now)
+                        self._quarantine.take(work, poisoned, owned, -1, now)
 
     def _decide_one(
         self, owned: OwnedPartition, schedule_id: str, now: datetime, work: TransactionWork
@@ -364,13 +364,7 @@ class Ticker:
         transactions, consumer = self._transactions, self._consumer
         assert transactions is not None and consumer is not None
         fired_at = self.clock()
-        while True:
-            try:
-                writes = transactions.state_writes(work)
-                runs = transactions.encode_runs(work, fired_at)
-                break
-            except PoisonedScheduleError as poisoned:
-                self._quarantine.take(work, poisoned, -1, fired_at)
+        writes, runs = self._quarantine.encode(transactions, work, self.owned, fired_at)
         checkpoints = {
             p: owned.next_offset
             for p, owned in self.owned.items()

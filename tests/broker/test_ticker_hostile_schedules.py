@@ -8,6 +8,7 @@ schedule on the same partitions keeps firing on time, also across a restart of b
 from __future__ import annotations
 
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from itertools import pairwise
@@ -59,17 +60,22 @@ def _hostile_events(partitions: int) -> Iterator[tuple[str, bytes]]:
                 continue
             covered.add(partition)
             definition = {**definition_record(template), "id": schedule_id, **fields}
-            event = {
-                "schedule_id": schedule_id,
-                "event_id": uuid.uuid4(),
-                "change": "upserted",
-                "definition": definition,
-                "revision": 0,
-                "changed_by": "hostile-test",
-                "changed_at": datetime.now(UTC),
-                "reason": None,
-            }
-            yield schedule_id, CODECS.schedule_event.encode(event)
+            yield schedule_id, _raw_upsert(definition, datetime.now(UTC))
+
+
+def _raw_upsert(definition: dict[str, Any], changed_at: datetime) -> bytes:
+    """An `upserted` event as any producer could write it, unchecked by the SDK."""
+    event = {
+        "schedule_id": definition["id"],
+        "event_id": uuid.uuid4(),
+        "change": "upserted",
+        "definition": definition,
+        "revision": 0,
+        "changed_by": "hostile-test",
+        "changed_at": changed_at,
+        "reason": None,
+    }
+    return CODECS.schedule_event.encode(event)
 
 
 def _publish_raw(settings: KafkaSettings, events: list[tuple[str, bytes]]) -> None:
@@ -226,9 +232,21 @@ def test_a_stored_state_that_cannot_be_decoded_is_quarantined_not_fatal(
             interval_s=0.5,
         )
         _alive(again)
+        _recreate_dated_back(kafka_settings, corrupt, start)
     finally:
         assert again.stop() == 0, again.log()[-3000:]
     assert "could not be decoded" in again.log()
+    counts = Counter(r["run_id"] for r in committed_runs(kafka_settings))
+    assert not [run_id for run_id, n in counts.items() if n > 1], "a run id fired twice"
+
+
+def _recreate_dated_back(settings: KafkaSettings, schedule_id: str, start: datetime) -> None:
+    """Publish the quarantined schedule again, corrected but dated back to its first fire: the
+    floor the quarantine kept must stop it from owing what already fired."""
+    schedule = Schedule(id=schedule_id, every=timedelta(seconds=1), start_at=start)
+    _publish_raw(settings, [(schedule_id, _raw_upsert(definition_record(schedule), start))])
+    again_from = datetime.now(UTC) + timedelta(seconds=2)
+    eventually(lambda: _fired_after(settings, schedule_id, again_from), timeout_s=60)
 
 
 def _fired_after(settings: KafkaSettings, schedule_id: str, instant: datetime) -> bool:
