@@ -50,7 +50,8 @@ def read_topic(
                 value = message.value()
                 found.append(
                     (
-                        key.decode() if key is not None else None,
+                        # Dead letters are keyed by the bytes of the record they copy.
+                        key.decode(errors="replace") if key is not None else None,
                         decode(value) if decode and value is not None else value,
                     )
                 )

@@ -91,7 +91,7 @@ class Quarantine:
             dead_lettered_at=now,
             dead_lettered_by=self.dead_lettered_by,
         )
-        work.dead_letters.append(self.codecs.dead_letter.encode(record))
+        work.dead_letters.append((record["key"], self.codecs.dead_letter.encode(record)))
         work.quarantined += 1
 
     def encode(

@@ -213,8 +213,8 @@ class FiringTransactions:
             self._produce(
                 self.topics.run_events, self.codecs.run_event.encode(record), decision.run_id
             )
-        for value in work.dead_letters:
-            self._produce(self.topics.dead_letters, value, None)
+        for key, value in work.dead_letters:
+            self._produce(self.topics.dead_letters, value, key)
         # 3. The changelog, co-partitioned with the schedules topic: a definition only when it
         #    changed, the progress always (with the due instant in a header for restore), and the
         #    schedules-offset checkpoint when it moved. One partition's records are delivered in
@@ -301,7 +301,7 @@ class FiringTransactions:
         self,
         topic: str,
         value: bytes | None,
-        key: str | None,
+        key: str | bytes | None,
         partition: int = _ANY_PARTITION,
         *,
         on_delivery: Callable[[KafkaError | None, Message], None] | None = None,
@@ -325,7 +325,12 @@ class FiringTransactions:
                 return
 
     def _dead_letter_instead(
-        self, topic: str, value: bytes | None, key: str | None, partition: int, error: KafkaError
+        self,
+        topic: str,
+        value: bytes | None,
+        key: str | bytes | None,
+        partition: int,
+        error: KafkaError,
     ) -> None:
         """Put a run or run event too large to produce on the dead letters, in its place.
 
@@ -346,14 +351,15 @@ class FiringTransactions:
             source_topic=topic,
             source_partition=partition,
             source_offset=-1,
-            key=None if key is None else key.encode(),
+            key=key.encode() if isinstance(key, str) else key,
             value=value,
             reason=f"a {size}-byte record is over the producer's message.max.bytes: {error.str()}",
             error_class=error.name(),
             dead_lettered_at=datetime.now(UTC),
             dead_lettered_by=f"ticker:{self.ticker_instance}",
         )
-        self._produce(self.topics.dead_letters, self.codecs.dead_letter.encode(record), None)
+        encoded = self.codecs.dead_letter.encode(record)
+        self._produce(self.topics.dead_letters, encoded, record["key"])
 
     def _commit_with_retries(self) -> None:
         while True:

@@ -19,7 +19,8 @@ class TransactionWork:
     runs: list[tuple[Decision, ScheduleState, int]] = field(default_factory=list)
     """Each occurrence to fire, with the state that owed it and its schedules partition."""
     skips: list[Decision] = field(default_factory=list)
-    dead_letters: list[bytes] = field(default_factory=list)
+    dead_letters: list[tuple[bytes | None, bytes]] = field(default_factory=list)
+    """(key, value) of each dead letter: keyed by the (bounded) key of the record it copies."""
     states: dict[int, dict[str, ScheduleState | None]] = field(default_factory=dict)
     """The new state of each schedule touched, per partition (`None`: deleted)."""
     redefined: dict[int, set[str]] = field(default_factory=dict)

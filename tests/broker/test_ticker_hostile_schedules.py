@@ -89,7 +89,10 @@ def _publish_raw(settings: KafkaSettings, events: list[tuple[str, bytes]]) -> No
 def _dead_lettered_keys(settings: KafkaSettings) -> set[str]:
     topic = settings.layout.name(TopicRole.DEAD_LETTERS)
     found = read_topic(settings.bootstrap_servers, topic, CODECS.dead_letter.decode)
-    return {value["key"].decode() for _, value in found if value["key"] is not None}
+    keys = {value["key"].decode() for _, value in found if value["key"] is not None}
+    # Keyed on the topic by the key of the record each copies, as the DeadLetter schema says.
+    assert keys <= {key for key, _ in found}, "a dead letter is not keyed by its record's key"
+    return keys
 
 
 def _alive(*tickers: ServiceProcess) -> None:
