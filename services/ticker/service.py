@@ -418,6 +418,9 @@ class Ticker:
         for owned in self.owned.values():
             owned.committed_offset = owned.next_offset
         self.metrics.schedules_held.set(sum(o.store.count for o in self.owned.values()))
+        self._observe_commit(work, committed_at)
+
+    def _observe_commit(self, work: TransactionWork, committed_at: datetime) -> None:
         # Runs fired together share a few due instants: observe each instant once, counted.
         fired = Counter((decision.fire_at, partition) for decision, _, partition in work.runs)
         for (fire_at, partition), count in fired.items():

@@ -201,20 +201,8 @@ class FiringTransactions:
             len(work.skips),
             len(writes),
         )
-        # 1. The runs, keyed by run id.
-        runs_topic = self.topics.runs
-        for value, run_id in runs:
-            self._produce(runs_topic, value, run_id)
-        # 2. Skipped misfires, so an audit can tell a skip from a loss.
-        for decision in work.skips:
-            record = skipped_run_event_record(
-                decision, decided_at=fired_at, ticker_instance=self.ticker_instance
-            )
-            self._produce(
-                self.topics.run_events, self.codecs.run_event.encode(record), decision.run_id
-            )
-        for key, value in work.dead_letters:
-            self._produce(self.topics.dead_letters, value, key)
+        # 1. and 2. The runs, the skipped misfires and the dead letters.
+        self._produce_outcomes(work, runs, fired_at)
         # 3. The changelog, co-partitioned with the schedules topic: a definition only when it
         #    changed, the progress always (with the due instant in a header for restore), and the
         #    schedules-offset checkpoint when it moved. One partition's records are delivered in
@@ -246,6 +234,24 @@ class FiringTransactions:
         # 5. Commit.
         self._commit_with_retries()
         return changelog_ends
+
+    def _produce_outcomes(
+        self, work: TransactionWork, runs: list[tuple[bytes, str]], fired_at: datetime
+    ) -> None:
+        # 1. The runs, keyed by run id.
+        runs_topic = self.topics.runs
+        for value, run_id in runs:
+            self._produce(runs_topic, value, run_id)
+        # 2. Skipped misfires, so an audit can tell a skip from a loss.
+        for decision in work.skips:
+            record = skipped_run_event_record(
+                decision, decided_at=fired_at, ticker_instance=self.ticker_instance
+            )
+            self._produce(
+                self.topics.run_events, self.codecs.run_event.encode(record), decision.run_id
+            )
+        for key, value in work.dead_letters:
+            self._produce(self.topics.dead_letters, value, key)
 
     def _produce_changelog(
         self,
