@@ -181,7 +181,6 @@ class FiringTransactions:
     ) -> dict[int, int]:
         producer = self.producer
         changelog_ends: dict[int, int] = {}
-
         appended_ms: list[int] = []
 
         def on_changelog_delivery(error: KafkaError | None, message: Message) -> None:
@@ -210,12 +209,32 @@ class FiringTransactions:
         sent_ms = self._clock_ms()
         self._produce_changelog(writes, checkpoints, on_changelog_delivery)
         producer.flush(self.timeout_s)
+        self._check_delivery(
+            sent_ms, appended_ms, writes.keys() | checkpoints.keys(), changelog_ends
+        )
+        # 4. The offsets of every owned partition with the group metadata: the fence. Their
+        #    metadata says where this transaction's changelog records end, for a later restore.
+        producer.send_offsets_to_transaction(
+            offsets_for(changelog_ends), consumer.consumer_group_metadata(), 30
+        )
+        # 5. Commit.
+        self._commit_with_retries()
+        return changelog_ends
+
+    def _check_delivery(
+        self,
+        sent_ms: int,
+        appended_ms: list[int],
+        partitions: set[int],
+        changelog_ends: dict[int, int],
+    ) -> None:
+        """Before the fence: the clock the work was decided on, and every changelog end known."""
         self.clock_skew_ms = clock_skew_ms(sent_ms, self._clock_ms(), appended_ms)
         if self.clock_skew_ms is not None and self.clock_skew_ms > self.max_clock_ahead_ms:
             # Decided on a clock that runs ahead: some fires would start early. Nothing of this
             # transaction may commit; the caller aborts it.
             raise ClockAheadError(self.clock_skew_ms, self.max_clock_ahead_ms)
-        undelivered = (writes.keys() | checkpoints.keys()) - changelog_ends.keys()
+        undelivered = partitions - changelog_ends.keys()
         if undelivered:
             # The offsets' metadata must say where the changelog ends: without the offset of a
             # partition's last record, committing could leave a restore short of it.
@@ -226,14 +245,6 @@ class FiringTransactions:
                     f"within {self.timeout_s}s",
                 )
             )
-        # 4. The offsets of every owned partition with the group metadata: the fence. Their
-        #    metadata says where this transaction's changelog records end, for a later restore.
-        producer.send_offsets_to_transaction(
-            offsets_for(changelog_ends), consumer.consumer_group_metadata(), 30
-        )
-        # 5. Commit.
-        self._commit_with_retries()
-        return changelog_ends
 
     def _produce_outcomes(
         self, work: TransactionWork, runs: list[tuple[bytes, str]], fired_at: datetime
