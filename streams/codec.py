@@ -3,8 +3,7 @@
 Records are plain dicts shaped like the current `.avsc` files (see `docs/wire-format.md`). The
 default wire format is Avro single-object encoding, `C3 01` + the writer schema's 8-byte
 CRC-64-AVRO fingerprint (little-endian) + the Avro binary payload, so any language decodes a
-record with only the `.avsc` files. `kairos.streams.registry_codec` adds the Confluent Schema
-Registry framing for deployments that configure a registry.
+record with only the `.avsc` files.
 """
 
 from __future__ import annotations
@@ -35,8 +34,6 @@ class DecodeFailure(StrEnum):
     """The bytes end inside the header or inside the record."""
     UNKNOWN_FINGERPRINT = "unknown_fingerprint"
     """No schema this process knows has the writer's fingerprint."""
-    UNKNOWN_SCHEMA_ID = "unknown_schema_id"
-    """The schema registry has no schema with the writer's id."""
     WRONG_RECORD_TYPE = "wrong_record_type"
     """The writer schema is another record type, e.g. a RunEvent on the schedules topic."""
     UNRESOLVABLE = "unresolvable"
@@ -57,7 +54,7 @@ class CodecError(KairosError):
 
 class EncodeError(CodecError):
     """A record cannot be encoded: it does not match its schema (a bug in the code that built
-    it), or the schema registry refused the schema."""
+    it)."""
 
     def __init__(self, record_type: str, problem: str) -> None:
         self.problem = problem
@@ -69,8 +66,8 @@ class EncodeError(CodecError):
 class DecodeError(CodecError):
     """Bytes are not a record of the expected type: the record belongs in the dead-letter topic.
 
-    `reason` says which check failed; `fingerprint` (single-object) or `schema_id` (registry)
-    names the writer schema when the header got that far. Messages never include the payload.
+    `reason` says which check failed; `fingerprint` names the writer schema when the header got
+    that far. Messages never include the payload.
     """
 
     def __init__(
@@ -80,12 +77,10 @@ class DecodeError(CodecError):
         detail: str,
         *,
         fingerprint: bytes | None = None,
-        schema_id: int | None = None,
     ) -> None:
         self.reason = reason
         self.detail = detail
         self.fingerprint = fingerprint
-        self.schema_id = schema_id
         super().__init__(record_type, f"cannot decode {record_type}: {reason}: {detail}")
 
 
@@ -94,31 +89,22 @@ class CorruptRecordError(DecodeError):
 
 
 class UnknownSchemaError(DecodeError):
-    """The writer schema is unknown here; a newer Kairos or a registry may know it."""
+    """The writer schema is unknown here; a newer Kairos may know it."""
 
 
 class IncompatibleSchemaError(DecodeError):
     """The writer schema is known but is not a compatible version of the expected record."""
 
 
-class SchemaRegistryUnavailableError(CodecError):
-    """The schema registry failed to answer: retry later, the record itself may be fine."""
-
-    def __init__(self, record_type: str, problem: str) -> None:
-        self.problem = problem
-        super().__init__(record_type, f"schema registry unavailable for {record_type}: {problem}")
-
-
 class Codec(Protocol):
     """Encodes and decodes the records of one type.
 
     Rules every implementation keeps:
-    - `encode` takes a dict shaped like the current schema and raises only `EncodeError` (or
-      `SchemaRegistryUnavailableError` when it must register the schema first).
+    - `encode` takes a dict shaped like the current schema and raises only `EncodeError`.
     - `decode` returns a dict shaped like the current schema, whichever known version wrote it
       (schema resolution fills fields the writer lacked with their defaults).
-    - `decode` raises only `DecodeError` subclasses for bad bytes, whatever they are, and
-      `SchemaRegistryUnavailableError` when it cannot look the writer up: never anything else.
+    - `decode` raises only `DecodeError` subclasses for bad bytes, whatever they are: never
+      anything else.
     """
 
     @property
@@ -148,12 +134,11 @@ def read_payload(
     reader: CompiledSchema,
     *,
     fingerprint: bytes | None = None,
-    schema_id: int | None = None,
 ) -> dict[str, Any]:
     """Read the record at `data[offset:]` written with `writer`, resolved to `reader`."""
 
     def failure(error: type[DecodeError], reason: DecodeFailure, detail: str) -> DecodeError:
-        return error(reason, reader.full_name, detail, fingerprint=fingerprint, schema_id=schema_id)
+        return error(reason, reader.full_name, detail, fingerprint=fingerprint)
 
     if writer.full_name != reader.full_name:
         raise failure(
@@ -215,7 +200,12 @@ class SingleObjectCodec:
         name = self._schema.full_name
         if data[:2] != SINGLE_OBJECT_MARKER[: len(data)]:
             confluent = data[:1] == b"\x00"
-            hint = " (Confluent Schema Registry framing: configure its URL)" if confluent else ""
+            hint = (
+                " (Confluent Schema Registry framing, which Kairos does not read: publish with "
+                "kairos.schemas' single-object encoding, see docs/wire-format.md)"
+                if confluent
+                else ""
+            )
             raise CorruptRecordError(
                 DecodeFailure.BAD_MARKER,
                 name,
@@ -254,32 +244,15 @@ class Codecs:
     dead_letter: Codec
 
 
-def make_codecs(schema_registry_url: str | None = None) -> Codecs:
-    """Single-object codecs, or registry codecs sharing one client when a URL is given.
-
-    The ticker changelog always uses single-object encoding: it is Kairos's own state, and
-    restoring it must never wait for a registry.
-    """
-    if schema_registry_url is None:
-        return Codecs(
-            schedule_event=SingleObjectCodec(RecordType.SCHEDULE_EVENT),
-            run_requested=SingleObjectCodec(RecordType.RUN_REQUESTED),
-            run_event=SingleObjectCodec(RecordType.RUN_EVENT),
-            ticker_state=SingleObjectCodec(RecordType.TICKER_STATE),
-            ticker_progress=SingleObjectCodec(RecordType.TICKER_PROGRESS),
-            dead_letter=SingleObjectCodec(RecordType.DEAD_LETTER),
-        )
-    # Imported here so that the registry's optional dependencies are needed only when used.
-    from kairos.streams.registry_codec import RegistryCodec, registry_client  # noqa: PLC0415
-
-    client = registry_client(schema_registry_url)
+def make_codecs() -> Codecs:
+    """The single-object codec of every record type, as every service needs them."""
     return Codecs(
-        schedule_event=RegistryCodec(RecordType.SCHEDULE_EVENT, client),
-        run_requested=RegistryCodec(RecordType.RUN_REQUESTED, client),
-        run_event=RegistryCodec(RecordType.RUN_EVENT, client),
+        schedule_event=SingleObjectCodec(RecordType.SCHEDULE_EVENT),
+        run_requested=SingleObjectCodec(RecordType.RUN_REQUESTED),
+        run_event=SingleObjectCodec(RecordType.RUN_EVENT),
         ticker_state=SingleObjectCodec(RecordType.TICKER_STATE),
         ticker_progress=SingleObjectCodec(RecordType.TICKER_PROGRESS),
-        dead_letter=RegistryCodec(RecordType.DEAD_LETTER, client),
+        dead_letter=SingleObjectCodec(RecordType.DEAD_LETTER),
     )
 
 

@@ -18,7 +18,6 @@ on what each record means (docs/wire-format.md, docs/producers.md):
 
 A refused record is a `RejectedEvent` carrying the reason. Only the ticker dead-letters it
 (`kairos.streams.dead_letters`); the readers skip it and report it to their caller.
-`SchemaRegistryUnavailableError` is raised, not a rejection: the record itself may be fine.
 """
 
 from __future__ import annotations

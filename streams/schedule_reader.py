@@ -80,8 +80,7 @@ class ScheduleReadError(KairosError):
 class ScheduleReader:
     """Reads the current schedules; every read is a fresh pass over the topic.
 
-    Raises `ScheduleReadError` when the topic cannot be read to its end within `timeout_s`, and
-    `SchemaRegistryUnavailableError` when a registry codec cannot look a writer schema up.
+    Raises `ScheduleReadError` when the topic cannot be read to its end within `timeout_s`.
     """
 
     def __init__(

@@ -82,8 +82,7 @@ def read_request(
 ) -> Admissible:
     """Check one record of the runs topic.
 
-    Never raises for bad input; raises `SchemaRegistryUnavailableError` when the record cannot
-    be checked yet (retry it, do not dead-letter it).
+    Never raises for bad input.
     """
     if value is None:
         return _rejected(RunRequestInvalidError(None, "a tombstone is not a RunRequested"))

@@ -57,7 +57,7 @@ from kairos.services.executor.handlers import Handlers
 from kairos.services.executor.metrics import ExecutorMetrics
 from kairos.services.executor.settings import ExecutorSettings
 from kairos.services.executor.watchdog import JobWatchdog
-from kairos.streams.codec import Codecs, SchemaRegistryUnavailableError, make_codecs
+from kairos.streams.codec import Codecs, make_codecs
 from kairos.streams.dedupe import open_dedupe_store
 from kairos.streams.dedupe.base import (
     Admitted,
@@ -295,7 +295,7 @@ class Executor:
             accepted = self._check(records, now)
             self.publisher.flush()  # the dead letters, before their offsets can be committed
             admissions = self.store.admit(accepted, now, self.settings.instance) if accepted else []
-        except (DedupeStoreError, PublishError, SchemaRegistryUnavailableError) as error:
+        except (DedupeStoreError, PublishError) as error:
             # Nothing of this batch is marked: consume it again from its first record.
             self.metrics.store_errors.inc()
             logger.error("executor admission failed, will retry the batch: %s", error)

@@ -18,7 +18,7 @@ from kairos.core.errors import KairosError
 from kairos.core.firing import deleted, upserted
 from kairos.services.ticker.partition import OwnedPartition
 from kairos.services.ticker.work import TransactionWork
-from kairos.streams.codec import Codecs, SchemaRegistryUnavailableError
+from kairos.streams.codec import Codecs
 from kairos.streams.dead_letters import dead_letter_record
 from kairos.streams.schedule_events import (
     RejectedEvent,
@@ -74,9 +74,6 @@ class ScheduleChanges:
                 self._dead_letter(str(message.topic()), change, now, work)
                 return True
             return self._apply(owned, change, offset, now, work)
-        except SchemaRegistryUnavailableError:
-            # The record may be fine: read again after the rebuild, never dead-lettered.
-            raise
         except Exception as failure:
             # Confined: whatever else goes wrong applying one event (deciding what the change
             # owes, reading the stored state) must not stop the partition for everyone.

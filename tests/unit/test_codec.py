@@ -1,15 +1,12 @@
-"""Every record type through every wire format, and every way bytes can be bad."""
+"""Every record type through the single-object wire format, and every way bytes can be bad."""
 
 from __future__ import annotations
 
 import contextlib
-import importlib
 import io
 import uuid
-from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -21,8 +18,8 @@ from hypothesis import strategies as st
 import kairos.schemas
 from kairos.streams.avro_schemas import RecordType, compile_schema_json, load_catalog
 from kairos.streams.codec import (
+    SINGLE_OBJECT_HEADER_SIZE,
     SINGLE_OBJECT_MARKER,
-    Codec,
     CorruptRecordError,
     DecodeError,
     DecodeFailure,
@@ -34,15 +31,6 @@ from kairos.streams.codec import (
 
 pytestmark = pytest.mark.unit
 
-
-def _registry_codec_module() -> ModuleType | None:
-    try:
-        return importlib.import_module("kairos.streams.registry_codec")
-    except ImportError:  # confluent-kafka installed without its [schemaregistry] extra
-        return None
-
-
-registry = _registry_codec_module()
 
 T0 = datetime(2027, 3, 14, 7, 0, tzinfo=UTC)
 T1 = datetime(2027, 3, 14, 7, 0, 2, 345000, tzinfo=UTC)
@@ -216,51 +204,21 @@ SAMPLES: list[tuple[RecordType, str, dict[str, Any]]] = [
 SAMPLE_IDS = [sample_id for _, sample_id, _ in SAMPLES]
 
 
-def _single_object(record_type: RecordType) -> Codec:
-    return SingleObjectCodec(record_type)
-
-
-def _registry(record_type: RecordType) -> Codec:
-    assert registry is not None
-    codec: Codec = registry.RegistryCodec(record_type, registry.registry_client("mock://tests"))
-    return codec
-
-
-CODEC_FACTORIES: dict[str, Callable[[RecordType], Codec]] = {
-    "single-object": _single_object,
-    "confluent-registry": _registry,
-}
-HEADER_SIZES = {"single-object": 10, "confluent-registry": 5}
-WIRE_FORMATS = [
-    pytest.param("single-object"),
-    pytest.param(
-        "confluent-registry",
-        marks=pytest.mark.skipif(
-            registry is None, reason="needs confluent-kafka[schemaregistry] installed"
-        ),
-    ),
-]
-
-
-@pytest.mark.parametrize("factory_name", WIRE_FORMATS)
 @pytest.mark.parametrize(("record_type", "record"), [(t, r) for t, _, r in SAMPLES], ids=SAMPLE_IDS)
-def test_every_record_round_trips_through_every_wire_format(
-    factory_name: str, record_type: RecordType, record: dict[str, Any]
-) -> None:
-    codec = CODEC_FACTORIES[factory_name](record_type)
+def test_every_record_round_trips(record_type: RecordType, record: dict[str, Any]) -> None:
+    codec = SingleObjectCodec(record_type)
 
     assert codec.decode(codec.encode(record)) == record
 
 
-@pytest.mark.parametrize("factory_name", WIRE_FORMATS)
 @pytest.mark.parametrize(("record_type", "record"), [(t, r) for t, _, r in SAMPLES], ids=SAMPLE_IDS)
 def test_plain_fastavro_decodes_a_record_with_only_the_avsc_file(
-    factory_name: str, record_type: RecordType, record: dict[str, Any]
+    record_type: RecordType, record: dict[str, Any]
 ) -> None:
-    encoded = CODEC_FACTORIES[factory_name](record_type).encode(record)
+    encoded = SingleObjectCodec(record_type).encode(record)
     avsc = Path(kairos.schemas.__file__).parent / f"{record_type}.avsc"
 
-    payload = io.BytesIO(encoded[HEADER_SIZES[factory_name] :])
+    payload = io.BytesIO(encoded[SINGLE_OBJECT_HEADER_SIZE:])
 
     assert schemaless_reader(payload, load_schema(str(avsc))) == record
 
