@@ -7,6 +7,7 @@ import logging
 import typer
 
 from kairos.cli import (
+    acls,
     apply,
     audit,
     dev,
@@ -32,6 +33,7 @@ app.add_typer(topics.app, name="topics")
 app.command("ticker")(ticker.ticker)
 app.command("executor")(executor.executor)
 app.command("apply")(apply.apply)
+app.command("acls")(acls.acls)
 app.add_typer(schedules.app, name="schedules")
 app.command("partitions")(partitions.partitions)
 app.command("replay")(replay.replay)

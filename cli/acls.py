@@ -1,0 +1,116 @@
+"""`kairos acls ROLE`: the least-privilege ACLs of a role, printed or created."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import (
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    ResourcePatternType,
+    ResourceType,
+)
+
+from kairos.cli.options import (
+    DEFAULT_BOOTSTRAP,
+    BootstrapOption,
+    JsonOption,
+    TopicPrefixOption,
+    fail,
+    kafka_settings,
+)
+from kairos.streams.acls import DeploymentNames, Grant, Pattern, Resource, Role, role_grants
+from kairos.streams.settings import KafkaSettings
+
+_RESOURCE_TYPES = {
+    Resource.TOPIC: ResourceType.TOPIC,
+    Resource.GROUP: ResourceType.GROUP,
+    Resource.TRANSACTIONAL_ID: ResourceType.TRANSACTIONAL_ID,
+}
+_PATTERNS = {
+    Pattern.LITERAL: ResourcePatternType.LITERAL,
+    Pattern.PREFIXED: ResourcePatternType.PREFIXED,
+}
+
+
+def deployment_names(settings: KafkaSettings) -> DeploymentNames:
+    return DeploymentNames(
+        layout=settings.layout,
+        ticker_group=f"{settings.topic_prefix}tickers",
+        executor_group=f"{settings.topic_prefix}executors",
+        restore_group_prefix=f"{settings.topic_prefix}restore-",
+        transactional_id_prefix=f"{settings.topic_prefix}ticker-",
+    )
+
+
+def acl_binding(grant: Grant, principal: str) -> AclBinding:
+    return AclBinding(
+        _RESOURCE_TYPES[grant.resource],
+        grant.name,
+        _PATTERNS[grant.pattern],
+        principal,
+        "*",
+        AclOperation[grant.operation.value],
+        AclPermissionType.ALLOW,
+    )
+
+
+def create_acls(admin: AdminClient, grants: list[Grant], principal: str, timeout_s: float) -> None:
+    """Create the grants' ACLs for `principal` (creating an existing ACL is a no-op)."""
+    futures = admin.create_acls(
+        [acl_binding(grant, principal) for grant in grants], request_timeout=timeout_s
+    )
+    for future in futures.values():
+        future.result(timeout=timeout_s)
+
+
+def acls(
+    role: Annotated[Role, typer.Argument(help="ticker, executor, producer, auditor or operator.")],
+    principal: Annotated[
+        str, typer.Option(help="The principal to grant, e.g. User:ticker (with --apply).")
+    ] = "User:NAME",
+    apply: Annotated[
+        bool,
+        typer.Option(
+            "--apply",
+            help="Create the ACLs on the cluster (needs ALTER on the cluster: a cluster admin's "
+            "client properties).",
+        ),
+    ] = False,
+    bootstrap_servers: BootstrapOption = DEFAULT_BOOTSTRAP,
+    topic_prefix: TopicPrefixOption = "kairos.",
+    as_json: JsonOption = False,
+) -> None:
+    """The ACLs a role needs in this deployment, and nothing more (docs/operations.md#acls)."""
+    settings = kafka_settings(bootstrap_servers, topic_prefix)
+    grants = role_grants(role, deployment_names(settings))
+    if apply:
+        if not principal.startswith("User:") or principal == "User:NAME":
+            raise fail("--apply needs --principal User:<name>, the principal to grant")
+        try:
+            create_acls(AdminClient(settings.consumer_config()), grants, principal, 30.0)
+        except KafkaException as error:
+            raise fail(f"could not create the ACLs: {error.args[0].str()}") from error
+    if as_json:
+        typer.echo(json.dumps([_document(grant, principal) for grant in grants], indent=2))
+        return
+    for grant in grants:
+        typer.echo(f"allow {principal} {grant.describe():<56} # {grant.why}")
+    if apply:
+        typer.echo(f"created {len(grants)} ACLs for {principal}")
+
+
+def _document(grant: Grant, principal: str) -> dict[str, str]:
+    return {
+        "principal": principal,
+        "resource": grant.resource.value,
+        "name": grant.name,
+        "pattern": grant.pattern.value,
+        "operation": grant.operation.value,
+        "why": grant.why,
+    }

@@ -1,0 +1,182 @@
+"""The least-privilege Kafka ACLs of each Kairos role, derived from one deployment's names.
+
+One place says what each process does on the cluster, so `kairos acls`, docs/operations.md and
+the role tests agree. Kafka's implications keep the lists short: READ or WRITE on a topic or a
+group implies DESCRIBE on it, and WRITE on a transactional id implies DESCRIBE on it. Since
+Kafka 3.0 an idempotent producer needs no IDEMPOTENT_WRITE on the cluster (KIP-679), only WRITE
+on the topics it produces to.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from kairos.streams.topics import TopicLayout, TopicRole
+
+
+class Role(StrEnum):
+    TICKER = "ticker"
+    EXECUTOR = "executor"
+    PRODUCER = "producer"
+    AUDITOR = "auditor"
+    OPERATOR = "operator"
+
+
+class Resource(StrEnum):
+    TOPIC = "topic"
+    GROUP = "group"
+    TRANSACTIONAL_ID = "transactional-id"
+
+
+class Pattern(StrEnum):
+    LITERAL = "literal"
+    PREFIXED = "prefixed"
+
+
+class Operation(StrEnum):
+    READ = "READ"
+    WRITE = "WRITE"
+    DESCRIBE = "DESCRIBE"
+    DESCRIBE_CONFIGS = "DESCRIBE_CONFIGS"
+    CREATE = "CREATE"
+
+
+@dataclass(frozen=True)
+class Grant:
+    """One ACL a role needs: allow `operation` on the resource, and why the role needs it."""
+
+    resource: Resource
+    name: str
+    pattern: Pattern
+    operation: Operation
+    why: str
+
+    def describe(self) -> str:
+        prefixed = " (prefixed)" if self.pattern is Pattern.PREFIXED else ""
+        return f"{self.operation} on {self.resource} {self.name}{prefixed}"
+
+
+@dataclass(frozen=True)
+class DeploymentNames:
+    """Every name a deployment claims on the cluster, as its settings build them."""
+
+    layout: TopicLayout
+    ticker_group: str
+    executor_group: str
+    restore_group_prefix: str
+    transactional_id_prefix: str
+
+
+def role_grants(role: Role, names: DeploymentNames) -> list[Grant]:
+    """The ACLs `role` needs in this deployment, and nothing more."""
+    return _GRANTS[role](names)
+
+
+def _topic(names: DeploymentNames, role: TopicRole, operation: Operation, why: str) -> Grant:
+    return Grant(Resource.TOPIC, names.layout.name(role), Pattern.LITERAL, operation, why)
+
+
+def _ticker(names: DeploymentNames) -> list[Grant]:
+    return [
+        _topic(names, TopicRole.SCHEDULES, Operation.READ, "consume schedule changes"),
+        _topic(names, TopicRole.CHANGELOG, Operation.READ, "restore owned partitions' state"),
+        _topic(names, TopicRole.CHANGELOG, Operation.WRITE, "record state in each transaction"),
+        _topic(names, TopicRole.RUNS, Operation.WRITE, "fire RunRequested records"),
+        _topic(names, TopicRole.DEAD_LETTERS, Operation.WRITE, "dead-letter refused schedules"),
+        Grant(
+            Resource.GROUP,
+            names.ticker_group,
+            Pattern.LITERAL,
+            Operation.READ,
+            "join the tickers' group; commit offsets inside transactions",
+        ),
+        Grant(
+            Resource.GROUP,
+            names.restore_group_prefix,
+            Pattern.PREFIXED,
+            Operation.READ,
+            "the restore consumer's group id (one per ticker instance; never joined)",
+        ),
+        Grant(
+            Resource.TRANSACTIONAL_ID,
+            names.transactional_id_prefix,
+            Pattern.PREFIXED,
+            Operation.WRITE,
+            "the fenced transactions (one transactional id per ticker instance)",
+        ),
+    ]
+
+
+def _executor(names: DeploymentNames) -> list[Grant]:
+    return [
+        _topic(names, TopicRole.RUNS, Operation.READ, "consume RunRequested records"),
+        _topic(
+            names,
+            TopicRole.RUNS,
+            Operation.DESCRIBE_CONFIGS,
+            "check --dedupe-retention against the runs topic's retention",
+        ),
+        _topic(names, TopicRole.RUN_EVENTS, Operation.WRITE, "publish run events"),
+        _topic(names, TopicRole.DEAD_LETTERS, Operation.WRITE, "dead-letter refused runs"),
+        Grant(
+            Resource.GROUP,
+            names.executor_group,
+            Pattern.LITERAL,
+            Operation.READ,
+            "join the executors' group, commit offsets, check its members' dedupe stores",
+        ),
+    ]
+
+
+def _producer(names: DeploymentNames) -> list[Grant]:
+    return [
+        _topic(names, TopicRole.SCHEDULES, Operation.WRITE, "publish schedule changes"),
+        _topic(
+            names,
+            TopicRole.SCHEDULES,
+            Operation.READ,
+            "`kairos apply` and `kairos schedules` read the current schedules",
+        ),
+    ]
+
+
+def _auditor(names: DeploymentNames) -> list[Grant]:
+    read = [
+        (TopicRole.SCHEDULES, "replay schedule history"),
+        (TopicRole.RUNS, "read what was fired"),
+        (TopicRole.RUN_EVENTS, "read what was executed"),
+    ]
+    return [_topic(names, role, Operation.READ, why) for role, why in read] + [
+        _topic(names, role, Operation.DESCRIBE_CONFIGS, "learn how far back history is kept")
+        for role, _ in read
+    ]
+
+
+def _operator(names: DeploymentNames) -> list[Grant]:
+    prefix = names.layout.prefix
+    return [
+        Grant(Resource.TOPIC, prefix, Pattern.PREFIXED, operation, why)
+        for operation, why in [
+            (Operation.CREATE, "`kairos topics create`"),
+            (Operation.DESCRIBE, "`kairos topics check`, `kairos partitions`"),
+            (Operation.DESCRIBE_CONFIGS, "`kairos topics check`"),
+        ]
+    ] + [
+        Grant(
+            Resource.GROUP,
+            prefix,
+            Pattern.PREFIXED,
+            Operation.DESCRIBE,
+            "`kairos partitions`: the groups' members and committed offsets",
+        )
+    ]
+
+
+_GRANTS = {
+    Role.TICKER: _ticker,
+    Role.EXECUTOR: _executor,
+    Role.PRODUCER: _producer,
+    Role.AUDITOR: _auditor,
+    Role.OPERATOR: _operator,
+}

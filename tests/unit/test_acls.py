@@ -1,0 +1,81 @@
+"""The roles' least-privilege ACLs, and refusals turned into the grant that is missing."""
+
+from __future__ import annotations
+
+from confluent_kafka import KafkaError
+
+from kairos.cli.acls import deployment_names
+from kairos.streams.acls import Operation, Pattern, Resource, Role, role_grants
+from kairos.streams.authorization import NotAuthenticatedError, NotAuthorizedError, refusal
+from kairos.streams.settings import KafkaSettings
+
+NAMES = deployment_names(KafkaSettings(bootstrap_servers="127.0.0.1:9092", topic_prefix="prod."))
+
+
+def _described(role: Role) -> set[str]:
+    return {grant.describe() for grant in role_grants(role, NAMES)}
+
+
+def test_the_ticker_reads_schedules_writes_runs_and_owns_its_transactional_ids() -> None:
+    assert _described(Role.TICKER) == {
+        "READ on topic prod.schedules",
+        "READ on topic prod.ticker-changelog",
+        "WRITE on topic prod.ticker-changelog",
+        "WRITE on topic prod.runs",
+        "WRITE on topic prod.dead-letters",
+        "READ on group prod.tickers",
+        "READ on group prod.restore- (prefixed)",
+        "WRITE on transactional-id prod.ticker- (prefixed)",
+    }
+
+
+def test_no_role_but_the_operator_may_create_topics_and_only_within_its_deployment() -> None:
+    for role in Role:
+        creates = [g for g in role_grants(role, NAMES) if g.operation is Operation.CREATE]
+        if role is Role.OPERATOR:
+            assert [(g.name, g.pattern) for g in creates] == [("prod.", Pattern.PREFIXED)]
+        else:
+            assert creates == []
+
+
+def test_every_grant_stays_inside_the_deployments_namespace() -> None:
+    for role in Role:
+        for grant in role_grants(role, NAMES):
+            assert grant.name.startswith("prod."), grant
+
+
+def test_a_producer_cannot_write_runs_and_an_auditor_cannot_write_anything() -> None:
+    assert not any("runs" in g.name for g in role_grants(Role.PRODUCER, NAMES))
+    assert all(
+        g.operation in {Operation.READ, Operation.DESCRIBE_CONFIGS}
+        for g in role_grants(Role.AUDITOR, NAMES)
+    )
+
+
+def test_a_refused_produce_names_the_write_grant_on_that_topic() -> None:
+    error = refusal(
+        KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED), Role.TICKER, NAMES, "prod.runs"
+    )
+
+    assert isinstance(error, NotAuthorizedError)
+    assert [g.describe() for g in error.needed] == ["WRITE on topic prod.runs"]
+    assert "TOPIC_AUTHORIZATION_FAILED on topic prod.runs" in str(error)
+    assert "kairos acls ticker" in str(error)
+
+
+def test_a_refused_group_names_the_roles_group_grants() -> None:
+    error = refusal(KafkaError(KafkaError.GROUP_AUTHORIZATION_FAILED), Role.EXECUTOR, NAMES)
+
+    assert isinstance(error, NotAuthorizedError)
+    assert [(g.resource, g.name) for g in error.needed] == [(Resource.GROUP, "prod.executors")]
+
+
+def test_refused_credentials_say_which_settings_to_check() -> None:
+    error = refusal(KafkaError(KafkaError.SASL_AUTHENTICATION_FAILED), Role.TICKER, NAMES)
+
+    assert isinstance(error, NotAuthenticatedError)
+    assert "sasl.username" in str(error)
+
+
+def test_other_errors_are_not_refusals() -> None:
+    assert refusal(KafkaError(KafkaError._TRANSPORT), Role.TICKER, NAMES) is None
