@@ -25,6 +25,7 @@ from kairos.cli.options import (
     kafka_settings,
 )
 from kairos.streams.acls import DeploymentNames, Grant, Pattern, Resource, Role, role_grants
+from kairos.streams.permissions import PermissionCheckError, missing_grants
 from kairos.streams.settings import KafkaSettings
 
 _RESOURCE_TYPES = {
@@ -84,11 +85,22 @@ def acls(
     ] = False,
     bootstrap_servers: BootstrapOption = DEFAULT_BOOTSTRAP,
     topic_prefix: TopicPrefixOption = "kairos.",
+    check: Annotated[
+        bool,
+        typer.Option(
+            "--check",
+            help="Ask the cluster which of them the principal this command connects as lacks; "
+            "exit 1 when any is missing.",
+        ),
+    ] = False,
     as_json: JsonOption = False,
 ) -> None:
     """The ACLs a role needs in this deployment, and nothing more (docs/operations.md#acls)."""
     settings = kafka_settings(bootstrap_servers, topic_prefix)
     grants = role_grants(role, deployment_names(settings))
+    if check:
+        _check(settings, role, grants)
+        return
     if apply:
         if not principal.startswith("User:") or principal == "User:NAME":
             raise fail("--apply needs --principal User:<name>, the principal to grant")
@@ -103,6 +115,21 @@ def acls(
         typer.echo(f"allow {principal} {grant.describe():<56} # {grant.why}")
     if apply:
         typer.echo(f"created {len(grants)} ACLs for {principal}")
+
+
+def _check(settings: KafkaSettings, role: Role, grants: list[Grant]) -> None:
+    try:
+        missing = missing_grants(AdminClient(settings.consumer_config()), grants, 30.0)
+    except (KafkaException, PermissionCheckError) as error:
+        raise fail(f"could not check the {role}'s ACLs: {error}") from error
+    for grant in missing:
+        typer.echo(f"missing: {grant.describe()}  # {grant.why}")
+    if missing:
+        raise fail(
+            f"the {role} lacks {len(missing)} of its ACLs: grant them with "
+            f"`kairos acls {role} --principal User:<name> --apply`"
+        )
+    typer.echo(f"the {role}'s topic and group ACLs are all granted")
 
 
 def _document(grant: Grant, principal: str) -> dict[str, str]:

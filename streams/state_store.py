@@ -229,12 +229,7 @@ class PartitionStore:
                 present[schedule_id] = False
                 moved[schedule_id] = None
                 progress_of[schedule_id] = write.progress
-                batch.delete(_STATE + key)
-                if write.progress is None:
-                    batch.delete(_PROGRESS + key)
-                else:
-                    # The floor a deleted schedule leaves for its id (see `progress`).
-                    batch.put(_PROGRESS + key, pack(_NOT_DUE) + write.progress)
+                _delete(batch, key, write.progress)
                 continue
             if write.definition is not None:
                 count += not present[schedule_id]
@@ -255,11 +250,7 @@ class PartitionStore:
             if progress is not None:
                 progress_of[schedule_id] = progress
                 batch.put(_PROGRESS + key, pack(_NOT_DUE if due is None else due) + progress)
-        batch.put(_CHANGELOG_OFFSET, pack(changelog_offset))
-        if schedules_offset is not None:
-            batch.put(_SCHEDULES_OFFSET, pack(schedules_offset))
-        batch.put(_COUNT, pack(count))
-        batch.put(_WRITTEN_AT, pack(int(time.time() * 1000)))
+        _record_position(batch, changelog_offset, schedules_offset, count)
         self._db.write(batch)
         self._count = count
         index = self._index
@@ -315,3 +306,23 @@ class PartitionStore:
         """Close and delete the store (a cold restore from the changelog follows)."""
         self._db.close()
         Rdict.destroy(str(self.path))
+
+
+def _delete(batch: WriteBatch, key: bytes, floor: bytes | None) -> None:
+    """Delete a schedule's state; its progress stays as the floor of its id (see `progress`)."""
+    batch.delete(_STATE + key)
+    if floor is None:
+        batch.delete(_PROGRESS + key)
+    else:
+        batch.put(_PROGRESS + key, _BE64.pack(_NOT_DUE) + floor)
+
+
+def _record_position(
+    batch: WriteBatch, changelog_offset: int, schedules_offset: int | None, count: int
+) -> None:
+    """What the batch brings the store to: offsets, schedule count, when it was written."""
+    batch.put(_CHANGELOG_OFFSET, _BE64.pack(changelog_offset))
+    if schedules_offset is not None:
+        batch.put(_SCHEDULES_OFFSET, _BE64.pack(schedules_offset))
+    batch.put(_COUNT, _BE64.pack(count))
+    batch.put(_WRITTEN_AT, _BE64.pack(int(time.time() * 1000)))

@@ -21,7 +21,13 @@ from datetime import datetime, timedelta
 from typing import Any, ClassVar
 
 from kairos.core.overlap import Admission as OverlapAdmission
-from kairos.core.overlap import PeerRun, RunState, decide_admission, next_to_start
+from kairos.core.overlap import (
+    OverlapDecision,
+    PeerRun,
+    RunState,
+    decide_admission,
+    next_to_start,
+)
 from kairos.core.retry import after_failure
 from kairos.streams.dedupe.base import (
     Admission,
@@ -126,6 +132,31 @@ class SqlDedupeStore(Database):
         )
         state, admitted = _ADMITTED[decision.admission]
         skip_reason = decision.reason if state is RunState.SKIPPED else None
+        self._insert_run(conn, request, state, skip_reason, now_ms)
+        if state is RunState.SKIPPED:
+            write_event(
+                self,
+                conn,
+                NewEvent(
+                    request.run_id,
+                    EventKind.SKIPPED,
+                    0,
+                    instance,
+                    finished_ms=now_ms,
+                    reason=skip_reason,
+                ),
+            )
+        self._resolve_overlap(conn, decision, now_ms, instance)
+        return Admission(request.run_id, admitted, 1)
+
+    def _insert_run(
+        self,
+        conn: Connection,
+        request: RunRequest,
+        state: RunState,
+        skip_reason: str | None,
+        now_ms: int,
+    ) -> None:
         conn.execute(
             self.q(
                 "INSERT INTO kairos_runs (run_id, schedule_id, nominal_ms, due_ms, fired_ms, "
@@ -155,19 +186,11 @@ class SqlDedupeStore(Database):
                 now_ms,
             ),
         )
-        if state is RunState.SKIPPED:
-            write_event(
-                self,
-                conn,
-                NewEvent(
-                    request.run_id,
-                    EventKind.SKIPPED,
-                    0,
-                    instance,
-                    finished_ms=now_ms,
-                    reason=skip_reason,
-                ),
-            )
+
+    def _resolve_overlap(
+        self, conn: Connection, decision: OverlapDecision, now_ms: int, instance: str
+    ) -> None:
+        """Ask the running peers the new run replaces to stop; cancel the waiting ones."""
         for run_id in decision.stop_running:
             conn.execute(
                 self.q(
@@ -197,7 +220,6 @@ class SqlDedupeStore(Database):
                         reason=decision.reason,
                     ),
                 )
-        return Admission(request.run_id, admitted, 1)
 
     def _unfinished_peers(self, conn: Connection, schedule_id: str) -> list[PeerRun]:
         rows = conn.execute(
@@ -379,30 +401,7 @@ class SqlDedupeStore(Database):
         else:
             reason = result.reason or "the attempt failed"
             write_event(self, conn, replace(ended, reason=reason))
-            decision = after_failure(
-                attempt=running.attempt,
-                max_attempts=running.max_attempts,
-                backoff=timedelta(milliseconds=running.backoff_ms),
-                failed_at=from_ms(now_ms),
-            )
-            follows = NewEvent(running.run_id, EventKind.RETRYING, running.attempt, instance)
-            if decision.next_attempt_at is not None:
-                end, state = RunEnd.RETRYING, RunState.READY
-                next_ms = to_ms(decision.next_attempt_at)
-                write_event(self, conn, replace(follows, reason=reason, next_attempt_ms=next_ms))
-            else:
-                end, state = RunEnd.DEAD_LETTERED, RunState.DEAD_LETTERED
-                exhausted = (
-                    f"{running.attempt} of {running.max_attempts} attempts failed; "
-                    f"the last: {reason}"
-                )
-                write_event(
-                    self,
-                    conn,
-                    replace(
-                        follows, kind=EventKind.DEAD_LETTERED, reason=exhausted, dead_letter=True
-                    ),
-                )
+            end, state, next_ms = self._after_failure(conn, running, reason, now_ms, instance)
         conn.execute(
             self.q(
                 "UPDATE kairos_runs SET state = ?, reason = ?, next_ms = COALESCE(?, next_ms), "
@@ -421,6 +420,31 @@ class SqlDedupeStore(Database):
                     (now_ms, now_ms, following),
                 )
         return end
+
+    def _after_failure(
+        self, conn: Connection, running: _RunningAttempt, reason: str, now_ms: int, instance: str
+    ) -> tuple[RunEnd, RunState, int | None]:
+        """A retry after the backoff, or the run dead-lettered once its attempts are spent."""
+        decision = after_failure(
+            attempt=running.attempt,
+            max_attempts=running.max_attempts,
+            backoff=timedelta(milliseconds=running.backoff_ms),
+            failed_at=from_ms(now_ms),
+        )
+        follows = NewEvent(running.run_id, EventKind.RETRYING, running.attempt, instance)
+        if decision.next_attempt_at is not None:
+            next_ms = to_ms(decision.next_attempt_at)
+            write_event(self, conn, replace(follows, reason=reason, next_attempt_ms=next_ms))
+            return RunEnd.RETRYING, RunState.READY, next_ms
+        exhausted = (
+            f"{running.attempt} of {running.max_attempts} attempts failed; the last: {reason}"
+        )
+        write_event(
+            self,
+            conn,
+            replace(follows, kind=EventKind.DEAD_LETTERED, reason=exhausted, dead_letter=True),
+        )
+        return RunEnd.DEAD_LETTERED, RunState.DEAD_LETTERED, None
 
     # -- the outbox --------------------------------------------------------------------------
 
