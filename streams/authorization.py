@@ -7,10 +7,16 @@ name the grant to add, so an operator never has to guess from "Topic authorizati
 
 from __future__ import annotations
 
-from confluent_kafka import KafkaError
+import logging
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient
 
 from kairos.core.errors import KairosError
 from kairos.streams.acls import DeploymentNames, Grant, Resource, Role, role_grants
+from kairos.streams.permissions import PermissionCheckError, missing_grants
+
+logger = logging.getLogger(__name__)
 
 _REFUSED_RESOURCE = {
     KafkaError.TOPIC_AUTHORIZATION_FAILED: Resource.TOPIC,
@@ -23,16 +29,13 @@ _AUTHENTICATION_FAILURES = {KafkaError.SASL_AUTHENTICATION_FAILED, KafkaError._A
 class NotAuthorizedError(KairosError):
     """The cluster refused this role an operation; `needed` are the grants that cover it."""
 
-    def __init__(self, role: Role, error: KafkaError, needed: list[Grant], topic: str | None):
+    def __init__(self, role: Role, needed: list[Grant], refused: str) -> None:
         self.role = role
-        self.code = error.code()
         self.needed = needed
-        where = f" on topic {topic}" if topic else ""
         grants = "; ".join(grant.describe() for grant in needed) or "see the role's ACLs"
         super().__init__(
-            f"the {role} is not authorized ({error.name()}{where}): it needs {grants}. Grant "
-            f"them with `kairos acls {role} --principal User:<name> --apply` "
-            "(docs/operations.md, ACLs)"
+            f"the {role} is not authorized ({refused}): it needs {grants}. Grant them with "
+            f"`kairos acls {role} --principal User:<name> --apply` (docs/operations.md, ACLs)"
         )
 
 
@@ -61,4 +64,29 @@ def refusal(
         for grant in grants
         if grant.resource == resource and (topic is None or grant.name == topic)
     ]
-    return NotAuthorizedError(role, error, needed, topic)
+    where = f" on topic {topic}" if topic else ""
+    return NotAuthorizedError(role, needed, f"{error.name()}{where}")
+
+
+def raise_if_refused(
+    error: KafkaError, role: Role, names: DeploymentNames, topic: str | None = None
+) -> None:
+    """Raise the clear error when `error` is the cluster refusing access; else return."""
+    refused = refusal(error, role, names, topic)
+    if refused is not None:
+        raise refused
+
+
+def check_role(admin: AdminClient, role: Role, names: DeploymentNames, timeout_s: float) -> None:
+    """Refuse to start without the role's topic and group ACLs, naming the missing ones.
+
+    Goes on when the cluster cannot say (unreachable for now: the service's own retries
+    handle that); a refusal later still names itself through `raise_if_refused`.
+    """
+    try:
+        missing = missing_grants(admin, role_grants(role, names), timeout_s)
+    except (KafkaException, PermissionCheckError) as error:
+        logger.warning("the %s's ACLs were not checked: %s", role, error)
+        return
+    if missing:
+        raise NotAuthorizedError(role, missing, "its ACLs, asked of the cluster at start")

@@ -59,7 +59,7 @@ def test_a_refused_produce_names_the_write_grant_on_that_topic() -> None:
 
     assert isinstance(error, NotAuthorizedError)
     assert [g.describe() for g in error.needed] == ["WRITE on topic prod.runs"]
-    assert "TOPIC_AUTHORIZATION_FAILED on topic prod.runs" in str(error)
+    assert "(TOPIC_AUTHORIZATION_FAILED on topic prod.runs)" in str(error)
     assert "kairos acls ticker" in str(error)
 
 
