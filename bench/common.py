@@ -66,7 +66,7 @@ def deployment(bootstrap: str, prefix: str) -> KafkaSettings:
     settings = KafkaSettings(
         bootstrap_servers=bootstrap, topic_prefix=prefix, schedules_partitions=PARTITIONS
     )
-    create_topics(AdminClient({"bootstrap.servers": bootstrap}), settings.layout)
+    create_topics(AdminClient(settings.consumer_config()), settings.layout)
     return settings
 
 
@@ -284,7 +284,7 @@ class RunsObserver:
         self._consumer = Consumer(
             settings.consumer_config(
                 **{
-                    "group.id": f"bench-observer-{uuid.uuid4().hex[:8]}",
+                    "group.id": settings.deployment_id(f"bench-observer-{uuid.uuid4().hex[:8]}"),
                     "enable.auto.commit": False,
                     # The broker answers a parked fetch as soon as a commit makes records
                     # visible, so the default fetch.wait.max.ms stamps them as promptly as a

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
+from typing import Annotated
 
 import typer
 
@@ -20,13 +22,79 @@ from kairos.cli import (
     ticker,
     topics,
 )
+from kairos.cli.connection import (
+    DEFAULT_BOOTSTRAP,
+    DEFAULT_SCHEDULES_PARTITIONS,
+    DEFAULT_TIMEOUT_S,
+    DEFAULT_TOPIC_PREFIX,
+    ConnectionFlags,
+)
 
 app = typer.Typer(
     name="kairos",
-    help="Kairos: every scheduled run happens — late, never lost, never fired twice.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
+
+
+@app.callback()
+def deployment(
+    context: typer.Context,
+    bootstrap_servers: Annotated[
+        str | None,
+        typer.Option(
+            help="Kafka bootstrap servers, host:port[,host:port]; env KAIROS_BOOTSTRAP_SERVERS, "
+            f"else bootstrap.servers of --kafka-config, else {DEFAULT_BOOTSTRAP}.",
+            show_default=False,
+        ),
+    ] = None,
+    kafka_config: Annotated[
+        Path | None,
+        typer.Option(
+            help="A librdkafka properties file (key=value lines, # comments) whose properties "
+            "reach every Kafka client: security.protocol, sasl.*, ssl.*, …; env "
+            "KAIROS_KAFKA_CONFIG. KAIROS_KAFKA_<PROPERTY> variables override it "
+            "(KAIROS_KAFKA_SASL_MECHANISM -> sasl.mechanism).",
+            show_default=False,
+        ),
+    ] = None,
+    topic_prefix: Annotated[
+        str | None,
+        typer.Option(
+            help="Prefix of every topic, group and transactional id: the deployment's namespace; "
+            f"env KAIROS_TOPIC_PREFIX, default {DEFAULT_TOPIC_PREFIX!r}.",
+            show_default=False,
+        ),
+    ] = None,
+    schedules_partitions: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="Partitions of the schedules topic: the granularity of ticker ownership; env "
+            f"KAIROS_SCHEDULES_PARTITIONS, default {DEFAULT_SCHEDULES_PARTITIONS}.",
+            show_default=False,
+        ),
+    ] = None,
+    timeout: Annotated[
+        float | None,
+        typer.Option(
+            min=0.001,
+            help="Seconds a one-shot command waits for the broker to answer; env "
+            f"KAIROS_TIMEOUT, default {DEFAULT_TIMEOUT_S:g}.",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
+    """Kairos: every scheduled run happens — late, never lost, never fired twice.
+
+    The options before the command name the deployment's Kafka cluster; later ones win over
+    earlier ones: defaults < --kafka-config file < KAIROS_KAFKA_* < KAIROS_* < these options.
+    """
+    context.obj = ConnectionFlags(
+        bootstrap_servers, kafka_config, topic_prefix, schedules_partitions, timeout
+    )
+
+
 app.add_typer(dev.app, name="dev")
 app.command("preview")(preview.preview)
 app.add_typer(topics.app, name="topics")

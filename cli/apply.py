@@ -19,9 +19,6 @@ from typing import Annotated, Literal
 import typer
 
 from kairos.cli.options import (
-    DEFAULT_BOOTSTRAP,
-    BootstrapOption,
-    TopicPrefixOption,
     fail,
     kafka_settings,
 )
@@ -90,6 +87,7 @@ def plan_apply(
 
 
 def apply(
+    context: typer.Context,
     file: Annotated[
         str,
         typer.Option(
@@ -112,8 +110,6 @@ def apply(
     ] = False,
     changed_by: ChangedByOption = None,
     reason: ReasonOption = None,
-    bootstrap_servers: BootstrapOption = DEFAULT_BOOTSTRAP,
-    topic_prefix: TopicPrefixOption = "kairos.",
 ) -> None:
     """Publish the schedules of a file that differ from the topic (unchanged ones are not)."""
     if prune and owner is None:
@@ -134,7 +130,7 @@ def apply(
         if schedule.zone_warning is not None:
             typer.echo(f"warning: schedule '{schedule.id}': {schedule.zone_warning}", err=True)
 
-    settings = kafka_settings(bootstrap_servers, topic_prefix)
+    settings = kafka_settings(context)
     reader = reader_for(settings)
     try:
         snapshot = reader.read_all()

@@ -20,10 +20,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from kairos.cli.options import (
-    DEFAULT_BOOTSTRAP,
-    BootstrapOption,
     JsonOption,
-    TopicPrefixOption,
     fail,
     kafka_settings,
 )
@@ -123,6 +120,7 @@ OutcomeGraceOption = Annotated[
 
 @app.command("verify")
 def verify_command(
+    context: typer.Context,
     from_: FromOption,
     to: ToOption,
     schedule: ScheduleFilterOption = None,
@@ -131,8 +129,6 @@ def verify_command(
     outcomes: OutcomesOption = False,
     outcome_grace: OutcomeGraceOption = "1h",
     as_json: JsonOption = False,
-    bootstrap_servers: BootstrapOption = DEFAULT_BOOTSTRAP,
-    topic_prefix: TopicPrefixOption = "kairos.",
 ) -> None:
     """Compute every occurrence the schedule history owed in the window and match it against
     the runs and run-events topics. Exits 1 on a breach, 3 when inconclusive (see --help)."""
@@ -145,13 +141,13 @@ def verify_command(
     settle = _duration(grace, "--grace")
     tolerance = _duration(early_tolerance, "--early-tolerance")
     check_grace = _duration(outcome_grace, "--outcome-grace") if outcomes else None
-    settings = kafka_settings(bootstrap_servers, topic_prefix)
+    settings = kafka_settings(context)
     try:
         warnings = _horizon_warnings(settings, start, as_of)
         with history_reader(settings) as reader:
             read = _read(reader, schedule, start, end, check_grace)
     except KairosError as error:
-        raise fail(f"{error} (broker {bootstrap_servers})", code=2) from None
+        raise fail(f"{error} (broker {settings.bootstrap_servers})", code=2) from None
     if read.rejected:
         warnings.append(f"{read.rejected} record(s) were not valid events and were skipped")
     report = verify(

@@ -174,7 +174,7 @@ def _follow_runs(
     consumer = Consumer(
         settings.consumer_config(
             **{
-                "group.id": f"kairos-dev-up-{time.time_ns()}",
+                "group.id": settings.deployment_id(f"dev-up-{time.time_ns()}"),
                 "auto.offset.reset": "latest",
                 "enable.auto.commit": False,
                 "isolation.level": "read_committed",

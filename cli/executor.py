@@ -11,14 +11,11 @@ import typer
 from pydantic import ValidationError
 
 from kairos.cli.options import (
-    DEFAULT_BOOTSTRAP,
-    BootstrapOption,
     LogLevelOption,
     MetricsPortOption,
-    TopicPrefixOption,
     fail,
-    kafka_settings,
     service_arguments,
+    service_kafka_settings,
 )
 from kairos.core.durations import parse_duration
 from kairos.core.errors import KairosError
@@ -44,6 +41,7 @@ def _load_handlers(reference: str) -> Handlers:
 
 
 def executor(
+    context: typer.Context,
     instance: Annotated[
         str, typer.Option(envvar="KAIROS_EXECUTOR_INSTANCE", help="This executor's unique name.")
     ],
@@ -70,11 +68,15 @@ def executor(
             "topic's retention.ms (checked at start).",
         ),
     ] = "90d",
-    bootstrap_servers: BootstrapOption = DEFAULT_BOOTSTRAP,
-    topic_prefix: TopicPrefixOption = "kairos.",
     group_id: Annotated[
-        str, typer.Option(envvar="KAIROS_EXECUTOR_GROUP", help="Consumer group of the executors.")
-    ] = "kairos-executors",
+        str | None,
+        typer.Option(
+            envvar="KAIROS_EXECUTOR_GROUP",
+            help="Consumer group of the executors; default: the deployment's, "
+            "<topic prefix>executors.",
+            show_default=False,
+        ),
+    ] = None,
     handlers: Annotated[
         list[str] | None,
         typer.Option(
@@ -144,7 +146,7 @@ def executor(
     except (ValueError, KairosError) as error:
         raise fail(str(error)) from error
     try:
-        run_executor(kafka_settings(bootstrap_servers, topic_prefix), settings, registry)
+        run_executor(service_kafka_settings(context), settings, registry)
     except KairosError as error:
         raise fail(str(error)) from error
 

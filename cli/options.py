@@ -1,38 +1,25 @@
-"""Options every command that talks to Kafka shares, with their environment defaults."""
+"""Options commands share, and the deployment's Kafka settings every command reads from the root
+options (`kairos --bootstrap-servers … <command>`, see `kairos.cli.connection`)."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from kairos.cli.connection import (
+    Connection,
+    ConnectionFlags,
+    KafkaSettingsError,
+    check_properties,
+    probe,
+    resolve,
+)
 from kairos.streams.settings import KafkaSettings
 
-BootstrapOption = Annotated[
-    str,
-    typer.Option(
-        "--bootstrap-servers",
-        envvar="KAIROS_BOOTSTRAP_SERVERS",
-        help="Kafka bootstrap servers, host:port[,host:port].",
-    ),
-]
-TopicPrefixOption = Annotated[
-    str,
-    typer.Option(
-        "--topic-prefix", envvar="KAIROS_TOPIC_PREFIX", help="Prefix of every topic name."
-    ),
-]
-PartitionsOption = Annotated[
-    int,
-    typer.Option(
-        "--schedules-partitions",
-        envvar="KAIROS_SCHEDULES_PARTITIONS",
-        min=1,
-        help="Partitions of the schedules topic: the granularity of ticker ownership.",
-    ),
-]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
 MetricsPortOption = Annotated[
     int | None,
@@ -42,17 +29,42 @@ LogLevelOption = Annotated[
     str, typer.Option(envvar="KAIROS_LOG_LEVEL", help="DEBUG, INFO, WARNING or ERROR.")
 ]
 
-DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+_RESOLVED = "kairos.connection"
+_PROBED = "kairos.connection.probed"
 
 
-def kafka_settings(
-    bootstrap_servers: str, topic_prefix: str, schedules_partitions: int = 12
-) -> KafkaSettings:
-    return KafkaSettings(
-        bootstrap_servers=bootstrap_servers,
-        topic_prefix=topic_prefix,
-        schedules_partitions=schedules_partitions,
-    )
+def connection(context: typer.Context, *, one_shot: bool = True) -> Connection:
+    """The deployment's settings, resolved once per invocation.
+
+    A one-shot command (`one_shot`) first asks the cluster for its metadata within `--timeout`,
+    so a broker that does not answer is one clear line; a service keeps retrying instead.
+    """
+    root = context.find_root()
+    flags = root.obj if isinstance(root.obj, ConnectionFlags) else ConnectionFlags()
+    try:
+        if _RESOLVED not in root.meta:
+            resolved = resolve(flags)
+            check_properties(resolved)
+            root.meta[_RESOLVED] = resolved
+        current: Connection = root.meta[_RESOLVED]
+        if one_shot and not root.meta.get(_PROBED):
+            probe(current)
+            root.meta[_PROBED] = True
+    except KafkaSettingsError as error:
+        raise fail(str(error)) from error
+    return current
+
+
+def kafka_settings(context: typer.Context) -> KafkaSettings:
+    """A one-shot command's settings, once the broker answered."""
+    return connection(context, one_shot=True).settings
+
+
+def service_kafka_settings(context: typer.Context) -> KafkaSettings:
+    """A service's settings, logged once with secrets redacted: its log says where it connects."""
+    current = connection(context, one_shot=False)
+    logging.getLogger("kairos.cli").info("%s", current.describe())
+    return current.settings
 
 
 def fail(message: str, code: int = 1) -> typer.Exit:
@@ -68,19 +80,19 @@ def service_arguments(
     state_dir: Path,
     flags: Iterable[tuple[str, object | None]],
 ) -> list[str]:
-    """`kairos <command>` arguments of a service of this deployment: its instance, state and
-    Kafka settings, then each flag whose value is not `None` (`None`: the flag's default)."""
+    """`kairos <root options> <command>` arguments of a service of this deployment: its Kafka
+    settings (`settings.properties` reach it through its environment, KAIROS_KAFKA_CONFIG or
+    KAIROS_KAFKA_* variables), its instance and state, then each flag whose value is not
+    `None` (`None`: the flag's default)."""
     arguments = [
-        command,
-        "--instance",
-        instance,
-        "--state-dir",
-        str(state_dir),
         "--bootstrap-servers",
         settings.bootstrap_servers,
         "--topic-prefix",
         settings.topic_prefix,
+        "--schedules-partitions",
+        str(settings.schedules_partitions),
     ]
+    arguments += [command, "--instance", instance, "--state-dir", str(state_dir)]
     for flag, value in flags:
         if value is not None:
             arguments += [flag, str(value)]

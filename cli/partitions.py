@@ -11,10 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from kairos.cli.options import (
-    DEFAULT_BOOTSTRAP,
-    BootstrapOption,
     JsonOption,
-    TopicPrefixOption,
     fail,
     kafka_settings,
 )
@@ -27,26 +24,30 @@ from kairos.streams.partition_status import (
 )
 
 GroupOption = Annotated[
-    str,
-    typer.Option("--group-id", envvar="KAIROS_TICKER_GROUP", help="Consumer group of the tickers."),
+    str | None,
+    typer.Option(
+        "--group-id",
+        envvar="KAIROS_TICKER_GROUP",
+        help="Consumer group of the tickers; default: the deployment's, <topic prefix>tickers.",
+        show_default=False,
+    ),
 ]
 
 
 def partitions(
-    group_id: GroupOption = "kairos-tickers",
+    context: typer.Context,
+    group_id: GroupOption = None,
     as_json: JsonOption = False,
-    bootstrap_servers: BootstrapOption = DEFAULT_BOOTSTRAP,
-    topic_prefix: TopicPrefixOption = "kairos.",
 ) -> None:
     """Show each schedules partition's owner, lag and next due fire, and the tickers' group.
 
     Exits 1 when a partition has no owner: nobody fires its schedules.
     """
-    settings = kafka_settings(bootstrap_servers, topic_prefix)
+    settings = kafka_settings(context)
     try:
-        status = read_group_status(settings, group_id)
+        status = read_group_status(settings, group_id or settings.deployment_id("tickers"))
     except PartitionStatusError as error:
-        raise fail(f"{error} (broker {bootstrap_servers})") from None
+        raise fail(f"{error} (broker {settings.bootstrap_servers})") from None
     if as_json:
         typer.echo(json.dumps(as_document(status), indent=2))
     else:

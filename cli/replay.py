@@ -15,10 +15,7 @@ import typer
 from rich.console import Console
 
 from kairos.cli.options import (
-    DEFAULT_BOOTSTRAP,
-    BootstrapOption,
     JsonOption,
-    TopicPrefixOption,
     fail,
     kafka_settings,
 )
@@ -40,6 +37,7 @@ _CREATION_FIELDS = ("cron", "every", "at", "start_at", "end_at", "paused", "owne
 
 
 def replay(
+    context: typer.Context,
     schedule: ScheduleFilterOption = None,
     since: SinceOption = None,
     until: UntilOption = None,
@@ -48,8 +46,6 @@ def replay(
         typer.Option("--owner", help="Only schedules this team owned in any of their versions."),
     ] = None,
     as_json: JsonOption = False,
-    bootstrap_servers: BootstrapOption = DEFAULT_BOOTSTRAP,
-    topic_prefix: TopicPrefixOption = "kairos.",
 ) -> None:
     """Replay schedule changes, runs requested and their outcomes from the topics, oldest first.
 
@@ -58,14 +54,14 @@ def replay(
     now = datetime.now(UTC)
     start = instant_option(since, "--since", now)
     end = instant_option(until, "--until", now)
-    settings = kafka_settings(bootstrap_servers, topic_prefix)
+    settings = kafka_settings(context)
     try:
         with history_reader(settings) as reader:
             history = reader.schedule_events(schedule)
             fired = reader.runs(keep=lambda r: schedule in (None, r.schedule_id))
             events = reader.run_events(keep=lambda e: schedule in (None, e.schedule_id))
     except KairosError as error:
-        raise fail(f"{error} (broker {bootstrap_servers})") from None
+        raise fail(f"{error} (broker {settings.bootstrap_servers})") from None
     owned = _owned_by(owner, history, fired) if owner is not None else None
     entries = sorted(
         (

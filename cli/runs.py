@@ -11,10 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from kairos.cli.options import (
-    DEFAULT_BOOTSTRAP,
-    BootstrapOption,
     JsonOption,
-    TopicPrefixOption,
     fail,
     kafka_settings,
 )
@@ -38,6 +35,7 @@ app = typer.Typer(help="The runs fired, and what became of each.", no_args_is_he
 
 @app.command("list")
 def list_(
+    context: typer.Context,
     schedule: ScheduleFilterOption = None,
     since: SinceOption = None,
     until: UntilOption = None,
@@ -45,8 +43,6 @@ def list_(
         int, typer.Option("--limit", min=1, help="Show the latest N runs by nominal instant.")
     ] = 50,
     as_json: JsonOption = False,
-    bootstrap_servers: BootstrapOption = DEFAULT_BOOTSTRAP,
-    topic_prefix: TopicPrefixOption = "kairos.",
 ) -> None:
     """List runs by nominal instant (--since/--until bound it), with their status."""
     now = datetime.now(UTC)
@@ -60,13 +56,13 @@ def list_(
             and (end is None or nominal < end)
         )
 
-    settings = kafka_settings(bootstrap_servers, topic_prefix)
+    settings = kafka_settings(context)
     try:
         with history_reader(settings) as reader:
             fired = reader.runs(keep=lambda r: wanted(r.schedule_id, r.nominal))
             events = reader.run_events(keep=lambda e: wanted(e.schedule_id, e.nominal))
     except KairosError as error:
-        raise fail(f"{error} (broker {bootstrap_servers})") from None
+        raise fail(f"{error} (broker {settings.bootstrap_servers})") from None
     summaries = sorted(_summaries(fired, events), key=lambda s: (s["nominal_at"], s["run_id"]))
     shown = summaries[-limit:]
     if as_json:
@@ -133,17 +129,16 @@ def _status(commits: list[FiredRun], steps: list[RunEventRecord]) -> str:
 
 @app.command("get")
 def get(
+    context: typer.Context,
     run_id: Annotated[str, typer.Argument(help="The run id, e.g. report@2027-03-14T07:00:00Z.")],
     as_json: JsonOption = False,
-    bootstrap_servers: BootstrapOption = DEFAULT_BOOTSTRAP,
-    topic_prefix: TopicPrefixOption = "kairos.",
 ) -> None:
     """Show one run's whole story: the definition that owed it, its fire(s), every event."""
     try:
         schedule_id, nominal = parse_run_id(run_id)
     except RunIdError as error:
         raise fail(str(error)) from None
-    settings = kafka_settings(bootstrap_servers, topic_prefix)
+    settings = kafka_settings(context)
     try:
         with history_reader(settings) as reader:
             # Runs and run events are keyed by run id: one partition of each holds them all.
@@ -151,7 +146,7 @@ def get(
             events = reader.run_events(run_id=run_id)
             history = reader.schedule_events(schedule_id) if fired or events else []
     except KairosError as error:
-        raise fail(f"{error} (broker {bootstrap_servers})") from None
+        raise fail(f"{error} (broker {settings.bootstrap_servers})") from None
     if not fired and not events:
         raise fail(
             f"no run {run_id} on {settings.layout.name(TopicRole.RUNS)} or "

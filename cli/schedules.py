@@ -12,10 +12,7 @@ import typer
 import yaml
 
 from kairos.cli.options import (
-    DEFAULT_BOOTSTRAP,
-    BootstrapOption,
     JsonOption,
-    TopicPrefixOption,
     fail,
     kafka_settings,
 )
@@ -68,15 +65,14 @@ def warn_rejected(snapshot: ScheduleSnapshot, reader: ScheduleReader) -> None:
 
 @app.command("list")
 def list_(
+    context: typer.Context,
     owner: Annotated[
         str | None, typer.Option("--owner", help="Only the schedules of this owner.")
     ] = None,
     as_json: JsonOption = False,
-    bootstrap_servers: BootstrapOption = DEFAULT_BOOTSTRAP,
-    topic_prefix: TopicPrefixOption = "kairos.",
 ) -> None:
     """List the current schedules."""
-    reader = reader_for(kafka_settings(bootstrap_servers, topic_prefix))
+    reader = reader_for(kafka_settings(context))
     try:
         snapshot = reader.read_all()
     except KairosError as error:
@@ -109,13 +105,12 @@ def list_(
 
 @app.command("get")
 def get(
+    context: typer.Context,
     schedule_id: ScheduleIdArgument,
     as_json: JsonOption = False,
-    bootstrap_servers: BootstrapOption = DEFAULT_BOOTSTRAP,
-    topic_prefix: TopicPrefixOption = "kairos.",
 ) -> None:
     """Show one schedule's full definition and its last change."""
-    reader = reader_for(kafka_settings(bootstrap_servers, topic_prefix))
+    reader = reader_for(kafka_settings(context))
     try:
         stored = reader.read_one(schedule_id)
     except KairosError as error:
@@ -130,51 +125,48 @@ def get(
 
 @app.command("delete")
 def delete(
+    context: typer.Context,
     schedule_id: ScheduleIdArgument,
     reason: ReasonOption = None,
     changed_by: ChangedByOption = None,
-    bootstrap_servers: BootstrapOption = DEFAULT_BOOTSTRAP,
-    topic_prefix: TopicPrefixOption = "kairos.",
 ) -> None:
     """Delete a schedule: a `deleted` event, then a tombstone."""
     _change(
         lambda client: client.delete(schedule_id, reason),
         changed_by,
-        kafka_settings(bootstrap_servers, topic_prefix),
+        kafka_settings(context),
     )
     typer.echo(f"deleted {schedule_id}")
 
 
 @app.command("pause")
 def pause(
+    context: typer.Context,
     schedule_id: ScheduleIdArgument,
     reason: ReasonOption = None,
     changed_by: ChangedByOption = None,
-    bootstrap_servers: BootstrapOption = DEFAULT_BOOTSTRAP,
-    topic_prefix: TopicPrefixOption = "kairos.",
 ) -> None:
     """Pause a schedule: no run fires until it is resumed."""
     _change(
         lambda client: client.pause(schedule_id, reason),
         changed_by,
-        kafka_settings(bootstrap_servers, topic_prefix),
+        kafka_settings(context),
     )
     typer.echo(f"paused {schedule_id}")
 
 
 @app.command("resume")
 def resume(
+    context: typer.Context,
     schedule_id: ScheduleIdArgument,
     reason: ReasonOption = None,
     changed_by: ChangedByOption = None,
-    bootstrap_servers: BootstrapOption = DEFAULT_BOOTSTRAP,
-    topic_prefix: TopicPrefixOption = "kairos.",
 ) -> None:
     """Resume a paused schedule; occurrences that fell inside the pause do not run."""
     _change(
         lambda client: client.resume(schedule_id, reason),
         changed_by,
-        kafka_settings(bootstrap_servers, topic_prefix),
+        kafka_settings(context),
     )
     typer.echo(f"resumed {schedule_id}")
 

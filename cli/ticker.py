@@ -12,15 +12,11 @@ from typing import Annotated
 import typer
 
 from kairos.cli.options import (
-    DEFAULT_BOOTSTRAP,
-    BootstrapOption,
     LogLevelOption,
     MetricsPortOption,
-    PartitionsOption,
-    TopicPrefixOption,
     fail,
-    kafka_settings,
     service_arguments,
+    service_kafka_settings,
 )
 from kairos.core.clock import DEFAULT_MAX_CLOCK_AHEAD_MS
 from kairos.core.errors import KairosError
@@ -30,6 +26,7 @@ from kairos.streams.settings import KafkaSettings
 
 
 def ticker(
+    context: typer.Context,
     instance: Annotated[
         str, typer.Option(envvar="KAIROS_TICKER_INSTANCE", help="This ticker's unique name.")
     ],
@@ -39,12 +36,14 @@ def ticker(
             envvar="KAIROS_STATE_DIR", help="Where the RocksDB stores of owned partitions live."
         ),
     ],
-    bootstrap_servers: BootstrapOption = DEFAULT_BOOTSTRAP,
-    topic_prefix: TopicPrefixOption = "kairos.",
-    schedules_partitions: PartitionsOption = 12,
     group_id: Annotated[
-        str, typer.Option(envvar="KAIROS_TICKER_GROUP", help="Consumer group of the tickers.")
-    ] = "kairos-tickers",
+        str | None,
+        typer.Option(
+            envvar="KAIROS_TICKER_GROUP",
+            help="Consumer group of the tickers; default: the deployment's, <topic prefix>tickers.",
+            show_default=False,
+        ),
+    ] = None,
     session_timeout_ms: Annotated[
         int,
         typer.Option(
@@ -74,9 +73,7 @@ def ticker(
             max_clock_ahead_ms=max_clock_ahead_ms,
             metrics_port=metrics_port,
         )
-        service = Ticker(
-            kafka_settings(bootstrap_servers, topic_prefix, schedules_partitions), settings
-        )
+        service = Ticker(service_kafka_settings(context), settings)
     except (ValueError, KairosError) as error:
         raise fail(str(error)) from error
     stop = threading.Event()
@@ -113,7 +110,6 @@ def ticker_arguments(
         instance,
         state_dir,
         (
-            ("--schedules-partitions", settings.schedules_partitions),
             ("--group-id", group_id),
             ("--session-timeout-ms", session_timeout_ms),
             ("--metrics-port", metrics_port),

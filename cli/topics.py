@@ -9,11 +9,7 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
 from kairos.cli.options import (
-    DEFAULT_BOOTSTRAP,
-    BootstrapOption,
     JsonOption,
-    PartitionsOption,
-    TopicPrefixOption,
     fail,
     kafka_settings,
 )
@@ -23,18 +19,14 @@ app = typer.Typer(help="Create and inspect the topics Kairos uses.", no_args_is_
 
 
 @app.command("create")
-def create(
-    bootstrap_servers: BootstrapOption = DEFAULT_BOOTSTRAP,
-    topic_prefix: TopicPrefixOption = "kairos.",
-    schedules_partitions: PartitionsOption = 12,
-) -> None:
+def create(context: typer.Context) -> None:
     """Create every declared topic that does not exist yet (safe to run again)."""
-    settings = kafka_settings(bootstrap_servers, topic_prefix, schedules_partitions)
+    settings = kafka_settings(context)
     admin = AdminClient(settings.consumer_config())
     try:
         created = create_topics(admin, settings.layout)
     except (TopicAdminError, KafkaException) as error:
-        raise fail(f"could not create topics at {bootstrap_servers}: {error}") from error
+        raise fail(f"could not create topics at {settings.bootstrap_servers}: {error}") from error
     for name in created:
         typer.echo(f"created {name}")
     if not created:
@@ -43,18 +35,16 @@ def create(
 
 @app.command("describe")
 def describe(
-    bootstrap_servers: BootstrapOption = DEFAULT_BOOTSTRAP,
-    topic_prefix: TopicPrefixOption = "kairos.",
-    schedules_partitions: PartitionsOption = 12,
+    context: typer.Context,
     as_json: JsonOption = False,
 ) -> None:
     """Show each declared topic and flag drift from its declaration; exit 1 on any drift."""
-    settings = kafka_settings(bootstrap_servers, topic_prefix, schedules_partitions)
+    settings = kafka_settings(context)
     admin = AdminClient(settings.consumer_config())
     try:
         states = describe_topics(admin, settings.layout)
     except KafkaException as error:
-        raise fail(f"could not describe topics at {bootstrap_servers}: {error}") from error
+        raise fail(f"could not describe topics at {settings.bootstrap_servers}: {error}") from error
     if as_json:
         typer.echo(
             json.dumps(

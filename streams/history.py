@@ -298,7 +298,7 @@ class HistoryReader:
             **{
                 # Assigned, never subscribed and never committed: the group id is required by
                 # the client but no group is ever joined.
-                "group.id": f"{self._settings.topic_prefix}history-readers",
+                "group.id": self._settings.deployment_id("history-readers"),
                 "enable.auto.commit": False,
                 "isolation.level": isolation,
                 "enable.partition.eof": True,

@@ -112,10 +112,8 @@ class SchedulesClient:
         self._timeout_s = timeout_s
         self._reader = ScheduleReader(settings, self._codecs, timeout_s)
         self._producer = Producer(
-            settings.client_config(
+            settings.producer_config(
                 **{
-                    "enable.idempotence": True,
-                    "acks": "all",
                     "message.timeout.ms": int(timeout_s * 1000),
                 }
             )

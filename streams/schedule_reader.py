@@ -109,7 +109,7 @@ class ScheduleReader:
                 **{
                     # Assigned, never subscribed and never committed: the client requires a
                     # group id, but no group is ever joined.
-                    "group.id": f"{self._settings.topic_prefix}schedule-readers",
+                    "group.id": self._settings.deployment_id("schedule-readers"),
                     "enable.auto.commit": False,
                     "isolation.level": "read_committed",
                     "enable.partition.eof": True,

@@ -2,18 +2,91 @@
 
 from __future__ import annotations
 
-from typing import Any
+import logging
+import threading
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
+from confluent_kafka import KafkaError
 from pydantic import BaseModel, ConfigDict, Field
 
 from kairos.streams.topics import TopicLayout
 
+if TYPE_CHECKING:
+    from pydantic._internal._repr import ReprArgs
+
+SECRET_MARKERS = ("password", "secret", "key.pem", "ssl_key", "oauthbearer.config")
+"""A property whose name contains one of these holds a secret (sasl.password,
+ssl.key.password, ssl.keystore.password, ssl.key.pem, sasl.oauthbearer.client.secret, …)."""
+
+REDACTED = "[redacted]"
+
+client_log = logging.getLogger("kairos.kafka")
+
+# librdkafka reports a broker it cannot reach both as log lines (facility FAIL/ERROR, at error
+# level, once per reconnect attempt) and through error_cb; the error_cb report is the one kept,
+# the log lines are demoted to DEBUG so an unreachable broker is not a screenful.
+_REPEATED_FACILITIES = frozenset({"FAIL", "ERROR"})
+# Errors librdkafka retries by itself: worth a line while a service waits, not a warning.
+_RETRIED_CODES = frozenset(
+    {KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._RESOLVE}
+)
+_REPEAT_EVERY_S = 60.0
+
+
+def is_secret(name: str) -> bool:
+    return any(marker in name.lower() for marker in SECRET_MARKERS)
+
+
+def redacted(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The configuration with every secret's value replaced: the only form that may be logged."""
+    return {name: REDACTED if is_secret(name) else value for name, value in config.items()}
+
+
+class _ClientLog:
+    """Where each client's librdkafka log goes (confluent-kafka's `logger`): Python logging."""
+
+    def log(self, level: int, message: str, *args: Any) -> None:
+        facility = args[0] if args else ""
+        if facility in _REPEATED_FACILITIES:
+            level = logging.DEBUG
+        client_log.log(level, message, *args)
+
+
+class _ErrorReport:
+    """Each client's error_cb: one line per distinct error per minute, not one per retry."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._last: dict[tuple[int, str], float] = {}
+
+    def __call__(self, error: KafkaError) -> None:
+        key = (error.code(), error.str())
+        now = time.monotonic()
+        with self._lock:
+            if now - self._last.get(key, -_REPEAT_EVERY_S) < _REPEAT_EVERY_S:
+                return
+            self._last[key] = now
+        if error.fatal():
+            level = logging.ERROR
+        elif error.code() in _RETRIED_CODES:
+            level = logging.INFO
+        else:
+            level = logging.WARNING
+        client_log.log(level, "kafka client: %s (%s)", error.str(), error.name())
+
+
+_CLIENT_LOG = _ClientLog()
+
 
 class KafkaSettings(BaseModel):
-    """Where the broker is and how topics are named.
+    """Where the broker is, how topics are named, and the librdkafka properties of every client.
 
-    Environment variables are read by the CLI (`KAIROS_BOOTSTRAP_SERVERS`,
-    `KAIROS_TOPIC_PREFIX`), never here, so library users pass settings explicitly.
+    Environment variables and properties files are read by the CLI (`kairos --help`), never
+    here, so library users pass settings explicitly. `properties` reach every producer,
+    consumer and admin client; the properties a client's correctness depends on (its group,
+    transactional id, isolation, commits, acks) are set by Kairos over them.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -21,21 +94,44 @@ class KafkaSettings(BaseModel):
     bootstrap_servers: str = Field(min_length=1)
     topic_prefix: str = "kairos."
     schedules_partitions: int = Field(default=12, ge=1)
+    properties: dict[str, str] = Field(default_factory=dict)
+
+    def __repr_args__(self) -> ReprArgs:
+        # A settings object in a log line or a traceback shows no secret.
+        for name, value in super().__repr_args__():
+            yield name, redacted(value) if name == "properties" else value
 
     @property
     def layout(self) -> TopicLayout:
         return TopicLayout(prefix=self.topic_prefix, schedules_partitions=self.schedules_partitions)
 
+    def deployment_id(self, name: str) -> str:
+        """An id this deployment claims on a shared cluster (a group, a transactional id): the
+        topic prefix is the deployment's namespace, so two deployments never share one."""
+        return f"{self.topic_prefix}{name}"
+
     def client_config(self, **overrides: Any) -> dict[str, Any]:
-        """Base librdkafka configuration; every producer and consumer starts from it."""
+        """Base librdkafka configuration; every producer, consumer and admin starts from it."""
         config: dict[str, Any] = {
-            "bootstrap.servers": self.bootstrap_servers,
             # librdkafka's default partitioner is not Java's; murmur2 makes a schedule land on the
             # same partition whichever language's client published it.
             "partitioner": "murmur2_random",
+            **self.properties,
+            "bootstrap.servers": self.bootstrap_servers,
+            "logger": _CLIENT_LOG,
+            "error_cb": _ErrorReport(),
         }
         config.update(overrides)
         return config
+
+    def producer_config(self, **overrides: Any) -> dict[str, Any]:
+        """A producer whose acknowledged writes survive a broker's loss and are never doubled.
+
+        acks=all: a record is acknowledged once every in-sync replica has it, so a leader
+        failing right after the ack loses nothing (a fire or a run event lost is a lost run).
+        Idempotence: a retried send after a timeout is not written twice.
+        """
+        return self.client_config(**{"acks": "all", "enable.idempotence": True, **overrides})
 
     def group_member_config(
         self, group_id: str, instance: str, session_timeout_ms: int, **overrides: Any

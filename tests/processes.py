@@ -106,14 +106,13 @@ def start_executor(
 ) -> ServiceProcess:
     """An executor process with test timings: short leases, frequent commits, quick failover.
 
-    Its consumer group is named after the deployment's topic prefix, so executors of different
-    tests never share a group.
+    Its consumer group is the deployment's default, `<topic prefix>executors`, so executors of
+    different tests (each its own prefix) never share a group.
     """
     arguments = executor_arguments(
         settings,
         instance,
         state_dir,
-        group_id=f"{settings.topic_prefix}executors",
         dedupe_url=dedupe_url,
         dedupe_retention=dedupe_retention,
         handlers=handlers,

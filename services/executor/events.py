@@ -161,7 +161,7 @@ class EventPublisher:
         self._flush_timeout_s = flush_timeout_s
         # Idempotent: a retried send keeps each run's events in order, without duplicates.
         self._producer = Producer(
-            kafka.client_config(**{"enable.idempotence": True, "linger.ms": 5})
+            kafka.producer_config(**{"linger.ms": 5})
         )
         self._failures: list[_Failure] = []
         self._refused: OrderedDict[bytes, str] = OrderedDict()

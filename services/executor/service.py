@@ -158,7 +158,7 @@ class Executor:
         # read_committed: runs of an aborted ticker transaction were never fired.
         client_id = advertised_client_id(s.instance, self.store.store_id)
         self.consumer = Consumer(
-            self.kafka.group_member_config(s.group_id, client_id, s.session_timeout_ms)
+            self.kafka.group_member_config(s.group(self.kafka), client_id, s.session_timeout_ms)
         )
         self.consumer.subscribe(
             [self.runs_topic],
@@ -188,7 +188,7 @@ class Executor:
         admin = AdminClient(self.kafka.consumer_config(log_level=5))
         check_retention(admin, self.runs_topic, s.retention)
         lingering = timedelta(milliseconds=s.session_timeout_ms) + _LINGERING_MARGIN
-        guard = StoreGuard(admin, s.group_id, self.store, lingering)
+        guard = StoreGuard(admin, s.group(self.kafka), self.store, lingering)
         guard.check_before_joining()
         return guard
 
@@ -228,7 +228,7 @@ class Executor:
         with self._job_producer_lock:
             if self._job_producer is None:
                 self._job_producer = Producer(
-                    self.kafka.client_config(**{"enable.idempotence": True, "linger.ms": 0})
+                    self.kafka.producer_config(**{"linger.ms": 0})
                 )
             return self._job_producer
 

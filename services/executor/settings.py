@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from kairos.services.executor.jobs import JOB_KINDS
 from kairos.streams.dedupe import sqlite_url
+from kairos.streams.settings import KafkaSettings
 
 BUILT_IN_KINDS = frozenset({"noop", "shell", "http", "kafka"})
 """What `kairos executor` runs by default; `python` needs handlers (see docs/executors.md)."""
@@ -23,7 +24,8 @@ class ExecutorSettings(BaseModel):
     """Where the embedded SQLite dedupe store lives when `dedupe_url` is not set."""
     dedupe_url: str | None = None
     """`postgresql://…` (executors on many hosts) or `sqlite:////path` (one host)."""
-    group_id: str = "kairos-executors"
+    group_id: str | None = None
+    """The executors' consumer group; `None`: the deployment's own, `<topic prefix>executors`."""
     kinds: frozenset[str] = BUILT_IN_KINDS
     """Job kinds this executor runs; runs of other known kinds are left to the executors that
     run them (another consumer group), runs of unknown kinds are dead-lettered."""
@@ -53,6 +55,9 @@ class ExecutorSettings(BaseModel):
         if unknown:
             raise ValueError(f"unknown job kinds {sorted(unknown)}; known: {sorted(JOB_KINDS)}")
         return self
+
+    def group(self, kafka: KafkaSettings) -> str:
+        return self.group_id or kafka.deployment_id("executors")
 
     @property
     def store_url(self) -> str:

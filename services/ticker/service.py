@@ -124,11 +124,11 @@ class Ticker:
     def _connect(self) -> None:
         s = self.settings
         producer = Producer(
-            self.kafka.client_config(
+            self.kafka.producer_config(
                 **{
                     # Namespaced by the deployment: two deployments sharing a cluster must not fence
                     # each other's tickers of the same name.
-                    "transactional.id": f"{self.kafka.topic_prefix}ticker-{s.instance}",
+                    "transactional.id": self.kafka.deployment_id(f"ticker-{s.instance}"),
                     "transaction.timeout.ms": s.transaction_timeout_ms,
                     "linger.ms": 5,
                     "queue.buffering.max.messages": 2_000_000,
@@ -163,7 +163,7 @@ class Ticker:
         # read_committed: the offset fetch at assignment waits for a pending transaction of the
         # previous owner (KIP-447 require_stable); see _on_assign.
         self._consumer = Consumer(
-            self.kafka.group_member_config(s.group_id, s.instance, s.session_timeout_ms)
+            self.kafka.group_member_config(s.group(self.kafka), s.instance, s.session_timeout_ms)
         )
         self._changes.learn_partitions(self._consumer, self.schedules_topic)
         self._consumer.subscribe(

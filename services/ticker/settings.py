@@ -7,6 +7,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from kairos.core.clock import DEFAULT_MAX_CLOCK_AHEAD_MS
+from kairos.streams.settings import KafkaSettings
 
 
 class TickerSettings(BaseModel):
@@ -14,7 +15,8 @@ class TickerSettings(BaseModel):
 
     instance: str = Field(min_length=1, pattern=r"^[A-Za-z0-9._-]+$")
     state_dir: Path
-    group_id: str = "kairos-tickers"
+    group_id: str | None = None
+    """The tickers' consumer group; `None`: the deployment's own, `<topic prefix>tickers`."""
     session_timeout_ms: int = Field(default=10_000, ge=500)
     transaction_timeout_ms: int = Field(default=10_000, ge=1_000)
     max_decisions_per_transaction: int = Field(default=50_000, ge=1)
@@ -23,3 +25,6 @@ class TickerSettings(BaseModel):
     restore_timeout_s: float = Field(default=300, gt=0)
     max_clock_ahead_ms: int = Field(default=DEFAULT_MAX_CLOCK_AHEAD_MS, ge=0)
     metrics_port: int | None = None
+
+    def group(self, kafka: KafkaSettings) -> str:
+        return self.group_id or kafka.deployment_id("tickers")

@@ -86,7 +86,7 @@ class TakeOver:
         self._restorer = Consumer(
             kafka.consumer_config(
                 **{
-                    "group.id": f"{kafka.topic_prefix}restore-{settings.instance}",
+                    "group.id": kafka.deployment_id(f"restore-{settings.instance}"),
                     "enable.auto.commit": False,
                     "isolation.level": "read_committed",
                     "enable.partition.eof": True,

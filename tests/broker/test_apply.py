@@ -39,7 +39,7 @@ def apply(
         "--topic-prefix",
         settings.topic_prefix,
     ]
-    return CliRunner().invoke(app, ["apply", "-f", str(path), *connection, *args])
+    return CliRunner().invoke(app, [*connection, "apply", "-f", str(path), *args])
 
 
 def records(settings: KafkaSettings) -> list[tuple[str | None, dict[str, object] | None]]:

@@ -22,13 +22,13 @@ def partitions(settings: KafkaSettings, group: str, *args: str) -> Result:
     return CliRunner().invoke(
         app,
         [
-            "partitions",
-            "--group-id",
-            group,
             "--bootstrap-servers",
             settings.bootstrap_servers,
             "--topic-prefix",
             settings.topic_prefix,
+            "partitions",
+            "--group-id",
+            group,
             *args,
         ],
     )

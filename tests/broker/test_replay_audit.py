@@ -35,7 +35,7 @@ SECOND = timedelta(seconds=1)
 
 def kairos(settings: KafkaSettings, *args: str) -> Result:
     connection = ["--bootstrap-servers", settings.bootstrap_servers]
-    return CliRunner().invoke(app, [*args, *connection, "--topic-prefix", settings.topic_prefix])
+    return CliRunner().invoke(app, [*connection, "--topic-prefix", settings.topic_prefix, *args])
 
 
 def as_json(result: Result) -> Any:
@@ -226,16 +226,16 @@ def test_audit_verify_explains_unusable_arguments(kafka_settings: KafkaSettings)
     missing = CliRunner().invoke(
         app,
         [
+            "--bootstrap-servers",
+            kafka_settings.bootstrap_servers,
+            "--topic-prefix",
+            unique_name("nowhere") + ".",
             "audit",
             "verify",
             "--from",
             "-1m",
             "--to",
             "now",
-            "--bootstrap-servers",
-            kafka_settings.bootstrap_servers,
-            "--topic-prefix",
-            unique_name("nowhere") + ".",
         ],
     )
     assert missing.exit_code == 2

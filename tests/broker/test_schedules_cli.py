@@ -25,7 +25,7 @@ REPORT = Schedule(id="ops.report", cron="0 8 * * 1", owner="ops")
 
 def kairos(settings: KafkaSettings, *args: str) -> Result:
     connection = ["--bootstrap-servers", settings.bootstrap_servers]
-    return CliRunner().invoke(app, [*args, *connection, "--topic-prefix", settings.topic_prefix])
+    return CliRunner().invoke(app, [*connection, "--topic-prefix", settings.topic_prefix, *args])
 
 
 @pytest.fixture
