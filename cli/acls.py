@@ -16,14 +16,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from kairos.cli.options import (
-    DEFAULT_BOOTSTRAP,
-    BootstrapOption,
-    JsonOption,
-    TopicPrefixOption,
-    fail,
-    kafka_settings,
-)
+from kairos.cli.options import JsonOption, fail, kafka_settings
 from kairos.streams.acls import DeploymentNames, Grant, Pattern, Resource, Role, role_grants
 from kairos.streams.permissions import PermissionCheckError, missing_grants
 from kairos.streams.settings import KafkaSettings
@@ -37,16 +30,6 @@ _PATTERNS = {
     Pattern.LITERAL: ResourcePatternType.LITERAL,
     Pattern.PREFIXED: ResourcePatternType.PREFIXED,
 }
-
-
-def deployment_names(settings: KafkaSettings) -> DeploymentNames:
-    return DeploymentNames(
-        layout=settings.layout,
-        ticker_group=f"{settings.topic_prefix}tickers",
-        executor_group=f"{settings.topic_prefix}executors",
-        restore_group_prefix=f"{settings.topic_prefix}restore-",
-        transactional_id_prefix=f"{settings.topic_prefix}ticker-",
-    )
 
 
 def acl_binding(grant: Grant, principal: str) -> AclBinding:
@@ -71,6 +54,7 @@ def create_acls(admin: AdminClient, grants: list[Grant], principal: str, timeout
 
 
 def acls(
+    context: typer.Context,
     role: Annotated[Role, typer.Argument(help="ticker, executor, producer, auditor or operator.")],
     principal: Annotated[
         str, typer.Option(help="The principal to grant, e.g. User:ticker (with --apply).")
@@ -83,8 +67,14 @@ def acls(
             "client properties).",
         ),
     ] = False,
-    bootstrap_servers: BootstrapOption = DEFAULT_BOOTSTRAP,
-    topic_prefix: TopicPrefixOption = "kairos.",
+    group_id: Annotated[
+        str | None,
+        typer.Option(
+            help="The ticker's or executor's consumer group, when its --group-id is not the "
+            "deployment's default.",
+            show_default=False,
+        ),
+    ] = None,
     check: Annotated[
         bool,
         typer.Option(
@@ -96,8 +86,13 @@ def acls(
     as_json: JsonOption = False,
 ) -> None:
     """The ACLs a role needs in this deployment, and nothing more (docs/operations.md#acls)."""
-    settings = kafka_settings(bootstrap_servers, topic_prefix)
-    grants = role_grants(role, deployment_names(settings))
+    settings = kafka_settings(context)
+    names = DeploymentNames.of(
+        settings,
+        ticker_group=group_id if role is Role.TICKER else None,
+        executor_group=group_id if role is Role.EXECUTOR else None,
+    )
+    grants = role_grants(role, names)
     if check:
         _check(settings, role, grants)
         return

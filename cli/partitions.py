@@ -22,6 +22,7 @@ from kairos.streams.partition_status import (
     PartitionStatusError,
     read_group_status,
 )
+from kairos.streams.settings import TICKER_GROUP
 
 GroupOption = Annotated[
     str | None,
@@ -45,7 +46,7 @@ def partitions(
     """
     settings = kafka_settings(context)
     try:
-        status = read_group_status(settings, group_id or settings.deployment_id("tickers"))
+        status = read_group_status(settings, group_id or settings.deployment_id(TICKER_GROUP))
     except PartitionStatusError as error:
         raise fail(f"{error} (broker {settings.bootstrap_servers})") from None
     if as_json:

@@ -12,6 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from kairos.streams.settings import (
+    EXECUTOR_GROUP,
+    RESTORE_GROUP,
+    TICKER_GROUP,
+    TICKER_TRANSACTIONAL_ID,
+    KafkaSettings,
+)
 from kairos.streams.topics import TopicLayout, TopicRole
 
 
@@ -66,6 +73,22 @@ class DeploymentNames:
     executor_group: str
     restore_group_prefix: str
     transactional_id_prefix: str
+
+    @classmethod
+    def of(
+        cls,
+        kafka: KafkaSettings,
+        ticker_group: str | None = None,
+        executor_group: str | None = None,
+    ) -> DeploymentNames:
+        """The names the deployment's services use; a group given is one set by `--group-id`."""
+        return cls(
+            layout=kafka.layout,
+            ticker_group=ticker_group or kafka.deployment_id(TICKER_GROUP),
+            executor_group=executor_group or kafka.deployment_id(EXECUTOR_GROUP),
+            restore_group_prefix=kafka.deployment_id(RESTORE_GROUP),
+            transactional_id_prefix=kafka.deployment_id(TICKER_TRANSACTIONAL_ID),
+        )
 
 
 def role_grants(role: Role, names: DeploymentNames) -> list[Grant]:

@@ -22,6 +22,14 @@ ssl.key.password, ssl.keystore.password, ssl.key.pem, sasl.oauthbearer.client.se
 
 REDACTED = "[redacted]"
 
+# The names a deployment claims on the cluster, each under its prefix (`deployment_id`).
+TICKER_GROUP = "tickers"
+EXECUTOR_GROUP = "executors"
+TICKER_TRANSACTIONAL_ID = "ticker-"
+"""Followed by the ticker's instance name."""
+RESTORE_GROUP = "restore-"
+"""Followed by the ticker's instance name: its restore consumer's group id (never joined)."""
+
 client_log = logging.getLogger("kairos.kafka")
 
 # librdkafka reports a broker it cannot reach both as log lines (facility FAIL/ERROR, at error

@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from kairos.services.executor.jobs import JOB_KINDS
 from kairos.streams.dedupe import sqlite_url
-from kairos.streams.settings import KafkaSettings
+from kairos.streams.settings import EXECUTOR_GROUP, KafkaSettings
 
 BUILT_IN_KINDS = frozenset({"noop", "shell", "http", "kafka"})
 """What `kairos executor` runs by default; `python` needs handlers (see docs/executors.md)."""
@@ -57,7 +57,7 @@ class ExecutorSettings(BaseModel):
         return self
 
     def group(self, kafka: KafkaSettings) -> str:
-        return self.group_id or kafka.deployment_id("executors")
+        return self.group_id or kafka.deployment_id(EXECUTOR_GROUP)
 
     @property
     def store_url(self) -> str:

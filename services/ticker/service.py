@@ -37,7 +37,7 @@ from kairos.services.ticker.watchdog import Backoff, TransactionWatchdog
 from kairos.services.ticker.work import TransactionWork
 from kairos.streams.codec import Codecs, make_codecs
 from kairos.streams.ownership import OwnershipInfo
-from kairos.streams.settings import KafkaSettings
+from kairos.streams.settings import TICKER_TRANSACTIONAL_ID, KafkaSettings
 from kairos.streams.topics import TopicRole
 
 logger = logging.getLogger(__name__)
@@ -128,7 +128,9 @@ class Ticker:
                 **{
                     # Namespaced by the deployment: two deployments sharing a cluster must not fence
                     # each other's tickers of the same name.
-                    "transactional.id": self.kafka.deployment_id(f"ticker-{s.instance}"),
+                    "transactional.id": self.kafka.deployment_id(
+                        TICKER_TRANSACTIONAL_ID + s.instance
+                    ),
                     "transaction.timeout.ms": s.transaction_timeout_ms,
                     "linger.ms": 5,
                     "queue.buffering.max.messages": 2_000_000,

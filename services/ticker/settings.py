@@ -7,7 +7,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from kairos.core.clock import DEFAULT_MAX_CLOCK_AHEAD_MS
-from kairos.streams.settings import KafkaSettings
+from kairos.streams.settings import TICKER_GROUP, KafkaSettings
 
 
 class TickerSettings(BaseModel):
@@ -27,4 +27,4 @@ class TickerSettings(BaseModel):
     metrics_port: int | None = None
 
     def group(self, kafka: KafkaSettings) -> str:
-        return self.group_id or kafka.deployment_id("tickers")
+        return self.group_id or kafka.deployment_id(TICKER_GROUP)

@@ -22,7 +22,7 @@ from kairos.services.ticker.partition import OwnedPartition, RestoreError, Resto
 from kairos.services.ticker.settings import TickerSettings
 from kairos.streams.codec import Codecs
 from kairos.streams.ownership import OwnershipInfo
-from kairos.streams.settings import KafkaSettings
+from kairos.streams.settings import RESTORE_GROUP, KafkaSettings
 from kairos.streams.state_store import PartitionStore
 
 logger = logging.getLogger(__name__)
@@ -86,7 +86,7 @@ class TakeOver:
         self._restorer = Consumer(
             kafka.consumer_config(
                 **{
-                    "group.id": kafka.deployment_id(f"restore-{settings.instance}"),
+                    "group.id": kafka.deployment_id(RESTORE_GROUP + settings.instance),
                     "enable.auto.commit": False,
                     "isolation.level": "read_committed",
                     "enable.partition.eof": True,

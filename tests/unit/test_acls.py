@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from confluent_kafka import KafkaError
 
-from kairos.cli.acls import deployment_names
-from kairos.streams.acls import Operation, Pattern, Resource, Role, role_grants
+from kairos.streams.acls import DeploymentNames, Operation, Pattern, Resource, Role, role_grants
 from kairos.streams.authorization import NotAuthenticatedError, NotAuthorizedError, refusal
 from kairos.streams.settings import KafkaSettings
 
-NAMES = deployment_names(KafkaSettings(bootstrap_servers="127.0.0.1:9092", topic_prefix="prod."))
+NAMES = DeploymentNames.of(KafkaSettings(bootstrap_servers="127.0.0.1:9092", topic_prefix="prod."))
 
 
 def _described(role: Role) -> set[str]:
