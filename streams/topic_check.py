@@ -202,8 +202,9 @@ def _min_insync_replicas(topic: TopicView, replication: Replication) -> list[Top
     fix = f"{KAFKA_CONFIGS} --entity-name {topic.name} --add-config min.insync.replicas={wanted}"
     if actual is not None and actual.isdigit() and int(actual) > replicas:
         message = (
-            f"min.insync.replicas is {actual}, more than its {replicas} replicas: every acks=all "
-            "write is refused (NOT_ENOUGH_REPLICAS), so nothing is published or fired"
+            f"min.insync.replicas is {actual}, more than its {replicas} replicas: Kafka 4.1 counts "
+            f"it as {replicas}, so one replica out of sync stops every write (and every fire); "
+            "brokers before 4.0 refuse every acks=all write"
         )
         return [TopicProblem(topic.name, ProblemKind.MIN_INSYNC_REPLICAS, message, fix)]
     if actual != str(wanted):

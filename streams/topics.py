@@ -152,9 +152,9 @@ def resolve_replication(layout: TopicLayout, brokers: int) -> Replication:
     min_isr = layout.min_insync_replicas or default_min_isr
     if min_isr > factor:
         raise ReplicationError(
-            f"min.insync.replicas {min_isr} exceeds the replication factor {factor}: every "
-            "acks=all write would be refused (NOT_ENOUGH_REPLICAS) and nothing would fire; lower "
-            "--min-insync-replicas (KAIROS_MIN_INSYNC_REPLICAS) or raise --replication-factor"
+            f"min.insync.replicas {min_isr} exceeds the replication factor {factor}: no write can "
+            "be acknowledged by that many replicas; lower --min-insync-replicas "
+            "(KAIROS_MIN_INSYNC_REPLICAS) or raise --replication-factor"
         )
     warnings = []
     if layout.replication_factor is None and brokers < PRODUCTION_REPLICATION_FACTOR:
