@@ -74,6 +74,10 @@ def test_unreachable_broker_is_a_clear_error() -> None:
     )
     assert result.exit_code == 1
     assert "could not describe topics at 127.0.0.1:1" in result.output
+    # `check` tells "could not check" (2) from "found problems" (1).
+    checked = CliRunner().invoke(app, ["topics", "check", "--bootstrap-servers", "127.0.0.1:1"])
+    assert checked.exit_code == 2
+    assert "could not check topics at 127.0.0.1:1" in checked.output
 
 
 def _set_config(admin: AdminClient, topic: str, key: str, value: str) -> None:
