@@ -114,7 +114,7 @@ def check(
     layout = _layout(settings.layout, replication_factor, min_insync_replicas)
     try:
         view = read_cluster(admin, layout)
-        replication = resolve_replication(layout, len(view.brokers))
+        replication = resolve_replication(layout, view.cluster_size)
     except ReplicationError as error:
         raise fail(str(error), COULD_NOT_CHECK) from error
     except KafkaException as error:

@@ -174,7 +174,10 @@ def _replicas(
         )
     lagging = [p for p in topic.partitions if p not in offline and len(p.in_sync) < len(p.replicas)]
     if lagging:
-        stopped = [p for p in lagging if len(p.in_sync) < replication.min_insync_replicas]
+        configured = topic.config.get("min.insync.replicas", "")
+        min_isr = int(configured) if configured.isdigit() else replication.min_insync_replicas
+        # Kafka 4 bounds min ISR by the replica count (measured on 4.1.1; docs/topics.md).
+        stopped = [p for p in lagging if len(p.in_sync) < min(min_isr, len(p.replicas))]
         effect = (
             f"; {_count(stopped)} below min.insync.replicas refuse every write, so nothing "
             "fires there"

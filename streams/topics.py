@@ -271,8 +271,16 @@ class ClusterView:
     """What the cluster says about a deployment's topics: the input of every topic check."""
 
     brokers: frozenset[int]
+    """The brokers the cluster's metadata lists: only the live ones."""
     topics: dict[str, TopicView]
     """The declared topics the cluster has; a missing one is absent."""
+
+    @property
+    def cluster_size(self) -> int:
+        """Live brokers and those holding a replica: a broker that is down still counts, so an
+        outage does not lower the replication the topics are checked against."""
+        holders = {b for t in self.topics.values() for p in t.partitions for b in p.replicas}
+        return len(self.brokers | holders)
 
 
 def read_cluster(admin: AdminClient, layout: TopicLayout, timeout_s: float = 10.0) -> ClusterView:

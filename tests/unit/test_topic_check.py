@@ -135,6 +135,14 @@ def test_a_partition_below_min_isr_is_said_to_stop_firing() -> None:
     assert "partition 0 below min.insync.replicas refuse every write" in problem.message
 
 
+def test_below_min_isr_counts_the_topics_own_setting() -> None:
+    lagging = PartitionView(1, leader=1, replicas=(1, 2, 3), in_sync=(1, 2))
+    view = with_partitions(healthy_view(), TopicRole.RUNS, lagging)
+    view = with_config(view, TopicRole.RUNS, "min.insync.replicas", "3")
+    under = [p for p in check_topics(view, LAYOUT, PRODUCTION) if p.kind == "under-replicated"]
+    assert "partition 1 below min.insync.replicas refuse every write" in only(under).message
+
+
 def test_offline_partitions_are_not_also_called_under_replicated() -> None:
     leaderless = PartitionView(1, leader=-1, replicas=(2, 3, 1), in_sync=())
     led_by_a_gone_broker = PartitionView(2, leader=7, replicas=(7, 1, 2), in_sync=(7,))
@@ -142,6 +150,15 @@ def test_offline_partitions_are_not_also_called_under_replicated() -> None:
     problem = only(check_topics(view, LAYOUT, PRODUCTION))
     assert (problem.kind, problem.partitions) == (ProblemKind.OFFLINE, (1, 2))
     assert "brokers holding their replicas (1,2,3,7)" in problem.fix
+
+
+def test_a_broker_down_still_counts_towards_the_replication_checked() -> None:
+    view = healthy_view()
+    # Broker 3 is down: the metadata no longer lists it, its replicas still name it.
+    outage = ClusterView(frozenset({1, 2}), view.topics)
+    assert outage.cluster_size == 3
+    replication = resolve_replication(TopicLayout(), outage.cluster_size)
+    assert (replication.factor, replication.min_insync_replicas) == (3, 2)
 
 
 def test_fewer_replicas_than_the_setting() -> None:
