@@ -192,7 +192,16 @@ def create_topics(
     """Create the declared topics that do not exist yet, replicated as `resolve_replication`
     says (the caller shows its warnings); existing topics are left as they are."""
     metadata = admin.list_topics(timeout=timeout_s)
-    replication = resolve_replication(layout, len(metadata.brokers))
+    # A broker that is down is still part of the cluster: creating with fewer replicas during
+    # an outage would leave the topics short of them for good. Kafka 4.1 places replicas on the
+    # registered but dead broker too; they catch up when it is back (docs/topics.md).
+    holders = {
+        broker
+        for topic in metadata.topics.values()
+        for partition in topic.partitions.values()
+        for broker in partition.replicas
+    }
+    replication = resolve_replication(layout, len(set(metadata.brokers) | holders))
     missing = [spec for spec in layout.specs() if spec.name not in metadata.topics]
     if not missing:
         return TopicCreation([], replication)
