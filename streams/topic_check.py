@@ -179,8 +179,8 @@ def _replicas(
         # Kafka 4 bounds min ISR by the replica count (measured on 4.1.1; docs/topics.md).
         stopped = [p for p in lagging if len(p.in_sync) < min(min_isr, len(p.replicas))]
         effect = (
-            f"; {_count(stopped)} below min.insync.replicas refuse every write, so nothing "
-            "fires there"
+            f"; every write refused (below min.insync.replicas), so nothing fires, on "
+            f"{_count(stopped)}"
             if stopped
             else ""
         )
