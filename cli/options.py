@@ -33,7 +33,9 @@ _RESOLVED = "kairos.connection"
 _PROBED = "kairos.connection.probed"
 
 
-def connection(context: typer.Context, *, one_shot: bool = True) -> Connection:
+def connection(
+    context: typer.Context, *, one_shot: bool = True, failure_code: int = 1
+) -> Connection:
     """The deployment's settings, resolved once per invocation.
 
     A one-shot command (`one_shot`) first asks the cluster for its metadata within `--timeout`,
@@ -51,13 +53,13 @@ def connection(context: typer.Context, *, one_shot: bool = True) -> Connection:
             probe(current)
             root.meta[_PROBED] = True
     except KafkaSettingsError as error:
-        raise fail(str(error)) from error
+        raise fail(str(error), failure_code) from error
     return current
 
 
-def kafka_settings(context: typer.Context) -> KafkaSettings:
-    """A one-shot command's settings, once the broker answered."""
-    return connection(context, one_shot=True).settings
+def kafka_settings(context: typer.Context, failure_code: int = 1) -> KafkaSettings:
+    """A one-shot command's settings, once the broker answered; else exit `failure_code`."""
+    return connection(context, one_shot=True, failure_code=failure_code).settings
 
 
 def service_kafka_settings(context: typer.Context) -> KafkaSettings:

@@ -21,15 +21,27 @@ class _PreviewInputError(KairosError):
 
 
 def preview(
-    file: Annotated[Path, typer.Option(
-        "-f", "--file", help="Schedules file, YAML or JSON (by extension): {schedules: [...]}.")],
-    from_: Annotated[str | None, typer.Option(
-        "--from", help="ISO-8601 instant with an offset, e.g. 2027-03-14T00:00:00Z; "
-                       "default now. Fires strictly after it are shown.")] = None,
-    count: Annotated[int, typer.Option("-n", "--count", min=1,
-                                       help="Fires to show per schedule.")] = 5,
-    as_json: Annotated[bool, typer.Option(
-        "--json", help='Print {"<schedule id>": ["<fire in its zone>", ...]} only.')] = False,
+    file: Annotated[
+        Path,
+        typer.Option(
+            "-f", "--file", help="Schedules file, YAML or JSON (by extension): {schedules: [...]}."
+        ),
+    ],
+    from_: Annotated[
+        str | None,
+        typer.Option(
+            "--from",
+            help="ISO-8601 instant with an offset, e.g. 2027-03-14T00:00:00Z; "
+            "default now. Fires strictly after it are shown.",
+        ),
+    ] = None,
+    count: Annotated[
+        int, typer.Option("-n", "--count", min=1, help="Fires to show per schedule.")
+    ] = 5,
+    as_json: Annotated[
+        bool,
+        typer.Option("--json", help='Print {"<schedule id>": ["<fire in its zone>", ...]} only.'),
+    ] = False,
 ) -> None:
     """Show each schedule's next fires in its own zone, marking fires moved or doubled by DST."""
     try:
@@ -52,12 +64,21 @@ def preview(
         listing[schedule.id] = next_fires(schedule, after, count)
         reason = never_fires_reason(schedule, after) if not listing[schedule.id] else None
         if reason is not None:
-            typer.echo(f"warning: schedule '{schedule.id}' never fires after "
-                       f"{after.isoformat()}: {reason}", err=True)
+            typer.echo(
+                f"warning: schedule '{schedule.id}' never fires after "
+                f"{after.isoformat()}: {reason}",
+                err=True,
+            )
 
     if as_json:
-        typer.echo(json.dumps({schedule_id: [fire.wall.isoformat() for fire in fires]
-                               for schedule_id, fires in listing.items()}))
+        typer.echo(
+            json.dumps(
+                {
+                    schedule_id: [fire.wall.isoformat() for fire in fires]
+                    for schedule_id, fires in listing.items()
+                }
+            )
+        )
         return
     for schedule in schedules:
         typer.echo(_heading(schedule))
@@ -73,15 +94,17 @@ def _parse_from(text: str) -> datetime:
             f"--from {text!r} is not an ISO-8601 instant; write e.g. 2027-03-14T00:00:00Z"
         ) from None
     if instant.tzinfo is None:
-        raise _PreviewInputError(f"--from {text!r} has no UTC offset; add one, e.g. "
-                                 f"{text}Z or {text}+01:00")
+        raise _PreviewInputError(
+            f"--from {text!r} has no UTC offset; add one, e.g. {text}Z or {text}+01:00"
+        )
     try:
         in_range = limits.EARLIEST_INSTANT <= instant < limits.LATEST_INSTANT
     except OverflowError:
         in_range = False
     if not in_range:
-        raise _PreviewInputError(f"--from {text!r} is outside the instants schedules name, "
-                                 f"{limits.INSTANT_RANGE}")
+        raise _PreviewInputError(
+            f"--from {text!r} is outside the instants schedules name, {limits.INSTANT_RANGE}"
+        )
     return instant
 
 
@@ -109,8 +132,10 @@ def _heading(schedule: Schedule) -> str:
 
 def _mark(fire: Fire, schedule: Schedule) -> str:
     if fire.moved_by_dst_gap:
-        return (f"  [DST gap: {fire.requested_wall.strftime('%H:%M')} does not exist that day; "
-                "moved to the jump]")
+        return (
+            f"  [DST gap: {fire.requested_wall.strftime('%H:%M')} does not exist that day; "
+            "moved to the jump]"
+        )
     if fire.repeated_hour_pass is None:
         return ""
     if schedule.cron is None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from datetime import datetime
 
-from confluent_kafka import Consumer, Message
+from confluent_kafka import Consumer, Message, TopicPartition
 
 from kairos.core.errors import KairosError
 from kairos.core.firing import deleted, upserted
@@ -26,6 +26,12 @@ from kairos.streams.schedule_events import (
     ScheduleDeleted,
     read_schedule_message,
 )
+from kairos.streams.topic_check import (
+    TopicProblem,
+    changelog_partition_problem,
+    schedules_partition_problem,
+)
+from kairos.streams.topics import TopicLayout, TopicRole
 
 logger = logging.getLogger(__name__)
 
@@ -39,6 +45,25 @@ class SchedulesTopicUnknownError(KairosError):
         super().__init__(f"cannot learn the partition count of {topic}: {reason}")
 
 
+class PartitionCountError(KairosError):
+    """The schedules topic or its changelog does not have the deployment's partition count:
+    firing on it would put schedules where their history and state are not."""
+
+    def __init__(self, problem: TopicProblem) -> None:
+        self.problem = problem
+        super().__init__(f"refusing to fire: {problem.line()}")
+
+
+class SchedulesTopicGrownError(KairosError):
+    def __init__(self, learned: int, beyond: list[int]) -> None:
+        self.learned = learned
+        self.beyond = beyond
+        super().__init__(
+            f"assigned schedules partitions {beyond} beyond the {learned} the topic had: it was "
+            "grown while the ticker ran"
+        )
+
+
 class ScheduleChanges:
     def __init__(self, codecs: Codecs, dead_lettered_by: str) -> None:
         self.codecs = codecs
@@ -46,17 +71,41 @@ class ScheduleChanges:
         self.partitions: int | None = None
         """The schedules topic's partition count, which decides each record's rightful place."""
 
-    def learn_partitions(self, consumer: Consumer, topic: str, timeout_s: float = 30) -> None:
-        """Ask the broker for the schedules topic's partition count, which is fixed
-        (docs/operations.md): once per connection, never inside a rebalance callback, where
-        confluent-kafka's metadata call aborts the process (CallState_get assertion)."""
+    def learn_partitions(
+        self, consumer: Consumer, layout: TopicLayout, timeout_s: float = 30
+    ) -> None:
+        """Ask the broker for the schedules and changelog topics' partition counts, and refuse
+        (`PartitionCountError`) unless both are the layout's, which is fixed (docs/topics.md):
+        once per connection, never inside a rebalance callback, where confluent-kafka's metadata
+        call aborts the process (CallState_get assertion)."""
+        counts = [
+            self._partition_count(consumer, layout.name(role), timeout_s)
+            for role in (TopicRole.SCHEDULES, TopicRole.CHANGELOG)
+        ]
+        problem = schedules_partition_problem(layout, counts[0]) or changelog_partition_problem(
+            layout, counts[1]
+        )
+        if problem is not None:
+            raise PartitionCountError(problem)
+        self.partitions = counts[0]
+
+    @staticmethod
+    def _partition_count(consumer: Consumer, topic: str, timeout_s: float) -> int:
         # A broker that does not answer raises KafkaException: the ticker retries its connection.
         found = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
         if found is None or found.error is not None or not found.partitions:
             raise SchedulesTopicUnknownError(
                 topic, "the broker does not know the topic; create it with `kairos topics create`"
             )
-        self.partitions = len(found.partitions)
+        return len(found.partitions)
+
+    def check_assigned(self, assigned: list[TopicPartition]) -> None:
+        """A partition beyond the learned count means the topic grew while the ticker ran (a
+        `kafka-topics --alter`): rebuilding re-learns the count, and `learn_partitions` refuses."""
+        assert self.partitions is not None, "learn_partitions comes with every connection"
+        beyond = sorted(tp.partition for tp in assigned if tp.partition >= self.partitions)
+        if beyond:
+            raise SchedulesTopicGrownError(self.partitions, beyond)
 
     def take(
         self,

@@ -167,7 +167,7 @@ class Ticker:
         self._consumer = Consumer(
             self.kafka.group_member_config(s.group(self.kafka), s.instance, s.session_timeout_ms)
         )
-        self._changes.learn_partitions(self._consumer, self.schedules_topic)
+        self._changes.learn_partitions(self._consumer, self.kafka.layout)
         self._consumer.subscribe(
             [self.schedules_topic],
             on_assign=self._guarded(self._on_assign),
@@ -224,6 +224,7 @@ class Ticker:
             return
         # Paused until taken over (`TakeOver.settle`): waiting here, inside the callback, for a
         # previous owner's pending transaction would hold up every owned partition's fires.
+        self._changes.check_assigned(partitions)
         assert self._partitions is not None
         self._partitions.assign(consumer, partitions)
 
