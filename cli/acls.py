@@ -18,7 +18,7 @@ from confluent_kafka.admin import (
 
 from kairos.cli.options import JsonOption, fail, kafka_settings
 from kairos.streams.acls import DeploymentNames, Grant, Pattern, Resource, Role, role_grants
-from kairos.streams.permissions import PermissionCheckError, missing_grants
+from kairos.streams.permissions import PermissionCheckError, check_grants
 from kairos.streams.settings import KafkaSettings
 
 _RESOURCE_TYPES = {
@@ -94,7 +94,7 @@ def acls(
     )
     grants = role_grants(role, names)
     if check:
-        _check(settings, role, grants)
+        _check(settings, role, names)
         return
     if apply:
         if not principal.startswith("User:") or principal == "User:NAME":
@@ -112,19 +112,22 @@ def acls(
         typer.echo(f"created {len(grants)} ACLs for {principal}")
 
 
-def _check(settings: KafkaSettings, role: Role, grants: list[Grant]) -> None:
+def _check(settings: KafkaSettings, role: Role, names: DeploymentNames) -> None:
     try:
-        missing = missing_grants(AdminClient(settings.consumer_config()), grants, 30.0)
+        admin = AdminClient(settings.consumer_config())
+        checked = check_grants(admin, role_grants(role, names), names, 30.0)
     except (KafkaException, PermissionCheckError) as error:
         raise fail(f"could not check the {role}'s ACLs: {error}") from error
-    for grant in missing:
+    for grant in checked.missing:
         typer.echo(f"missing: {grant.describe()}  # {grant.why}")
-    if missing:
+    for grant in checked.unchecked:
+        typer.echo(f"not checkable from here: {grant.describe()}  # {grant.why}")
+    if checked.missing:
         raise fail(
-            f"the {role} lacks {len(missing)} of its ACLs: grant them with "
+            f"the {role} lacks {len(checked.missing)} of its ACLs: grant them with "
             f"`kairos acls {role} --principal User:<name> --apply`"
         )
-    typer.echo(f"the {role}'s topic and group ACLs are all granted")
+    typer.echo(f"the {role} holds every ACL checked")
 
 
 def _document(grant: Grant, principal: str) -> dict[str, str]:

@@ -21,6 +21,7 @@ import typer
 from kairos.cli.options import (
     fail,
     kafka_settings,
+    refused,
 )
 from kairos.cli.schedules import (
     ChangedByOption,
@@ -36,9 +37,11 @@ from kairos.core.schedule import (
     ScheduleValidationError,
     load_schedules,
 )
+from kairos.streams.acls import Role
 from kairos.streams.records import definition_record
 from kairos.streams.schedule_publisher import ChangeKind, ScheduleChange, SchedulesClient
 from kairos.streams.schedule_reader import StoredSchedule
+from kairos.streams.topics import TopicRole
 
 Action = Literal["create", "update", "delete", "unchanged"]
 
@@ -132,10 +135,12 @@ def apply(
 
     settings = kafka_settings(context)
     reader = reader_for(settings)
+    schedules = settings.layout.name(TopicRole.SCHEDULES)
     try:
         snapshot = reader.read_all()
     except KairosError as error:
-        raise fail(f"{error}; nothing was published") from None
+        reason = refused(settings, error, Role.PRODUCER, schedules) or str(error)
+        raise fail(f"{reason}; nothing was published") from None
     warn_rejected(snapshot, reader)
     plan = plan_apply(desired, snapshot.schedules, owner if prune else None)
     for planned in plan:
@@ -152,8 +157,9 @@ def apply(
             with SchedulesClient(settings, changed_by_or_default(changed_by)) as client:
                 client.publish(changes, reason)
         except KairosError as error:
+            reason = refused(settings, error, Role.PRODUCER, schedules) or str(error)
             raise fail(
-                f"{error}; some changes may have been published: "
+                f"{reason}; some changes may have been published: "
                 "`kairos apply --dry-run` shows what remains"
             ) from None
     typer.echo(f"applied: {_summary(plan)}")

@@ -14,7 +14,9 @@ from enum import StrEnum
 
 from kairos.streams.settings import (
     EXECUTOR_GROUP,
+    HISTORY_READERS_GROUP,
     RESTORE_GROUP,
+    SCHEDULE_READERS_GROUP,
     TICKER_GROUP,
     TICKER_TRANSACTIONAL_ID,
     KafkaSettings,
@@ -73,6 +75,8 @@ class DeploymentNames:
     executor_group: str
     restore_group_prefix: str
     transactional_id_prefix: str
+    schedule_readers_group: str
+    history_readers_group: str
 
     @classmethod
     def of(
@@ -88,6 +92,8 @@ class DeploymentNames:
             executor_group=executor_group or kafka.deployment_id(EXECUTOR_GROUP),
             restore_group_prefix=kafka.deployment_id(RESTORE_GROUP),
             transactional_id_prefix=kafka.deployment_id(TICKER_TRANSACTIONAL_ID),
+            schedule_readers_group=kafka.deployment_id(SCHEDULE_READERS_GROUP),
+            history_readers_group=kafka.deployment_id(HISTORY_READERS_GROUP),
         )
 
 
@@ -161,6 +167,7 @@ def _producer(names: DeploymentNames) -> list[Grant]:
             Operation.READ,
             "`kairos apply` and `kairos schedules` read the current schedules",
         ),
+        _reader_group(names.schedule_readers_group),
     ]
 
 
@@ -170,10 +177,24 @@ def _auditor(names: DeploymentNames) -> list[Grant]:
         (TopicRole.RUNS, "read what was fired"),
         (TopicRole.RUN_EVENTS, "read what was executed"),
     ]
-    return [_topic(names, role, Operation.READ, why) for role, why in read] + [
-        _topic(names, role, Operation.DESCRIBE_CONFIGS, "learn how far back history is kept")
-        for role, _ in read
+    return [
+        *(_topic(names, role, Operation.READ, why) for role, why in read),
+        *(
+            _topic(names, role, Operation.DESCRIBE_CONFIGS, "learn how far back history is kept")
+            for role, _ in read
+        ),
+        _reader_group(names.history_readers_group),
     ]
+
+
+def _reader_group(group: str) -> Grant:
+    return Grant(
+        Resource.GROUP,
+        group,
+        Pattern.LITERAL,
+        Operation.DESCRIBE,
+        "the readers' group id: never joined, but librdkafka looks its coordinator up",
+    )
 
 
 def _operator(names: DeploymentNames) -> list[Grant]:

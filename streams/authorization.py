@@ -14,7 +14,7 @@ from confluent_kafka.admin import AdminClient
 
 from kairos.core.errors import KairosError
 from kairos.streams.acls import DeploymentNames, Grant, Resource, Role, role_grants
-from kairos.streams.permissions import PermissionCheckError, missing_grants
+from kairos.streams.permissions import PermissionCheckError, check_grants
 
 logger = logging.getLogger(__name__)
 
@@ -68,25 +68,44 @@ def refusal(
     return NotAuthorizedError(role, needed, f"{error.name()}{where}")
 
 
-def raise_if_refused(
-    error: KafkaError, role: Role, names: DeploymentNames, topic: str | None = None
-) -> None:
-    """Raise the clear error when `error` is the cluster refusing access; else return."""
+def diagnosed(
+    error: KafkaError,
+    role: Role,
+    names: DeploymentNames,
+    admin: AdminClient,
+    *,
+    topic: str | None = None,
+    timeout_s: float = 10.0,
+) -> NotAuthorizedError | NotAuthenticatedError | None:
+    """`refusal`, narrowed to the grants the cluster says the principal lacks, when it can say.
+
+    The broker's refusal names only a kind of resource (a transaction's refused topic is not
+    named at all); asking for the principal's authorized operations names the very grant.
+    """
     refused = refusal(error, role, names, topic)
-    if refused is not None:
-        raise refused
+    if not isinstance(refused, NotAuthorizedError) or not refused.needed:
+        return refused
+    try:
+        checked = check_grants(admin, refused.needed, names, timeout_s)
+    except (KafkaException, PermissionCheckError) as failure:
+        logger.info("the %s's ACLs could not be asked of the cluster: %s", role, failure)
+        return refused
+    if not checked.missing:
+        return refused
+    where = f" on topic {topic}" if topic else ""
+    return NotAuthorizedError(role, checked.missing, f"{error.name()}{where}")
 
 
 def check_role(admin: AdminClient, role: Role, names: DeploymentNames, timeout_s: float) -> None:
     """Refuse to start without the role's topic and group ACLs, naming the missing ones.
 
     Goes on when the cluster cannot say (unreachable for now: the service's own retries
-    handle that); a refusal later still names itself through `raise_if_refused`.
+    handle that); a refusal later still names itself through `diagnosed`.
     """
     try:
-        missing = missing_grants(admin, role_grants(role, names), timeout_s)
+        checked = check_grants(admin, role_grants(role, names), names, timeout_s)
     except (KafkaException, PermissionCheckError) as error:
         logger.warning("the %s's ACLs were not checked: %s", role, error)
         return
-    if missing:
-        raise NotAuthorizedError(role, missing, "its ACLs, asked of the cluster at start")
+    if checked.missing:
+        raise NotAuthorizedError(role, checked.missing, "its ACLs, asked of the cluster at start")

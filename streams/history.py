@@ -46,7 +46,7 @@ from kairos.streams.schedule_events import (
     ScheduleUpserted,
     read_schedule_event,
 )
-from kairos.streams.settings import KafkaSettings
+from kairos.streams.settings import HISTORY_READERS_GROUP, KafkaSettings
 from kairos.streams.topics import TopicRole
 
 logger = logging.getLogger(__name__)
@@ -298,7 +298,7 @@ class HistoryReader:
             **{
                 # Assigned, never subscribed and never committed: the group id is required by
                 # the client but no group is ever joined.
-                "group.id": self._settings.deployment_id("history-readers"),
+                "group.id": self._settings.deployment_id(HISTORY_READERS_GROUP),
                 "enable.auto.commit": False,
                 "isolation.level": isolation,
                 "enable.partition.eof": True,

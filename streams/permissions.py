@@ -10,28 +10,60 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from concurrent.futures import Future
+from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, TopicCollection
 from confluent_kafka.admin import AdminClient
 
-from kairos.streams.acls import Grant, Pattern, Resource
+from kairos.streams.acls import DeploymentNames, Grant, Pattern, Resource
+from kairos.streams.topics import TopicRole
 
 _DENIED = {KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.GROUP_AUTHORIZATION_FAILED}
 
 
 class PermissionCheckError(Exception):
-    """The cluster did not say what this principal may do (unreachable, or it has no authorizer)."""
+    """The cluster did not say what this principal may do; `transient` when asking again may."""
+
+    def __init__(self, problem: str, *, transient: bool = False) -> None:
+        super().__init__(problem)
+        self.transient = transient
 
 
-def missing_grants(admin: AdminClient, grants: Iterable[Grant], timeout_s: float) -> list[Grant]:
-    """The literal topic and group grants the principal `admin` connects as does not hold.
+def _transient(error: KafkaError) -> bool:
+    # A group coordinator still loading, moving, or an answer not back in time: the ACLs may be
+    # fine, the question is asked again.
+    return error.retriable() or error.code() in _NOT_YET
 
-    A topic that does not exist is not reported: `kairos topics check` says that.
+
+_NOT_YET = {
+    KafkaError._TIMED_OUT,
+    KafkaError.COORDINATOR_NOT_AVAILABLE,
+    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    KafkaError.NOT_COORDINATOR,
+}
+
+
+@dataclass(frozen=True)
+class GrantCheck:
+    missing: list[Grant]
+    unchecked: list[Grant]
+    """Prefixed grants no name of the deployment stands for (the restore groups, the
+    transactional ids): their refusals name themselves when they happen."""
+
+
+def check_grants(
+    admin: AdminClient, grants: Iterable[Grant], names: DeploymentNames, timeout_s: float
+) -> GrantCheck:
+    """Which of `grants` the principal `admin` connects as does not hold.
+
+    A prefixed grant is checked on the deployment's topics and groups under its prefix. A topic
+    that does not exist is not reported: `kairos topics check` says that.
     """
-    checked = [grant for grant in grants if grant.pattern is Pattern.LITERAL]
-    topics = sorted({g.name for g in checked if g.resource is Resource.TOPIC})
-    groups = sorted({g.name for g in checked if g.resource is Resource.GROUP})
+    wanted = list(grants)
+    stands_for = {grant: _names_under(grant, names) for grant in wanted}
+    topics = sorted({n for g, ns in stands_for.items() if g.resource is Resource.TOPIC for n in ns})
+    groups = sorted({n for g, ns in stands_for.items() if g.resource is Resource.GROUP for n in ns})
     allowed: dict[tuple[Resource, str], set[str] | None] = {}
     if topics:
         answers = admin.describe_topics(
@@ -45,12 +77,34 @@ def missing_grants(admin: AdminClient, grants: Iterable[Grant], timeout_s: float
         )
         for name, future in answers.items():
             allowed[Resource.GROUP, name] = _operations(future, timeout_s)
-    return [
+    missing = [
         grant
-        for grant in checked
-        if (ops := allowed.get((grant.resource, grant.name))) is not None
-        and grant.operation.value not in ops
+        for grant in wanted
+        if any(
+            (ops := allowed.get((grant.resource, name))) is not None
+            and grant.operation.value not in ops
+            for name in stands_for[grant]
+        )
     ]
+    return GrantCheck(missing, [grant for grant in wanted if not stands_for[grant]])
+
+
+def _names_under(grant: Grant, names: DeploymentNames) -> list[str]:
+    """The deployment's topics or groups a grant covers, as far as they are known here."""
+    if grant.resource is Resource.TOPIC:
+        known = [names.layout.name(role) for role in TopicRole]
+    elif grant.resource is Resource.GROUP:
+        known = [
+            names.ticker_group,
+            names.executor_group,
+            names.schedule_readers_group,
+            names.history_readers_group,
+        ]
+    else:
+        return []
+    if grant.pattern is Pattern.LITERAL:
+        return [grant.name]
+    return [name for name in known if name.startswith(grant.name)]
 
 
 def _operations(future: Future[Any], timeout_s: float) -> set[str] | None:
@@ -63,7 +117,9 @@ def _operations(future: Future[Any], timeout_s: float) -> set[str] | None:
             return set()
         if error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
             return None
-        raise PermissionCheckError(error.str()) from failure
+        raise PermissionCheckError(
+            f"{error.name()}: {error.str()}", transient=_transient(error)
+        ) from failure
     operations = description.authorized_operations
     if operations is None:
         raise PermissionCheckError(

@@ -33,7 +33,7 @@ from kairos.streams.schedule_events import (
     ScheduleUpserted,
     read_schedule_message,
 )
-from kairos.streams.settings import KafkaSettings
+from kairos.streams.settings import SCHEDULE_READERS_GROUP, KafkaSettings
 from kairos.streams.topics import TopicRole
 
 logger = logging.getLogger(__name__)
@@ -68,12 +68,16 @@ class ScheduleSnapshot:
     """Every record met that breaks the contract; the ticker dead-letters them."""
 
 
+_UNKNOWN_TOPIC = KafkaError.UNKNOWN_TOPIC_OR_PART
+
+
 class ScheduleReadError(KairosError):
     """The schedules topic could not be read: the broker, or the topic, is unavailable."""
 
-    def __init__(self, topic: str, reason: str) -> None:
+    def __init__(self, topic: str, reason: str, kafka_error: KafkaError | None = None) -> None:
         self.topic = topic
         self.reason = reason
+        self.kafka_error = kafka_error
         super().__init__(f"cannot read schedules topic {topic}: {reason}")
 
 
@@ -109,7 +113,7 @@ class ScheduleReader:
                 **{
                     # Assigned, never subscribed and never committed: the client requires a
                     # group id, but no group is ever joined.
-                    "group.id": self._settings.deployment_id("schedule-readers"),
+                    "group.id": self._settings.deployment_id(SCHEDULE_READERS_GROUP),
                     "enable.auto.commit": False,
                     "isolation.level": "read_committed",
                     "enable.partition.eof": True,
@@ -139,6 +143,9 @@ class ScheduleReader:
         except KafkaException as error:
             raise ScheduleReadError(self.topic, f"the broker did not answer: {error}") from error
         topic = metadata.topics.get(self.topic)
+        if topic is not None and topic.error is not None and topic.error.code() != _UNKNOWN_TOPIC:
+            # Refused (not authorized), not absent: the metadata hides a topic it may not show.
+            raise ScheduleReadError(self.topic, topic.error.str(), topic.error)
         if topic is None or topic.error is not None or not topic.partitions:
             raise ScheduleReadError(
                 self.topic, "the topic does not exist; create it with `kairos topics create`"

@@ -29,6 +29,10 @@ TICKER_TRANSACTIONAL_ID = "ticker-"
 """Followed by the ticker's instance name."""
 RESTORE_GROUP = "restore-"
 """Followed by the ticker's instance name: its restore consumer's group id (never joined)."""
+SCHEDULE_READERS_GROUP = "schedule-readers"
+HISTORY_READERS_GROUP = "history-readers"
+"""The group ids of the assigned (never joined) consumers of `kairos apply`, `kairos schedules`
+and the audit: confluent-kafka requires one, and librdkafka looks its coordinator up."""
 
 client_log = logging.getLogger("kairos.kafka")
 

@@ -46,7 +46,7 @@ def test_every_grant_stays_inside_the_deployments_namespace() -> None:
 def test_a_producer_cannot_write_runs_and_an_auditor_cannot_write_anything() -> None:
     assert not any("runs" in g.name for g in role_grants(Role.PRODUCER, NAMES))
     assert all(
-        g.operation in {Operation.READ, Operation.DESCRIBE_CONFIGS}
+        g.operation in {Operation.READ, Operation.DESCRIBE, Operation.DESCRIBE_CONFIGS}
         for g in role_grants(Role.AUDITOR, NAMES)
     )
 
