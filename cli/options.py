@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
 from kairos.cli.connection import (
@@ -21,7 +20,7 @@ from kairos.cli.connection import (
     resolve,
 )
 from kairos.streams.acls import DeploymentNames, Role
-from kairos.streams.authorization import diagnosed
+from kairos.streams.authorization import diagnosed, kafka_error_of
 from kairos.streams.settings import KafkaSettings
 
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
@@ -77,23 +76,12 @@ def refused(
     settings: KafkaSettings, error: BaseException, role: Role, topic: str | None = None
 ) -> str | None:
     """The line naming the ACL `role` lacks, when `error` is the cluster refusing it access."""
-    kafka_error = _kafka_error_of(error)
+    kafka_error = kafka_error_of(error)
     if kafka_error is None:
         return None
     admin = AdminClient(settings.consumer_config())
     found = diagnosed(kafka_error, role, DeploymentNames.of(settings), admin, topic=topic)
     return None if found is None else str(found)
-
-
-def _kafka_error_of(error: BaseException | None) -> KafkaError | None:
-    while error is not None:
-        if isinstance(error, KafkaException) and isinstance(error.args[0], KafkaError):
-            return error.args[0]
-        carried = getattr(error, "kafka_error", None)
-        if isinstance(carried, KafkaError):
-            return carried
-        error = error.__cause__
-    return None
 
 
 def fail(message: str, code: int = 1) -> typer.Exit:

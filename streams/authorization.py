@@ -15,6 +15,7 @@ from confluent_kafka.admin import AdminClient
 from kairos.core.errors import KairosError
 from kairos.streams.acls import DeploymentNames, Grant, Resource, Role, role_grants
 from kairos.streams.permissions import PermissionCheckError, check_grants
+from kairos.streams.settings import KafkaSettings
 
 logger = logging.getLogger(__name__)
 
@@ -109,3 +110,48 @@ def check_role(admin: AdminClient, role: Role, names: DeploymentNames, timeout_s
         return
     if checked.missing:
         raise NotAuthorizedError(role, checked.missing, "its ACLs, asked of the cluster at start")
+
+
+def kafka_error_of(failure: BaseException | None) -> KafkaError | None:
+    """The broker's error behind `failure`: a KafkaException's, or one an error carries."""
+    while failure is not None:
+        if isinstance(failure, KafkaException) and isinstance(failure.args[0], KafkaError):
+            return failure.args[0]
+        carried = getattr(failure, "kafka_error", None)
+        if isinstance(carried, KafkaError):
+            return carried
+        failure = failure.__cause__
+    return None
+
+
+class RoleAccess:
+    """A service's access to the cluster: its ACLs checked once at start, refusals named."""
+
+    def __init__(self, kafka: KafkaSettings, role: Role, names: DeploymentNames) -> None:
+        self._kafka = kafka
+        self.role = role
+        self.names = names
+        self._admin: AdminClient | None = None
+        self._checked = False
+
+    def _admin_client(self) -> AdminClient:
+        if self._admin is None:
+            self._admin = AdminClient(self._kafka.client_config())
+        return self._admin
+
+    def check(self, timeout_s: float = 10.0) -> None:
+        """On the first call only: refuse to run without the role's topic and group ACLs."""
+        if not self._checked:
+            check_role(self._admin_client(), self.role, self.names, timeout_s)
+            self._checked = True
+
+    def raise_if_refused(
+        self, failure: BaseException | KafkaError, topic: str | None = None
+    ) -> None:
+        """Raise the error naming the missing grant when `failure` is the cluster refusing."""
+        error = failure if isinstance(failure, KafkaError) else kafka_error_of(failure)
+        if error is None:
+            return
+        found = diagnosed(error, self.role, self.names, self._admin_client(), topic=topic)
+        if found is not None:
+            raise found

@@ -53,9 +53,10 @@ Shrink = Callable[[dict[str, Any], str], dict[str, Any]]
 class PublishError(KairosError):
     """Records could not be delivered; `problem` is the first delivery error."""
 
-    def __init__(self, topic: str, problem: str) -> None:
+    def __init__(self, topic: str, problem: str, kafka_error: KafkaError | None = None) -> None:
         self.topic = topic
         self.problem = problem
+        self.kafka_error = kafka_error
         super().__init__(f"could not publish to {topic}: {problem}")
 
 
@@ -160,9 +161,7 @@ class EventPublisher:
         self._instance = instance
         self._flush_timeout_s = flush_timeout_s
         # Idempotent: a retried send keeps each run's events in order, without duplicates.
-        self._producer = Producer(
-            kafka.producer_config(**{"linger.ms": 5})
-        )
+        self._producer = Producer(kafka.producer_config(**{"linger.ms": 5}))
         self._failures: list[_Failure] = []
         self._refused: OrderedDict[bytes, str] = OrderedDict()
         """Records the broker refused (by identity), with its error: sent smaller next time."""
@@ -207,7 +206,8 @@ class EventPublisher:
             if failure.error.code() in _REFUSALS:
                 self._remember_refusal(failure.identity, failure.error.str())
         if failures:
-            raise PublishError(failures[0].topic, failures[0].error.str())
+            first = failures[0]
+            raise PublishError(first.topic, first.error.str(), first.error)
         if remaining:
             raise PublishError(
                 "kafka", f"{remaining} records not delivered in {self._flush_timeout_s:g}s"
@@ -235,7 +235,7 @@ class EventPublisher:
             except KafkaException as failure:
                 error: KafkaError = failure.args[0]
                 if error.code() not in _REFUSALS:
-                    raise PublishError(topic, error.str()) from None
+                    raise PublishError(topic, error.str(), error) from None
                 refusal = error.str()
         smaller = shrink(record, f"refused by Kafka: {refusal}")
         logger.warning(
@@ -248,7 +248,7 @@ class EventPublisher:
         try:
             self._send(topic, smaller.get("key", key), encode(smaller), identity)
         except KafkaException as failure:
-            raise PublishError(topic, failure.args[0].str()) from None
+            raise PublishError(topic, failure.args[0].str(), failure.args[0]) from None
 
     def _send(self, topic: str, key: bytes | None, value: bytes, identity: bytes) -> None:
         def on_delivery(error: KafkaError | None, _: Message) -> None:

@@ -57,6 +57,8 @@ from kairos.services.executor.handlers import Handlers
 from kairos.services.executor.metrics import ExecutorMetrics
 from kairos.services.executor.settings import ExecutorSettings
 from kairos.services.executor.watchdog import JobWatchdog
+from kairos.streams.acls import DeploymentNames, Role
+from kairos.streams.authorization import RoleAccess
 from kairos.streams.codec import Codecs, make_codecs
 from kairos.streams.dedupe import open_dedupe_store
 from kairos.streams.dedupe.base import (
@@ -123,6 +125,8 @@ class Executor:
         self._next_reap = self._next_prune = datetime.min.replace(tzinfo=UTC)
         self._job_producer: Producer | None = None
         self._job_producer_lock = threading.Lock()
+        names = DeploymentNames.of(kafka, executor_group=settings.group(kafka))
+        self._access = RoleAccess(kafka, Role.EXECUTOR, names)
         self._refused: SeparateStoresError | FleetCheckError | None = None
         """Set at an assignment that showed a member on another store: stop before admitting."""
 
@@ -184,6 +188,7 @@ class Executor:
     def _check_fleet(self) -> StoreGuard:
         """Refuse a store that forgets too soon, or a group on another store (`fleet`)."""
         s = self.settings
+        self._access.check()
         # Notices (level 6) off: the admin client's closing would log them as noise.
         admin = AdminClient(self.kafka.consumer_config(log_level=5))
         check_retention(admin, self.runs_topic, s.retention)
@@ -227,9 +232,7 @@ class Executor:
         """The producer of `kafka` jobs, made on first use and shared by the workers."""
         with self._job_producer_lock:
             if self._job_producer is None:
-                self._job_producer = Producer(
-                    self.kafka.producer_config(**{"linger.ms": 0})
-                )
+                self._job_producer = Producer(self.kafka.producer_config(**{"linger.ms": 0}))
             return self._job_producer
 
     # -- rebalance ---------------------------------------------------------------------------
@@ -296,6 +299,7 @@ class Executor:
             self.publisher.flush()  # the dead letters, before their offsets can be committed
             admissions = self.store.admit(accepted, now, self.settings.instance) if accepted else []
         except (DedupeStoreError, PublishError) as error:
+            self._access.raise_if_refused(error, getattr(error, "topic", None))
             # Nothing of this batch is marked: consume it again from its first record.
             self.metrics.store_errors.inc()
             logger.error("executor admission failed, will retry the batch: %s", error)
@@ -320,6 +324,7 @@ class Executor:
     def _consumer_error(self, message: Message) -> bool:
         error = message.error()
         if error is not None:
+            self._access.raise_if_refused(error, message.topic())
             logger.warning("executor consumer error: %s", error.str())
         return error is not None
 
@@ -402,6 +407,7 @@ class Executor:
             while self.store.publish_events(self._publish_batch, _BATCH) == _BATCH:
                 continue
         except (DedupeStoreError, PublishError) as error:
+            self._access.raise_if_refused(error, getattr(error, "topic", None))
             logger.error(
                 "executor could not publish run events (they stay in the outbox): %s", error
             )

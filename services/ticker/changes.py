@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from datetime import datetime
 
-from confluent_kafka import Consumer, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from kairos.core.errors import KairosError
 from kairos.core.firing import deleted, upserted
@@ -93,6 +93,10 @@ class ScheduleChanges:
     def _partition_count(consumer: Consumer, topic: str, timeout_s: float) -> int:
         # A broker that does not answer raises KafkaException: the ticker retries its connection.
         found = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
+        refused = found is not None and found.error is not None
+        if refused and found.error.code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
+            # Refused (not authorized), not absent: the run loop names the missing grant.
+            raise KafkaException(found.error)
         if found is None or found.error is not None or not found.partitions:
             raise SchedulesTopicUnknownError(
                 topic, "the broker does not know the topic; create it with `kairos topics create`"

@@ -25,6 +25,7 @@ from kairos.services.ticker.garbage import IdleCollector
 from kairos.services.ticker.metrics import TickerMetrics
 from kairos.services.ticker.partition import OwnedPartition, to_ms
 from kairos.services.ticker.quarantine import PoisonedScheduleError, Quarantine
+from kairos.services.ticker.rebuild import RebuildError, abandon
 from kairos.services.ticker.settings import TickerSettings
 from kairos.services.ticker.takeover import PartitionTopics, TakeOver
 from kairos.services.ticker.transaction import FiringTransactions, Topics
@@ -35,6 +36,8 @@ from kairos.services.ticker.upcoming import (
 )
 from kairos.services.ticker.watchdog import Backoff, TransactionWatchdog
 from kairos.services.ticker.work import TransactionWork
+from kairos.streams.acls import DeploymentNames, Role
+from kairos.streams.authorization import RoleAccess
 from kairos.streams.codec import Codecs, make_codecs
 from kairos.streams.ownership import OwnershipInfo
 from kairos.streams.settings import TICKER_TRANSACTIONAL_ID, KafkaSettings
@@ -76,6 +79,8 @@ class Ticker:
         self._quarantine = Quarantine(
             self.codecs, self.schedules_topic, f"ticker:{settings.instance}"
         )
+        names = DeploymentNames.of(kafka, ticker_group=settings.group(kafka))
+        self._access = RoleAccess(kafka, Role.TICKER, names)
         self._consumer: Consumer | None = None
         self._transactions: FiringTransactions | None = None
         self._partitions: TakeOver | None = None
@@ -106,10 +111,11 @@ class Ticker:
                         self._connect()
                     self.turn()
                     backoff.reset()
-                except (_RebuildError, KafkaException) as failure:
+                except (RebuildError, KafkaException) as failure:
                     # Fenced, or the broker unreachable for longer than a client will wait:
                     # drop the partitions and rejoin. The stores hold only committed state, so
-                    # nothing decided is lost and nothing is decided twice.
+                    # nothing decided is lost and nothing is decided twice. Refused: stop.
+                    self._access.raise_if_refused(failure)
                     logger.error(
                         "instance=%s %s; dropping partitions and rejoining in %.1fs",
                         self.settings.instance,
@@ -123,6 +129,7 @@ class Ticker:
 
     def _connect(self) -> None:
         s = self.settings
+        self._access.check()
         producer = Producer(
             self.kafka.producer_config(
                 **{
@@ -264,7 +271,7 @@ class Ticker:
         messages = consumer.consume(num_messages=10_000, timeout=max(0.0, wait_s))
         failure, self._callback_failure = self._callback_failure, None
         if failure is not None:
-            raise _RebuildError(f"rebalance callback failed: {failure}") from failure
+            raise RebuildError(f"rebalance callback failed: {failure}") from failure
         now = self.clock()
         work = TransactionWork(settle_room=self.settings.catchup_per_transaction)
         for message in messages:
@@ -280,6 +287,7 @@ class Ticker:
     def _take_change(self, message: Message, now: datetime, work: TransactionWork) -> None:
         error = message.error()
         if error is not None:
+            self._access.raise_if_refused(error, message.topic())
             logger.warning("instance=%s consumer error: %s", self.settings.instance, error.str())
             return
         partition = message.partition()
@@ -463,23 +471,11 @@ class Ticker:
         self._observe_clock(ahead.skew_ms)
         self.metrics.aborts.labels("CLOCK_AHEAD").inc()
         logger.critical("instance=%s %s", self.settings.instance, ahead)
-        transactions = self._transactions
-        if transactions is not None:
-            try:
-                transactions.abort()
-            except KafkaException as abort_failure:
-                logger.warning("abort failed (%s)", abort_failure.args[0].str())
-        raise _RebuildError(str(ahead)) from ahead
+        abandon(self._transactions)
+        raise RebuildError(str(ahead)) from ahead
 
     def _abort(self, failure: KafkaException) -> None:
-        """Abandon the open transaction, then rebuild the clients from committed state.
-
-        A fresh producer with the same transactional id is the one path that works after every
-        failure (librdkafka can hang reusing a producer whose transaction failed mid-way while
-        the broker was away): its `init_transactions` bumps the epoch and aborts whatever the
-        old one left open. The stores never saw the abandoned work, and the new consumer
-        resumes from the committed offsets.
-        """
+        """Abandon the open transaction (`rebuild.abandon`), then rebuild the clients."""
         error: KafkaError = failure.args[0]
         self.metrics.aborts.labels(error.name()).inc()
         logger.warning(
@@ -487,14 +483,6 @@ class Ticker:
             self.settings.instance,
             error.str(),
         )
-        transactions = self._transactions
-        if transactions is not None and not error.fatal():
-            try:
-                transactions.abort()
-            except KafkaException as abort_failure:
-                logger.warning("abort failed (%s)", abort_failure.args[0].str())
-        raise _RebuildError(error.str()) from failure
-
-
-class _RebuildError(Exception):
-    """A transaction failed or the producer is fenced: drop everything and rejoin the group."""
+        if not error.fatal():
+            abandon(self._transactions)
+        raise RebuildError(error.str()) from failure
