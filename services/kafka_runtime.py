@@ -129,6 +129,14 @@ def new_cluster_id() -> str:
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
 
 
+def new_directory_id() -> str:
+    """A Kafka log directory id: a cluster id that cannot be mistaken for an option, as
+    Kafka's own `Uuid.randomUuid` ensures."""
+    while (directory_id := new_cluster_id()).startswith("-"):
+        pass
+    return directory_id
+
+
 def broker_answers(bootstrap_servers: str, timeout_s: float = 2.0) -> bool:
     """True when a broker at `bootstrap_servers` answers a metadata request."""
     admin = AdminClient({"bootstrap.servers": bootstrap_servers, "log_level": 0})
@@ -223,6 +231,8 @@ class KafkaRuntime:
         """The `kafka-storage format` command line for one node's `config`."""
         return [
             "java",
+            # A short-lived tool: the optimising compiler would cost more CPU than it saves.
+            "-XX:TieredStopAtLevel=1",
             "-cp",
             f"{self.libs_dir}/*",
             "kafka.tools.StorageTool",
@@ -234,7 +244,9 @@ class KafkaRuntime:
             *options,
         ]
 
-    def launch(self, config: Path, log_dir: Path, heap: Sequence[str]) -> subprocess.Popen[bytes]:
+    def launch(
+        self, config: Path, log_dir: Path, jvm_options: Sequence[str]
+    ) -> subprocess.Popen[bytes]:
         """Start one node on `config`, logging into `log_dir`; returns at once."""
         log_dir.mkdir(parents=True, exist_ok=True)
         log4j = log_dir / "log4j2.properties"
@@ -243,8 +255,7 @@ class KafkaRuntime:
             return subprocess.Popen(
                 [
                     "java",
-                    *heap,
-                    "-XX:+UseG1GC",
+                    *jvm_options,
                     "-Djava.awt.headless=true",
                     f"-Dlog4j2.configurationFile={log4j}",
                     "-cp",

@@ -106,7 +106,7 @@ class LocalKafka:
         config = self._write_config(port, controller_port)
         self._format_storage(config)
         log_dir = self.data_dir / "logs"
-        process = self.runtime.launch(config, log_dir, heap=["-Xms256m", "-Xmx1g"])
+        process = self.runtime.launch(config, log_dir, ["-Xms256m", "-Xmx1g", "-XX:+UseG1GC"])
         self._state_file.write_text(
             json.dumps({"pid": process.pid, "port": port, "controller_port": controller_port})
         )
