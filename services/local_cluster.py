@@ -23,7 +23,6 @@ import shutil
 import subprocess
 import time
 from dataclasses import dataclass
-from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +31,6 @@ from confluent_kafka.admin import AdminClient
 from kairos.services.kafka_runtime import (
     DEFAULT_CACHE_ROOT,
     KAFKA_VERSION,
-    LOCAL_BROKER_SETTINGS,
     KafkaRuntime,
     LocalKafkaError,
     free_port,
@@ -41,6 +39,12 @@ from kairos.services.kafka_runtime import (
     port_is_free,
     stop_pids,
     write_properties,
+)
+from kairos.services.local_cluster_config import (
+    NodePorts,
+    Security,
+    node_meta_properties,
+    node_settings,
 )
 from kairos.services.local_cluster_users import (
     ADMIN_USER,
@@ -51,7 +55,9 @@ from kairos.services.local_cluster_users import (
     check_user_name,
     new_password,
 )
-from kairos.services.local_tls import BROKER_PRINCIPAL, TlsFiles, make_tls_files
+from kairos.services.local_tls import TlsFiles, make_tls_files
+
+__all__ = ["ClusterStatus", "LocalCluster", "NodeStatus", "Security"]
 
 logger = logging.getLogger(__name__)
 
@@ -62,18 +68,6 @@ STATE_FILE = "cluster.json"
 # matters little.
 _NODE_JVM_OPTIONS = ("-Xms128m", "-Xmx512m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC")
 _LISTENERS_PER_NODE = 3
-
-
-class Security(StrEnum):
-    PLAINTEXT = "plaintext"
-    SASL_SSL = "sasl_ssl"
-
-
-@dataclass(frozen=True)
-class NodePorts:
-    client: int
-    internal: int
-    controller: int
 
 
 @dataclass(frozen=True)
@@ -104,16 +98,6 @@ class ClusterStatus:
     @property
     def bootstrap_servers(self) -> str:
         return ",".join(f"127.0.0.1:{node.client_port}" for node in self.nodes)
-
-
-def _node_meta_properties(meta: str, node_id: int, directory_id: str) -> str:
-    """Another node's meta.properties: node 1's with its own node and directory ids."""
-    own = {"node.id": str(node_id), "directory.id": directory_id}
-    lines = []
-    for line in meta.splitlines():
-        key = line.split("=", 1)[0]
-        lines.append(f"{key}={own[key]}" if key in own else line)
-    return "\n".join(lines) + "\n"
 
 
 def _pid_runs_config(pid: int, config: Path) -> bool:
@@ -295,7 +279,10 @@ class LocalCluster:
                 scram = f"name={user},iterations={SCRAM_ITERATIONS},password={password}"
                 format_options += ["--add-scram", f"{SCRAM_MECHANISM}=[{scram}]"]
         for node_id in range(1, self.brokers + 1):
-            write_properties(self._config(node_id), self._node_settings(node_id, ports))
+            settings = node_settings(
+                node_id, ports, self.security, self.tls, self._config(node_id).parent / "log"
+            )
+            write_properties(self._config(node_id), settings)
         self._format_all(new_cluster_id(), format_options, secrets)
         self._write_state(
             {
@@ -337,58 +324,6 @@ class LocalCluster:
                 )
             raise LocalKafkaError(f"port {port} is already in use; {hint}")
 
-    def _node_settings(self, node_id: int, ports: list[NodePorts]) -> dict[str, str]:
-        own = ports[node_id - 1]
-        secured = self.security is Security.SASL_SSL
-        client, internal = ("SASL_SSL", "SSL") if secured else ("PLAINTEXT", "PLAINTEXT")
-        replicas, min_isr = str(min(3, self.brokers)), str(min(2, self.brokers))
-        settings = {
-            "process.roles": "broker,controller",
-            "node.id": str(node_id),
-            "listeners": f"CLIENT://127.0.0.1:{own.client},INTERNAL://127.0.0.1:{own.internal},"
-            f"CONTROLLER://127.0.0.1:{own.controller}",
-            "advertised.listeners": f"CLIENT://127.0.0.1:{own.client},"
-            f"INTERNAL://127.0.0.1:{own.internal}",
-            "inter.broker.listener.name": "INTERNAL",
-            "controller.listener.names": "CONTROLLER",
-            "listener.security.protocol.map": f"CLIENT:{client},INTERNAL:{internal},"
-            f"CONTROLLER:{internal}",
-            "controller.quorum.voters": ",".join(
-                f"{index + 1}@127.0.0.1:{p.controller}" for index, p in enumerate(ports)
-            ),
-            "log.dirs": str(self._config(node_id).parent / "log"),
-            # As production: three replicas, two in sync for an acks=all write to succeed.
-            "default.replication.factor": replicas,
-            "min.insync.replicas": min_isr,
-            "offsets.topic.replication.factor": replicas,
-            "transaction.state.log.replication.factor": replicas,
-            "transaction.state.log.min.isr": min_isr,
-            "share.coordinator.state.topic.replication.factor": replicas,
-            "share.coordinator.state.topic.min.isr": min_isr,
-            **LOCAL_BROKER_SETTINGS,
-        }
-        if secured:
-            settings.update(self._security_settings())
-        return settings
-
-    def _security_settings(self) -> dict[str, str]:
-        return {
-            "ssl.keystore.type": "PEM",
-            "ssl.keystore.location": str(self.tls.node_keystore),
-            "ssl.truststore.type": "PEM",
-            "ssl.truststore.location": str(self.tls.ca_certificate),
-            # Nodes prove who they are to each other; clients prove it with SCRAM instead.
-            "ssl.client.auth": "required",
-            "listener.name.client.ssl.client.auth": "none",
-            "listener.name.client.sasl.enabled.mechanisms": SCRAM_MECHANISM,
-            "listener.name.client.scram-sha-512.sasl.jaas.config": (
-                "org.apache.kafka.common.security.scram.ScramLoginModule required;"
-            ),
-            "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
-            "allow.everyone.if.no.acl.found": "false",
-            "super.users": f"User:{ADMIN_USER};{BROKER_PRINCIPAL}",
-        }
-
     def _format_all(self, cluster_id: str, options: list[str], secrets: list[str]) -> None:
         """Format node 1's storage with Kafka's tool and give every other node a copy of it.
 
@@ -413,7 +348,7 @@ class LocalCluster:
             copy = self._config(node_id).parent / "log"
             shutil.copytree(first, copy)
             (copy / "meta.properties").write_text(
-                _node_meta_properties(meta, node_id, new_directory_id())
+                node_meta_properties(meta, node_id, new_directory_id())
             )
 
     def _wait_until_ready(

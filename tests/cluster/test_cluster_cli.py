@@ -1,9 +1,10 @@
-"""`kairos dev kafka … --brokers 3 --security sasl_ssl`: start, status, add-user, stop, as a user
-runs them, with a cluster of its own (the session's keeps running beside it)."""
+"""`kairos dev kafka … --brokers 3 --security sasl_ssl`: start, add-user, status, a killed node
+restarted, stop, as a user runs them, with a cluster of its own (the session's keeps running)."""
 
 from __future__ import annotations
 
 import os
+import signal
 import stat
 import subprocess
 import sys
@@ -12,6 +13,7 @@ from pathlib import Path
 from confluent_kafka.admin import AdminClient
 
 from kairos.services.local_cluster import LocalCluster
+from tests.helpers import eventually
 
 KAIROS = [sys.executable, "-m", "kairos.cli"]
 
@@ -44,6 +46,29 @@ def _passwords(data_dir: Path) -> list[str]:
     ]
 
 
+def _kill_and_restart_node_2(data_dir: Path, start: list[str]) -> list[str]:
+    """SIGKILL node 2: status names it, and `start` brings back only it."""
+    cluster = LocalCluster.at(data_dir)
+    assert cluster is not None
+    survivors = {n.pid for n in cluster.status().nodes if n.node_id != 2}
+    node_2 = cluster.status().nodes[1].pid
+    assert node_2 is not None
+    os.kill(node_2, signal.SIGKILL)
+    eventually(lambda: str(node_2) not in _node_pids(data_dir), message="node 2 still runs")
+
+    status = _kairos("status", "--data-dir", str(data_dir))
+    assert status.returncode == 1
+    assert "node 2 at 127.0.0.1:" in status.stdout and "2 of 3 nodes running" in status.stdout
+
+    restarted = _kairos(*start)
+    assert restarted.returncode == 0, restarted.stderr
+    assert "already running" not in restarted.stderr
+    nodes = cluster.status().nodes
+    assert all(n.running for n in nodes)
+    assert {n.pid for n in nodes if n.node_id != 2} == survivors
+    return [status.stdout + status.stderr, restarted.stdout + restarted.stderr]
+
+
 def test_start_add_user_status_stop(tmp_path: Path) -> None:
     data_dir = tmp_path / "cluster"
     start = ["start", "--data-dir", str(data_dir), "--brokers", "3", "--security", "sasl_ssl"]
@@ -71,6 +96,8 @@ def test_start_add_user_status_stop(tmp_path: Path) -> None:
         outputs.append(status.stdout + status.stderr)
         assert status.returncode == 0, status.stdout
         assert "3 of 3 nodes running, security sasl_ssl" in status.stdout
+
+        outputs += _kill_and_restart_node_2(data_dir, start)
     finally:
         stopped = _kairos("stop", "--data-dir", str(data_dir))
     assert stopped.stdout.strip() == "stopped"
