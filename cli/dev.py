@@ -76,8 +76,10 @@ def kafka_start(
         ),
     ] = None,
 ) -> None:
-    """Start the broker or cluster (resolving its jars from Maven Central once) and print its
-    bootstrap servers."""
+    """Start the broker or cluster and print its bootstrap servers.
+
+    The first start resolves Kafka's jars from Maven Central; later ones reuse them.
+    """
     existing = LocalCluster.at(data_dir)
     brokers = brokers or (existing.brokers if existing else 1)
     security = security or (existing.security if existing else Security.PLAINTEXT)
@@ -106,8 +108,10 @@ def kafka_stop(data_dir: DataDirOption = DEFAULT_DATA_DIR) -> None:
 
 @kafka_app.command("status")
 def kafka_status(data_dir: DataDirOption = DEFAULT_DATA_DIR) -> None:
-    """Say whether the broker (or each node) runs, where, and where its log is; exit 1 unless
-    everything runs."""
+    """Say whether the broker (or each node) runs, where, and where its log is.
+
+    Exits 1 unless everything runs.
+    """
     cluster = LocalCluster.at(data_dir)
     if cluster is None:
         status = LocalKafka(data_dir=data_dir).status()
@@ -138,8 +142,10 @@ def kafka_add_user(
     name: Annotated[str, typer.Argument(help="The SCRAM user name (it starts without ACLs).")],
     data_dir: DataDirOption = DEFAULT_DATA_DIR,
 ) -> None:
-    """Create a SCRAM-SHA-512 user with a generated password on the running secured cluster
-    and print the path of its librdkafka properties file (the password is only in there)."""
+    """Create a SCRAM-SHA-512 user on the running secured cluster; print its properties file.
+
+    The password is generated and written only into that librdkafka file (mode 0600).
+    """
     cluster = LocalCluster.at(data_dir)
     if cluster is None:
         typer.echo(
