@@ -35,6 +35,13 @@ def _fail(error: LocalKafkaError) -> typer.Exit:
     return typer.Exit(1)
 
 
+def _cluster_at(data_dir: Path) -> LocalCluster | None:
+    try:
+        return LocalCluster.at(data_dir)
+    except LocalKafkaError as error:
+        raise _fail(error) from error
+
+
 def _describe_started(status: ClusterStatus, started: bool) -> None:
     """Where everything is, on stderr; stdout keeps only the bootstrap list, for scripts."""
     if not started:
@@ -80,7 +87,7 @@ def kafka_start(
 
     The first start resolves Kafka's jars from Maven Central; later ones reuse them.
     """
-    existing = LocalCluster.at(data_dir)
+    existing = _cluster_at(data_dir)
     brokers = brokers or (existing.brokers if existing else 1)
     security = security or (existing.security if existing else Security.PLAINTEXT)
     try:
@@ -101,7 +108,7 @@ def kafka_start(
 @kafka_app.command("stop")
 def kafka_stop(data_dir: DataDirOption = DEFAULT_DATA_DIR) -> None:
     """Stop the broker, or every node of the cluster, cleanly."""
-    cluster = LocalCluster.at(data_dir)
+    cluster = _cluster_at(data_dir)
     stopped = cluster.stop() if cluster else LocalKafka(data_dir=data_dir).stop()
     typer.echo("stopped" if stopped else "not running")
 
@@ -112,7 +119,7 @@ def kafka_status(data_dir: DataDirOption = DEFAULT_DATA_DIR) -> None:
 
     Exits 1 unless everything runs.
     """
-    cluster = LocalCluster.at(data_dir)
+    cluster = _cluster_at(data_dir)
     if cluster is None:
         status = LocalKafka(data_dir=data_dir).status()
         if not status.running:
@@ -146,7 +153,7 @@ def kafka_add_user(
 
     The password is generated and written only into that librdkafka file (mode 0600).
     """
-    cluster = LocalCluster.at(data_dir)
+    cluster = _cluster_at(data_dir)
     if cluster is None:
         typer.echo(
             f"error: {data_dir} holds no local cluster; start one with "

@@ -133,11 +133,17 @@ class LocalCluster:
     @classmethod
     def at(cls, data_dir: Path, cache_root: Path = DEFAULT_CACHE_ROOT) -> LocalCluster | None:
         """The cluster a data directory holds, as it was created; None when it holds none."""
+        path = data_dir / STATE_FILE
         try:
-            state = json.loads((data_dir / STATE_FILE).read_text())
+            state = json.loads(path.read_text())
+            return cls(data_dir, len(state["ports"]), Security(state["security"]), None, cache_root)
         except FileNotFoundError:
             return None
-        return cls(data_dir, len(state["ports"]), Security(state["security"]), None, cache_root)
+        except (ValueError, KeyError, TypeError) as error:
+            raise LocalKafkaError(
+                f"{path} is not a local cluster's state ({error!r}); stop any node still "
+                "running from that directory and delete it, or pass another --data-dir"
+            ) from None
 
     # -- state -------------------------------------------------------------------------------
 
@@ -265,6 +271,12 @@ class LocalCluster:
             )
 
     def _create(self) -> None:
+        leftovers = sorted(self.data_dir.glob("node-*/log"))
+        if leftovers:
+            raise LocalKafkaError(
+                f"{self.data_dir} holds node storage ({leftovers[0]}) but no {STATE_FILE}: an "
+                "interrupted creation; delete the directory and start again"
+            )
         ports = self._choose_ports()
         bootstrap = ",".join(f"127.0.0.1:{p.client}" for p in ports)
         format_options: list[str] = []

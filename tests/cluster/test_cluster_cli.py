@@ -127,6 +127,23 @@ def test_a_data_dir_keeps_its_topology(tmp_path: Path) -> None:
     assert "holds no local cluster" in no_cluster.stderr
 
 
+def test_a_damaged_data_dir_is_named_not_used(tmp_path: Path) -> None:
+    corrupt = tmp_path / "corrupt"
+    corrupt.mkdir()
+    (corrupt / "cluster.json").write_text("{not json")
+    status = _kairos("status", "--data-dir", str(corrupt))
+    assert status.returncode == 1
+    assert f"{corrupt}/cluster.json is not a local cluster's state" in status.stderr
+    assert "Traceback" not in status.stderr
+
+    interrupted = tmp_path / "interrupted"
+    (interrupted / "node-1" / "log").mkdir(parents=True)
+    started = _kairos("start", "--data-dir", str(interrupted), "--brokers", "3")
+    assert started.returncode == 1
+    assert "an interrupted creation; delete the directory and start again" in started.stderr
+    assert _node_pids(interrupted) == []
+
+
 def test_a_bad_user_name_is_refused_before_anything_else(tmp_path: Path) -> None:
     data_dir = tmp_path / "cluster"
     data_dir.mkdir()
