@@ -32,6 +32,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.local)
         elif relative.parts[0] == "broker":
             item.add_marker(pytest.mark.broker)
+        elif relative.parts[0] == "cluster":
+            item.add_marker(pytest.mark.cluster)
 
 
 def _docker_engine_answers() -> bool:
