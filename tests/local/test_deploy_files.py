@@ -171,10 +171,13 @@ def test_kubernetes_manifests_follow_the_kubernetes_api_schemas() -> None:
     assert not problems, "\n".join(problems)
 
 
-def test_the_kustomization_lists_every_manifest() -> None:
+def test_the_kustomization_lists_every_manifest_but_the_example_secrets() -> None:
     kustomization = yaml.safe_load((KUBERNETES / "kustomization.yaml").read_text())
     files = {p.name for p in KUBERNETES.glob("*.yaml")} - {"kustomization.yaml"}
-    assert sorted(kustomization["resources"]) == sorted(files)
+    examples = {name for name in files if name.endswith(".example.yaml")}
+    # Applying the kustomization must never overwrite a real Secret with a placeholder.
+    assert {d["kind"] for name, d in _manifests() if name in examples} == {"Secret"}
+    assert sorted(kustomization["resources"]) == sorted(files - examples)
 
 
 def _pod_templates() -> Iterator[tuple[str, dict[str, Any]]]:
@@ -205,6 +208,18 @@ def test_kubernetes_references_resolve() -> None:
     for name, stateful_set in _by_kind("StatefulSet").items():
         governing = services[stateful_set["spec"]["serviceName"]]
         assert governing["spec"]["clusterIP"] == "None", f"{name} needs a headless Service"
+
+
+def test_kubernetes_pods_can_read_the_secret_and_write_their_state_as_a_non_root_user() -> None:
+    for name, pod in _pod_templates():
+        security = pod["securityContext"]
+        assert security["runAsNonRoot"] and security["runAsUser"] != 0, name
+        # Secret files belong to root and the fsGroup: the user reads them through the group.
+        assert security["fsGroup"] == security["runAsGroup"], name
+        for volume in pod.get("volumes", []):
+            if "secret" in volume:
+                mode = volume["secret"]["defaultMode"]
+                assert mode & 0o040 and not mode & 0o007, f"{name}: mode {mode:o}"
 
 
 def test_the_ticker_statefulset_names_each_ticker_after_its_pod_with_its_own_volume() -> None:
