@@ -133,7 +133,7 @@ def test_compose_kafka_nodes_form_one_replicated_quorum_that_kairos_reaches() ->
         assert set(env["KAFKA_CONTROLLER_QUORUM_VOTERS"].split(",")) == voters
         assert f"INTERNAL://{name}:9092" in env["KAFKA_ADVERTISED_LISTENERS"]
         assert env["KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR"] == 3
-        assert env["KAFKA_MIN_INSYNC_REPLICAS"] == 2
+        assert env["KAFKA_TRANSACTION_STATE_LOG_MIN_ISR"] == 2
         external_ports.add(env["KAFKA_ADVERTISED_LISTENERS"].rsplit(":", 1)[1])
     assert len({env["CLUSTER_ID"] for env in nodes.values()}) == 1
     assert len(external_ports) == 3, "each node needs its own host port"
