@@ -8,6 +8,8 @@ BIN    := $(VENV)/bin
 $(BIN)/kairos: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
+	@# The distribution was named `kairos` before it became `kairos-scheduler`: an old venv keeps it.
+	$(BIN)/pip uninstall --quiet -y kairos 2>/dev/null || true
 	$(BIN)/pip install --quiet -e ".[dev]"
 	touch $@
 
