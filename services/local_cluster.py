@@ -207,15 +207,17 @@ class LocalCluster:
             self._create()
         state = self._read_state()
         pids = state.get("pids") or [None] * self.brokers
+        stopped = [node.node_id for node in self.status().nodes if not node.running]
+        # Every port first: a node launched before a later one fails would be left unrecorded.
+        for node_id in stopped:
+            self._check_ports_free(self._ports()[node_id - 1])
         processes: dict[int, subprocess.Popen[bytes]] = {}
-        for node in self.status().nodes:
-            if not node.running:
-                self._check_ports_free(self._ports()[node.node_id - 1])
-                process = self.runtime.launch(
-                    self._config(node.node_id), self._log_dir(node.node_id), _NODE_JVM_OPTIONS
-                )
-                processes[node.node_id] = process
-                pids[node.node_id - 1] = process.pid
+        for node_id in stopped:
+            process = self.runtime.launch(
+                self._config(node_id), self._log_dir(node_id), _NODE_JVM_OPTIONS
+            )
+            processes[node_id] = process
+            pids[node_id - 1] = process.pid
         self._write_state({**state, "pids": pids})
         self._wait_until_ready(processes, timeout_s)
         status = self.status()
