@@ -71,315 +71,45 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
 import math
-import os
-import signal
-import sys
 import tempfile
 import time
-from collections import Counter
-from collections.abc import AsyncIterator, Iterable, Sequence
-from contextlib import asynccontextmanager, suppress
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
-from uuid import UUID
 
-import asyncpg
-from apscheduler import AsyncScheduler, JobAdded, Schedule, ScheduleUpdated
-from apscheduler.abc import Trigger
-from apscheduler.datastores.sqlalchemy import SQLAlchemyDataStore
-from apscheduler.eventbrokers.asyncpg import AsyncpgEventBroker
-from apscheduler.serializers.json import JSONSerializer
-from apscheduler.serializers.pickle import PickleSerializer
+from apscheduler import Schedule
 from apscheduler.triggers.date import DateTrigger
 from apscheduler.triggers.interval import IntervalTrigger
-from sqlalchemy.ext.asyncio import create_async_engine
 
-from bench.apscheduler_node import TASK_ID, asyncpg_url, do_nothing
+from bench.apscheduler_processes import Node, Notice, Observer, scheduler_nodes
+from bench.apscheduler_store import (
+    Occurrence,
+    Tally,
+    create_store,
+    first_fire,
+    load,
+    move_herd,
+    sleep_until,
+    tally,
+    wait_until_handled,
+    whole_ms,
+)
 from bench.outcome import Outcome, percentiles, process_tree_cpu_s, write_outcomes
 from kairos.services.local_postgres import LocalPostgres
 
-CHANNEL = "apscheduler"
-"""AsyncpgEventBroker's default NOTIFY channel."""
 CONFIGS: dict[str, float | None] = {"tuned": 3.0, "default": None}
 """lease_duration in seconds per config; None keeps APScheduler's default (30 s)."""
 DEFAULT_LEASE_S = 30.0
 INTERVAL = timedelta(seconds=60)
 DURABLE_AS_A_BROKER = {"fsync": "off", "full_page_writes": "off"}
-LOAD_CHUNK = 5_000
-NODE_START_TIMEOUT_S = 60.0
-KILL_WAIT_S = 30.0
-SETTLE_S = 2.0
-"""After the last occurrence is in the database, how long trailing notifications may take."""
 
 
 def lease_seconds(config: str) -> float:
     lease_s = CONFIGS[config]
     return DEFAULT_LEASE_S if lease_s is None else lease_s
-
-
-@dataclass(frozen=True)
-class Notice:
-    """One `JobAdded` notification as the observer received it."""
-
-    received: float
-    sender_pid: int
-    job_id: UUID
-
-
-class Observer:
-    """LISTENs on the broker's channel; keeps `JobAdded` payloads raw until the run is over, so
-    that recording a notification costs next to nothing while the schedulers are measured."""
-
-    def __init__(self, conn: asyncpg.Connection) -> None:
-        self.conn = conn
-        self._raw: list[tuple[float, int, str]] = []
-        self._kill_targets: dict[int, int] = {}
-        self._killed: asyncio.Future[tuple[int, float]] | None = None
-
-    @classmethod
-    @asynccontextmanager
-    async def listening(cls, url: str) -> AsyncIterator[Observer]:
-        conn = await asyncpg.connect(url)
-        observer = cls(conn)
-        try:
-            await conn.add_listener(CHANNEL, observer._on_notification)
-            yield observer
-        finally:
-            await conn.close()
-
-    def _on_notification(self, _conn: Any, pid: int, _channel: str, payload: str) -> None:
-        if not payload.startswith("JobAdded "):
-            return
-        received = time.time()
-        self._raw.append((received, pid, payload))
-        target = self._kill_targets.pop(pid, None)
-        if target is not None and self._killed is not None:
-            # Here rather than after a hop through the event loop: the sender has just
-            # committed a job and is the likeliest to be in the middle of its batch.
-            os.kill(target, signal.SIGKILL)
-            self._kill_targets.clear()
-            self._killed.set_result((pid, time.time()))
-
-    async def kill_next_sender(self, processes: dict[int, int]) -> tuple[int, float]:
-        """SIGKILL the process that sends the next `JobAdded`; `processes` maps the backend pid
-        of each one's broker connection to its own pid. Returns that backend pid and when."""
-        self._killed = asyncio.get_running_loop().create_future()
-        self._kill_targets = dict(processes)
-        try:
-            return await asyncio.wait_for(self._killed, KILL_WAIT_S)
-        finally:
-            self._kill_targets.clear()
-
-    def notices(self) -> list[Notice]:
-        serializer = JSONSerializer()
-        decoded = []
-        for received, pid, payload in self._raw:
-            body = base64.b64decode(payload.split(" ", 1)[1])
-            event = JobAdded.unmarshal(serializer.deserialize(body))
-            assert isinstance(event, JobAdded)
-            decoded.append(Notice(received, pid, event.job_id))
-        return decoded
-
-    async def wake_schedulers(self, first_fire: datetime) -> None:
-        """What `add_schedule` publishes: a sleeping scheduler re-reads the next fire time."""
-        event = ScheduleUpdated(schedule_id="wakeup", task_id=TASK_ID, next_fire_time=first_fire)
-        payload = AsyncpgEventBroker(dsn="").generate_notification_str(event)
-        await self.conn.execute("SELECT pg_notify($1, $2)", CHANNEL, payload)
-
-    async def backend_pids(self, names: Iterable[str]) -> dict[int, str]:
-        rows = await self.conn.fetch(
-            "SELECT pid, application_name FROM pg_stat_activity"
-            " WHERE application_name = ANY($1::text[])",
-            list(names),
-        )
-        return {row["pid"]: row["application_name"] for row in rows}
-
-
-@dataclass
-class Node:
-    name: str
-    process: asyncio.subprocess.Process
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid
-
-
-@asynccontextmanager
-async def scheduler_nodes(
-    url: str, names: Sequence[str], lease_s: float | None, workdir: Path
-) -> AsyncIterator[list[Node]]:
-    nodes: list[Node] = []
-    try:
-        for name in names:
-            command = [sys.executable, "-m", "bench.apscheduler_node", "--url", url]
-            command += ["--name", name]
-            if lease_s is not None:
-                command += ["--lease-s", str(lease_s)]
-            log_path = workdir / f"node-{name}.log"
-            with log_path.open("ab") as log:
-                process = await asyncio.create_subprocess_exec(
-                    *command, stdout=asyncio.subprocess.PIPE, stderr=log
-                )
-            nodes.append(Node(name, process))
-            assert process.stdout is not None
-            line = await asyncio.wait_for(process.stdout.readline(), NODE_START_TIMEOUT_S)
-            if line.strip() != b"ready":
-                log_tail = log_path.read_text(errors="replace")[-3000:]
-                raise RuntimeError(f"scheduler {name} did not start:\n{log_tail}")
-        yield nodes
-    finally:
-        for node in nodes:
-            if node.process.returncode is None:
-                # The failover's SIGKILL may not have been reaped yet.
-                with suppress(ProcessLookupError):
-                    node.process.terminate()
-        for node in nodes:
-            await node.process.wait()
-
-
-def first_fire(schedule_id: str, trigger: Trigger) -> Schedule:
-    """The schedule row `add_schedule` would write: the trigger advanced to its first fire."""
-    first = trigger.next()
-    assert first is not None, "the date and interval triggers here fire at least once"
-    return Schedule(
-        id=schedule_id, task_id=TASK_ID, trigger=trigger, job_executor="async", next_fire_time=first
-    )
-
-
-async def create_store(url: str) -> None:
-    """Tables and the task, through APScheduler itself, before any scheduler process starts."""
-    engine = create_async_engine(asyncpg_url(url))
-    try:
-        async with AsyncScheduler(SQLAlchemyDataStore(engine)) as scheduler:
-            await scheduler.configure_task(TASK_ID, func=do_nothing)
-    finally:
-        await engine.dispose()
-
-
-async def load(url: str, schedules: Iterable[Schedule]) -> float:
-    """Bulk INSERT of the rows `add_schedule` writes one transaction at a time; seconds taken.
-
-    The schedulers are not told: the caller wakes them once it is done.
-    """
-    started = time.monotonic()
-    engine = create_async_engine(asyncpg_url(url))
-    store = SQLAlchemyDataStore(engine)
-    table = store.get_table_definitions().tables["schedules"]
-    chunk: list[dict[str, Any]] = []
-    try:
-        async with engine.begin() as conn:
-            for schedule in schedules:
-                chunk.append(schedule.marshal(store.serializer))
-                if len(chunk) == LOAD_CHUNK:
-                    await conn.execute(table.insert(), chunk)
-                    chunk = []
-            if chunk:
-                await conn.execute(table.insert(), chunk)
-    finally:
-        await engine.dispose()
-    return time.monotonic() - started
-
-
-async def move_herd(conn: asyncpg.Connection, n: int) -> datetime:
-    """Every schedule's trigger and next fire time to one instant soon after the UPDATE ends,
-    as `add_schedule` would have set them; returns that instant.
-
-    The sleeping scheduler does not see the UPDATE, so an attempt that overran its instant is
-    simply made again with more room.
-    """
-    room_s = 3 + n * 40e-6
-    for _ in range(4):
-        due = whole_ms(datetime.now(UTC) + timedelta(seconds=room_s))
-        trigger = DateTrigger(due)
-        trigger.next()
-        # The data store's default serializer, the one the schedulers read the rows with.
-        blob = PickleSerializer().serialize(trigger)
-        await conn.execute("UPDATE schedules SET trigger = $1, next_fire_time = $2", blob, due)
-        if datetime.now(UTC) < due - timedelta(seconds=0.5):
-            return due
-        room_s *= 2
-    raise RuntimeError(f"moving {n} schedules to the herd instant kept overrunning it")
-
-
-async def sleep_until(epoch_s: float) -> None:
-    await asyncio.sleep(max(0.0, epoch_s - time.time()))
-
-
-async def wait_until_handled(observer: Observer, last_due: datetime, deadline: float) -> bool:
-    """Wait until no schedule still has a fire time at or before `last_due` (every occurrence
-    up to it is committed or coalesced away), then for trailing notifications; False when
-    `deadline` (epoch seconds) came first."""
-    await sleep_until(last_due.timestamp())
-    while time.time() < deadline:
-        behind = await observer.conn.fetchval(
-            "SELECT count(*) FROM schedules WHERE next_fire_time <= $1", last_due
-        )
-        if behind == 0:
-            await asyncio.sleep(SETTLE_S)
-            return True
-        await asyncio.sleep(1.0)
-    return False
-
-
-Occurrence = tuple[str, datetime]
-
-
-@dataclass
-class Tally:
-    """What the database and the notifications say about the expected occurrences."""
-
-    fires: int = 0
-    lost: int = 0
-    pending: int = 0
-    duplicated: int = 0
-    observed_duplicates: int = 0
-    unobserved_fires: int = 0
-    lateness_ms: list[float] = field(default_factory=list)
-    first_seen: dict[Occurrence, Notice] = field(default_factory=dict)
-    occurrence_of: dict[UUID, Occurrence] = field(default_factory=dict)
-    """Job id to occurrence, for the jobs of expected occurrences."""
-
-
-async def tally(
-    conn: asyncpg.Connection, expected: set[Occurrence], notices: list[Notice]
-) -> Tally:
-    jobs = {
-        row["id"]: (row["schedule_id"], row["scheduled_fire_time"])
-        for row in await conn.fetch("SELECT id, schedule_id, scheduled_fire_time FROM jobs")
-    }
-    next_fire = {
-        row["id"]: row["next_fire_time"]
-        for row in await conn.fetch("SELECT id, next_fire_time FROM schedules")
-    }
-    occurrence_of = {job: occurrence for job, occurrence in jobs.items() if occurrence in expected}
-    durable = Counter(occurrence_of.values())
-    result = Tally(
-        duplicated=sum(count - 1 for count in durable.values()), occurrence_of=occurrence_of
-    )
-    for schedule_id, due in expected - durable.keys():
-        moved_on = next_fire.get(schedule_id)
-        if moved_on is None or moved_on > due:
-            result.lost += 1
-        else:
-            result.pending += 1
-    observed: Counter[Occurrence] = Counter()
-    for notice in notices:
-        occurrence = occurrence_of.get(notice.job_id)
-        if occurrence is None:
-            continue
-        observed[occurrence] += 1
-        if occurrence not in result.first_seen:
-            result.first_seen[occurrence] = notice
-            result.lateness_ms.append((notice.received - occurrence[1].timestamp()) * 1000)
-    result.fires = len(observed)
-    result.observed_duplicates = sum(count - 1 for count in observed.values())
-    result.unobserved_fires = len(durable) - len(observed)
-    return result
 
 
 def outcome_from(
@@ -446,10 +176,6 @@ async def run_herd(
     )
 
 
-def whole_ms(at: datetime) -> datetime:
-    return at.replace(microsecond=at.microsecond // 1000 * 1000)
-
-
 @dataclass(frozen=True)
 class SteadyLoad:
     """N schedules firing once a minute, schedule i at offset i/N of the minute from `start`."""
@@ -481,6 +207,28 @@ class SteadyLoad:
         return expected
 
 
+@dataclass
+class SteadyWindow:
+    """What the steady (or failover) scenario measured over its window."""
+
+    steady: SteadyLoad
+    start: datetime
+    seconds: float
+    load_s: float
+    pids: dict[int, str]
+    """The backend pid of each scheduler's broker connection, to its name."""
+    cpu_used: dict[str, float] = field(default_factory=dict)
+    """CPU seconds per scheduler; the killed one's up to its kill."""
+    postgres_cpu_s: float = 0.0
+    killed: Node | None = None
+    killed_at: float = 0.0
+    finished: bool = False
+
+    @property
+    def end(self) -> datetime:
+        return self.start + timedelta(seconds=self.seconds)
+
+
 async def run_steady(
     cluster: LocalPostgres,
     n: int,
@@ -499,54 +247,96 @@ async def run_steady(
     async with Observer.listening(url) as observer:
         async with scheduler_nodes(url, names, CONFIGS[config], workdir) as nodes:
             pids = await observer.backend_pids(names)
-            steady = SteadyLoad(n, whole_ms(datetime.now(UTC) + timedelta(seconds=3 + n * 100e-6)))
-            load_s = await load(url, steady.schedules())
-            await observer.wake_schedulers(steady.start)
-            # Occurrences due while the load was still running fire late through no fault of the
-            # schedulers: the window starts after it.
-            window_start = max(steady.start, whole_ms(datetime.now(UTC) + timedelta(seconds=2)))
-            window_end = window_start + timedelta(seconds=window_s)
-            await sleep_until(window_start.timestamp())
-            cpu_before = {node.name: process_tree_cpu_s(node.pid) for node in nodes}
-            postgres_before = process_tree_cpu_s(cluster.server_pid())
-            cpu_used: dict[str, float] = {}
-            killed: Node | None = None
-            killed_at = 0.0
-            if kill_after_s is not None:
-                await sleep_until(window_start.timestamp() + kill_after_s)
-                by_name = {node.name: node for node in nodes}
-                cpu_at_kill = {node.name: process_tree_cpu_s(node.pid) for node in nodes}
-                backend, killed_at = await observer.kill_next_sender(
-                    {backend: by_name[name].pid for backend, name in pids.items()}
-                )
-                killed = by_name[pids[backend]]
-                cpu_used[killed.name] = cpu_at_kill[killed.name] - cpu_before[killed.name]
-            await sleep_until(window_end.timestamp())
-            for node in nodes:
-                if node is not killed:
-                    cpu_used[node.name] = process_tree_cpu_s(node.pid) - cpu_before[node.name]
-            postgres_cpu_s = process_tree_cpu_s(cluster.server_pid()) - postgres_before
-            last_due = window_end - timedelta(microseconds=1)
-            finished = await wait_until_handled(
-                observer, last_due, window_start.timestamp() + timeout_s
+            window = await load_then_open_window(url, observer, n, window_s, pids)
+            await measure_window(
+                cluster, observer, nodes, window, timeout_s=timeout_s, kill_after_s=kill_after_s
             )
         # Counted once the schedulers are stopped (see run_herd).
-        expected = steady.occurrences(window_start, window_end)
+        expected = window.steady.occurrences(window.start, window.end)
         notices = observer.notices()
         counted = await tally(observer.conn, expected, notices)
+    return steady_outcome(
+        scenario, n, config, window, expected=expected, counted=counted, notices=notices
+    )
+
+
+async def load_then_open_window(
+    url: str, observer: Observer, n: int, window_s: float, pids: dict[int, str]
+) -> SteadyWindow:
+    """Load the steady schedules with the schedulers up, wake them, and place the window."""
+    steady = SteadyLoad(n, whole_ms(datetime.now(UTC) + timedelta(seconds=3 + n * 100e-6)))
+    load_s = await load(url, steady.schedules())
+    await observer.wake_schedulers(steady.start)
+    # Occurrences due while the load was still running fire late through no fault of the
+    # schedulers: the window starts after it.
+    window_start = max(steady.start, whole_ms(datetime.now(UTC) + timedelta(seconds=2)))
+    return SteadyWindow(steady, window_start, window_s, load_s, pids)
+
+
+async def measure_window(
+    cluster: LocalPostgres,
+    observer: Observer,
+    nodes: list[Node],
+    window: SteadyWindow,
+    *,
+    timeout_s: float,
+    kill_after_s: float | None,
+) -> None:
+    """CPU over the window, the kill `kill_after_s` into it, then the wait for every fire."""
+    await sleep_until(window.start.timestamp())
+    cpu_before = {node.name: process_tree_cpu_s(node.pid) for node in nodes}
+    postgres_before = process_tree_cpu_s(cluster.server_pid())
+    if kill_after_s is not None:
+        await sleep_until(window.start.timestamp() + kill_after_s)
+        await kill_the_next_sender(observer, nodes, window, cpu_before)
+    await sleep_until(window.end.timestamp())
+    for node in nodes:
+        if node is not window.killed:
+            window.cpu_used[node.name] = process_tree_cpu_s(node.pid) - cpu_before[node.name]
+    window.postgres_cpu_s = process_tree_cpu_s(cluster.server_pid()) - postgres_before
+    last_due = window.end - timedelta(microseconds=1)
+    window.finished = await wait_until_handled(
+        observer, last_due, window.start.timestamp() + timeout_s
+    )
+
+
+async def kill_the_next_sender(
+    observer: Observer, nodes: list[Node], window: SteadyWindow, cpu_before: dict[str, float]
+) -> None:
+    """SIGKILL the scheduler that fires next; record which, when, and its CPU until then."""
+    by_name = {node.name: node for node in nodes}
+    cpu_at_kill = {node.name: process_tree_cpu_s(node.pid) for node in nodes}
+    backend, window.killed_at = await observer.kill_next_sender(
+        {backend: by_name[name].pid for backend, name in window.pids.items()}
+    )
+    killed = window.killed = by_name[window.pids[backend]]
+    window.cpu_used[killed.name] = cpu_at_kill[killed.name] - cpu_before[killed.name]
+
+
+def steady_outcome(
+    scenario: str,
+    n: int,
+    config: str,
+    window: SteadyWindow,
+    *,
+    expected: set[Occurrence],
+    counted: Tally,
+    notices: list[Notice],
+) -> Outcome:
+    window_s = window.seconds
     extra: dict[str, Any] = {
-        "load_s": round(load_s, 1),
-        "postgres_cpu_s": round(postgres_cpu_s, 2),
-        "window_start": window_start.isoformat(),
-        "cpu_s_by_scheduler": {name: round(cpu, 2) for name, cpu in cpu_used.items()},
+        "load_s": round(window.load_s, 1),
+        "postgres_cpu_s": round(window.postgres_cpu_s, 2),
+        "window_start": window.start.isoformat(),
+        "cpu_s_by_scheduler": {name: round(cpu, 2) for name, cpu in window.cpu_used.items()},
     }
     gap_s = None
-    if killed is not None:
+    if window.killed is not None:
         extra |= failover_extra(
-            killed,
-            killed_at,
+            window.killed,
+            window.killed_at,
             lease_s=lease_seconds(config),
-            pids=pids,
+            pids=window.pids,
             notices=notices,
             counted=counted,
         )
@@ -559,9 +349,9 @@ async def run_steady(
         counted,
         seconds=window_s,
         fires_per_s=round(counted.fires / window_s, 1),
-        cpu_s=round(sum(cpu_used.values()), 2),
+        cpu_s=round(sum(window.cpu_used.values()), 2),
         gap_s=gap_s,
-        finished=finished and counted.pending == 0,
+        finished=window.finished and counted.pending == 0,
         extra=extra,
     )
 

@@ -50,285 +50,31 @@ What bounds redbeat here (celery-redbeat 2.4.2 on celery 5.7, from their code):
 from __future__ import annotations
 
 import argparse
-import base64
-import json
 import math
-import multiprocessing
-import os
 import signal
-import subprocess
-import sys
 import tempfile
 import time
-from collections import defaultdict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from multiprocessing.synchronize import Event
 from pathlib import Path
-from typing import Any
 
 import redis
-from celery.beat import DEFAULT_MAX_INTERVAL
 from celery.schedules import crontab
-from redbeat.decoder import RedBeatJSONEncoder
 from redbeat.schedules import rrule
 
 from bench.outcome import Outcome, percentiles, process_tree_cpu_s, write_outcomes
-from bench.redbeat_app import (
-    ENTRY_KEY_PREFIX,
-    FIRE_TASK,
-    LOCK_KEY,
-    QUEUE,
-    READY_MARKER,
-    SCHEDULE_KEY,
-)
-from bench.redis_server import RedisServer, redis_server
+from bench.redbeat_beats import BeatConfig, beats
+from bench.redbeat_entries import arm_entries, write_definitions
+from bench.redbeat_fires import FireLog, SlotTally, observing, tally_slots
+from bench.redis_server import redis_server
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-WRITE_BATCH = 2_000
-POP_BATCH = 1_000
 # Seconds a `celery beat` takes from exec to holding the lock on an idle machine is ~1.5; the
 # margin absorbs a loaded one (the lead's other benchmarks share the two cores).
 BEAT_STARTUP_S = 8.0
 POLL_S = 0.5
-
-
-@dataclass(frozen=True)
-class BeatConfig:
-    name: str
-    lock_timeout_s: float | None
-    max_loop_interval_s: float | None
-
-    def environment(self, redis_url: str) -> dict[str, str]:
-        env = {**os.environ, "BENCH_REDIS_URL": redis_url}
-        if self.lock_timeout_s is not None:
-            env["BENCH_REDBEAT_LOCK_TIMEOUT"] = str(self.lock_timeout_s)
-        if self.max_loop_interval_s is not None:
-            env["BENCH_BEAT_MAX_LOOP_INTERVAL"] = str(self.max_loop_interval_s)
-        return env
-
-    def effective(self) -> dict[str, float]:
-        """The values beat ends up with, resolved the way celery.beat and redbeat resolve them."""
-        loop = self.max_loop_interval_s or DEFAULT_MAX_INTERVAL
-        return {"max_loop_interval_s": loop, "lock_timeout_s": self.lock_timeout_s or 5 * loop}
-
-
 CONFIG_NAMES = ("tuned", "default")
-
-
-# --- beat processes ---------------------------------------------------------------------------
-
-
-@dataclass
-class Beat:
-    process: subprocess.Popen[bytes]
-    log: Path
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid
-
-    def log_tail(self, lines: int = 30) -> str:
-        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
-
-    def failure(self) -> str | None:
-        """Why beat exited on its own (celery logs it CRITICAL), or None while it runs."""
-        if self.process.poll() is None:
-            return None
-        lines = self.log.read_text(errors="replace").splitlines()
-        critical = [line for line in lines if "CRITICAL" in line]
-        return (critical or lines[-1:] or [f"exit code {self.process.returncode}"])[0]
-
-    def wait_for_log(self, marker: str, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        while marker not in self.log.read_text(errors="replace"):
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"beat {self.pid} never logged {marker!r}:\n{self.log_tail()}")
-            time.sleep(0.1)
-
-    def wait_for_lock(self, client: redis.Redis, timeout_s: float) -> None:
-        self.wait_for_log(READY_MARKER, timeout_s)
-        deadline = time.monotonic() + timeout_s
-        while not client.exists(LOCK_KEY):
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"beat {self.pid} never took the lock:\n{self.log_tail()}")
-            time.sleep(0.05)
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-
-
-@contextmanager
-def beats(
-    server: RedisServer, config: BeatConfig, workdir: Path, count: int
-) -> Iterator[list[Beat]]:
-    """Start `count` beats one after another: the first holds the lock, the rest wait on it."""
-    started: list[Beat] = []
-    client = server.client()
-    try:
-        for index in range(count):
-            log = workdir / f"beat-{config.name}-{index}.log"
-            with log.open("ab") as out:
-                process = subprocess.Popen(
-                    [
-                        sys.executable,
-                        "-m",
-                        "celery",
-                        "-A",
-                        "bench.redbeat_app",
-                        "beat",
-                        "-S",
-                        "redbeat.RedBeatScheduler",
-                    ],
-                    cwd=REPO_ROOT,
-                    env=config.environment(server.url),
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                )
-            beat = Beat(process, log)
-            started.append(beat)
-            if index == 0:
-                beat.wait_for_lock(client, timeout_s=60)
-            else:
-                beat.wait_for_log(READY_MARKER, timeout_s=60)
-        yield started
-    finally:
-        client.close()
-        for beat in started:
-            beat.stop()
-
-
-# --- the observer -----------------------------------------------------------------------------
-
-
-def observe(port: int, path: Path, stop: Event) -> None:
-    """Pop every task message beat pushes; write `arrival<TAB>entry<TAB>beat pid` lines."""
-    client = redis.Redis(host="127.0.0.1", port=port)
-    with path.open("w") as out:
-        while True:
-            popped = client.brpop([QUEUE], timeout=0.1)
-            if popped is None:
-                if stop.is_set():
-                    return
-                continue
-            arrived = time.time()
-            batch = [popped[1], *(client.rpop(QUEUE, POP_BATCH) or [])]
-            for raw in batch:
-                message = json.loads(raw)
-                # Protocol 2 body: base64 JSON of [args, kwargs, embed]; args is [entry name].
-                args = json.loads(base64.b64decode(message["body"]))[0]
-                origin = message["headers"]["origin"]  # "gen<pid>@<host>"
-                beat_pid = origin.split("@", 1)[0].removeprefix("gen")
-                out.write(f"{arrived:.6f}\t{args[0]}\t{beat_pid}\n")
-            out.flush()
-
-
-@dataclass(frozen=True)
-class Fire:
-    arrived: float
-    entry: str
-    beat_pid: int
-
-
-class FireLog:
-    """The observer's output, read incrementally as it grows."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.fires: list[Fire] = []
-        self.latest: dict[str, float] = {}
-        self._offset = 0
-
-    def refresh(self) -> None:
-        if not self.path.exists():
-            return
-        with self.path.open() as source:
-            source.seek(self._offset)
-            chunk = source.read()
-        complete = chunk[: chunk.rfind("\n") + 1]
-        self._offset += len(complete)
-        for line in complete.splitlines():
-            arrived, entry, beat_pid = line.split("\t")
-            fire = Fire(float(arrived), entry, int(beat_pid))
-            self.fires.append(fire)
-            self.latest[entry] = max(fire.arrived, self.latest.get(entry, 0.0))
-
-    def arrivals_by_entry(self) -> dict[str, list[float]]:
-        arrivals: dict[str, list[float]] = defaultdict(list)
-        for fire in self.fires:
-            arrivals[fire.entry].append(fire.arrived)
-        for times in arrivals.values():
-            times.sort()
-        return arrivals
-
-
-@contextmanager
-def observing(server: RedisServer, workdir: Path) -> Iterator[FireLog]:
-    path = workdir / "fires.tsv"
-    stop = multiprocessing.Event()
-    observer = multiprocessing.Process(target=observe, args=(server.port, path, stop))
-    observer.start()
-    fire_log = FireLog(path)
-    try:
-        yield fire_log
-    finally:
-        stop.set()
-        observer.join(timeout=30)
-        if observer.is_alive():
-            observer.kill()
-        fire_log.refresh()
-
-
-# --- writing entries --------------------------------------------------------------------------
-
-
-def write_definitions(
-    client: redis.Redis, names: Sequence[str], schedule_of: Callable[[int], Any]
-) -> float:
-    """Store each entry's definition as RedBeatSchedulerEntry.save() does; seconds it took."""
-    started = time.monotonic()
-    for first in range(0, len(names), WRITE_BATCH):
-        with client.pipeline(transaction=False) as pipe:
-            for index in range(first, min(len(names), first + WRITE_BATCH)):
-                definition = {
-                    "name": names[index],
-                    "task": FIRE_TASK,
-                    "args": [names[index]],
-                    "kwargs": {},
-                    "options": {},
-                    "schedule": schedule_of(index),
-                    "enabled": True,
-                }
-                pipe.hset(
-                    ENTRY_KEY_PREFIX + names[index],
-                    "definition",
-                    json.dumps(definition, cls=RedBeatJSONEncoder),
-                )
-            pipe.execute()
-    return time.monotonic() - started
-
-
-def arm_entries(
-    client: redis.Redis, names: Sequence[str], last_run_at: datetime, due_of: Callable[[int], float]
-) -> None:
-    """Give every entry its last run and put it in the schedule set at its first due second."""
-    meta = json.dumps({"last_run_at": last_run_at}, cls=RedBeatJSONEncoder)
-    for first in range(0, len(names), WRITE_BATCH):
-        with client.pipeline(transaction=False) as pipe:
-            for index in range(first, min(len(names), first + WRITE_BATCH)):
-                key = ENTRY_KEY_PREFIX + names[index]
-                pipe.hset(key, "meta", meta)
-                # redbeat scores by whole seconds (calendar.timegm of the due instant).
-                pipe.zadd(SCHEDULE_KEY, {key: math.floor(due_of(index))})
-            pipe.execute()
 
 
 def check_in_time(start_at: float, what: str) -> None:
@@ -429,62 +175,6 @@ def run_herd(n: int, config: BeatConfig, args: argparse.Namespace, workdir: Path
 
 
 @dataclass
-class SlotTally:
-    """Window slots by what happened to them, and duplicate fires."""
-
-    expected: int = 0
-    fired: int = 0
-    coalesced: int = 0
-    unobserved: int = 0
-    duplicated: int = 0
-    lateness_ms: list[float] = field(default_factory=list)
-
-
-def slots_in_window(
-    first: float, period: float, k_from: int, k_to: int, window: tuple[float, float]
-) -> int:
-    """How many slots `first + k·period`, k_from ≤ k ≤ k_to, fall in [start, end)."""
-    start, end = window
-    low = max(k_from, math.ceil((start - first) / period))
-    high = min(k_to, math.ceil((end - first) / period) - 1)
-    return max(0, high - low + 1)
-
-
-def tally_slots(
-    arrivals: dict[str, list[float]],
-    first_slot: dict[str, float],
-    period: float,
-    last_run_at: float,
-    window: tuple[float, float],
-) -> SlotTally:
-    """Credit each fire to the first slot after the entry's previous fire (see the docstring)."""
-    tally = SlotTally()
-    start, end = window
-    for entry, first in first_slot.items():
-        last_slot = math.ceil((end - first) / period) - 1
-        covered_until = last_run_at
-        for arrived in arrivals.get(entry, ()):
-            owed = max(0, math.floor((covered_until - first) / period) + 1)
-            reached = math.floor((arrived - first) / period)
-            if reached < owed:
-                if start <= first + reached * period < end:
-                    tally.duplicated += 1
-            else:
-                slot = first + owed * period
-                if start <= slot < end:
-                    tally.fired += 1
-                    tally.lateness_ms.append((arrived - slot) * 1000)
-                tally.coalesced += slots_in_window(first, period, owed + 1, reached, window)
-            covered_until = arrived
-        owed = max(0, math.floor((covered_until - first) / period) + 1)
-        tally.unobserved += slots_in_window(first, period, owed, last_slot, window)
-        tally.expected += slots_in_window(
-            first, period, max(0, math.floor((last_run_at - first) / period) + 1), last_slot, window
-        )
-    return tally
-
-
-@dataclass
 class SteadyRun:
     tally: SlotTally
     cpu_s: float
@@ -494,33 +184,64 @@ class SteadyRun:
     write_s: float
 
 
+@dataclass(frozen=True)
+class SpreadLoad:
+    """The steady entries, as written: each fires every `period` s, its first slot at
+    `first_slot`; the slots in `window` are counted, every one from its start on is owed."""
+
+    names: list[str]
+    period: int
+    first_slot: dict[str, float]
+    window: tuple[float, float]
+
+    @property
+    def last_run_at(self) -> float:
+        """The last run every entry is armed with: none of the window's slots is covered."""
+        return self.window[0] - 0.001
+
+    def first_owed(self, name: str) -> float:
+        first = self.first_slot[name]
+        return first + math.ceil((self.window[0] - first) / self.period) * self.period
+
+    def last_slot(self, name: str) -> float:
+        first = self.first_slot[name]
+        return first + (math.ceil((self.window[1] - first) / self.period) - 1) * self.period
+
+
+def set_up_spread(
+    client: redis.Redis, n: int, args: argparse.Namespace, *, failover: bool
+) -> tuple[SpreadLoad, float]:
+    """Write and arm N entries spread over the period; the load and the seconds writing took."""
+    period: int = args.period
+    names = [f"steady-{index:07d}" for index in range(n)]
+    # Anchor every entry's rrule a period in the past: rrule.after() walks from dtstart, and
+    # the slots must not depend on when the window starts (chosen after the writes).
+    anchor = datetime.now(UTC).replace(microsecond=0) - timedelta(seconds=period)
+    schedules = [
+        rrule("SECONDLY", dtstart=anchor + timedelta(seconds=offset), interval=period)
+        for offset in range(period)
+    ]
+    write_s = write_definitions(client, names, lambda index: schedules[index % period])
+    startup_s = BEAT_STARTUP_S * (2 if failover else 1)
+    window_start = math.ceil(time.time() + 2 * write_s + startup_s)
+    spread = SpreadLoad(
+        names,
+        period,
+        first_slot={name: anchor.timestamp() + index % period for index, name in enumerate(names)},
+        window=(float(window_start), float(window_start + args.window)),
+    )
+    last_run_at = datetime.fromtimestamp(spread.last_run_at, UTC)
+    arm_entries(client, names, last_run_at, lambda index: spread.first_owed(names[index]))
+    return spread, write_s
+
+
 def run_spread(
     n: int, config: BeatConfig, args: argparse.Namespace, workdir: Path, *, failover: bool
 ) -> SteadyRun:
-    period: int = args.period
-    names = [f"steady-{index:07d}" for index in range(n)]
     with redis_server() as server, observing(server, workdir) as fire_log:
         client = server.client()
-        # Anchor every entry's rrule a period in the past: rrule.after() walks from dtstart, and
-        # the slots must not depend on when the window starts (chosen after the writes).
-        anchor = datetime.now(UTC).replace(microsecond=0) - timedelta(seconds=period)
-        schedules = [
-            rrule("SECONDLY", dtstart=anchor + timedelta(seconds=offset), interval=period)
-            for offset in range(period)
-        ]
-        write_s = write_definitions(client, names, lambda index: schedules[index % period])
-        startup_s = BEAT_STARTUP_S * (2 if failover else 1)
-        window_start = math.ceil(time.time() + 2 * write_s + startup_s)
-        window = (float(window_start), float(window_start + args.window))
-        first_slot = {name: anchor.timestamp() + index % period for index, name in enumerate(names)}
-        # Every slot at or after the window start is owed; none before it.
-        last_run_at = window_start - 0.001
-
-        def first_owed(index: int) -> float:
-            first = first_slot[names[index]]
-            return first + math.ceil((window_start - first) / period) * period
-
-        arm_entries(client, names, datetime.fromtimestamp(last_run_at, UTC), first_owed)
+        spread, write_s = set_up_spread(client, n, args, failover=failover)
+        window = spread.window
         with beats(server, config, workdir, count=2 if failover else 1) as running:
             check_in_time(window[0], "window start")
             label = "failover" if failover else "steady"
@@ -537,34 +258,39 @@ def run_spread(
                 running[0].process.send_signal(signal.SIGKILL)
                 killed_at = time.time()
             cpu.sleep_until(window[1])
-            last_slot_of = {
-                name: first + (math.ceil((window[1] - first) / period) - 1) * period
-                for name, first in first_slot.items()
-            }
-            deadline = window[0] + args.timeout
-            while time.time() < deadline:
-                fire_log.refresh()
-                if all(fire_log.latest.get(name, 0.0) >= last_slot_of[name] for name in names):
-                    break
-                time.sleep(POLL_S)
+            wait_for_every_last_slot(fire_log, spread, deadline=window[0] + args.timeout)
             # The SIGKILLed holder did not fail; only a beat that exited by itself did.
             failures = [
                 failure
                 for beat in (running[1:] if failover else running)
                 if (failure := beat.failure()) is not None
             ]
-    gap_s = None
-    if killed_at is not None:
-        survivor_fires = [
-            fire.arrived
-            for fire in fire_log.fires
-            if fire.beat_pid == running[1].pid and fire.arrived >= killed_at
-        ]
-        gap_s = min(survivor_fires) - killed_at if survivor_fires else None
-    tally = tally_slots(fire_log.arrivals_by_entry(), first_slot, period, last_run_at, window)
+    gap_s = None if killed_at is None else gap_after_kill(fire_log, running[1].pid, killed_at)
+    arrivals = fire_log.arrivals_by_entry()
+    tally = tally_slots(arrivals, spread.first_slot, spread.period, spread.last_run_at, window)
     return SteadyRun(
         tally, cpu.seconds(beat_pids), cpu.seconds([server.pid]), gap_s, failures, write_s
     )
+
+
+def wait_for_every_last_slot(fire_log: FireLog, spread: SpreadLoad, deadline: float) -> None:
+    """Until every entry has fired for its last slot in the window, or `deadline` passes."""
+    last_slot_of = {name: spread.last_slot(name) for name in spread.names}
+    while time.time() < deadline:
+        fire_log.refresh()
+        if all(fire_log.latest.get(name, 0.0) >= last_slot_of[name] for name in spread.names):
+            return
+        time.sleep(POLL_S)
+
+
+def gap_after_kill(fire_log: FireLog, survivor_pid: int, killed_at: float) -> float | None:
+    """From the kill to the survivor's first fire; None if it never fired."""
+    survivor_fires = [
+        fire.arrived
+        for fire in fire_log.fires
+        if fire.beat_pid == survivor_pid and fire.arrived >= killed_at
+    ]
+    return min(survivor_fires) - killed_at if survivor_fires else None
 
 
 def spread_outcome(
@@ -644,8 +370,7 @@ def run_directory(keep_under: Path | None, name: str) -> Iterator[Path]:
         yield workdir
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_scenario_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--scenarios",
         nargs="+",
@@ -676,6 +401,9 @@ def main() -> None:
         default=1.0,
         help="tuned: beat_max_loop_interval, also how often a standby retries the lock",
     )
+
+
+def add_window_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--period", type=int, default=60, help="steady/failover: seconds between an entry's fires"
     )
@@ -698,18 +426,15 @@ def main() -> None:
     parser.add_argument(
         "--logs", type=Path, help="keep each run's beat logs and observed fires under this dir"
     )
-    args = parser.parse_args()
-    if {"steady", "failover"} & set(args.scenarios) and args.window > args.timeout:
-        parser.error("need --window <= --timeout")
-    if "failover" in args.scenarios and args.kill_after >= args.window:
-        parser.error("need --kill-after < --window")
 
+
+def run_all(args: argparse.Namespace) -> list[Outcome]:
+    """Every scenario, size and config, one after the other, each printed as it ends."""
     configs = {
         "tuned": BeatConfig("tuned", args.tuned_lock_timeout, args.tuned_max_loop_interval),
         "default": BeatConfig("default", lock_timeout_s=None, max_loop_interval_s=None),
     }
     outcomes: list[Outcome] = []
-    started = time.monotonic()
     for scenario in args.scenarios:
         sizes = args.sizes if scenario == "herd" else args.steady_sizes
         for n in sizes:
@@ -720,6 +445,20 @@ def main() -> None:
                 print(f"{TABLE_HEADER}\n{format_row(outcome)}", flush=True)
                 if args.json:  # after every run, so a long run that fails keeps what it measured
                     write_outcomes(args.json, outcomes)
+    return outcomes
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_scenario_options(parser)
+    add_window_options(parser)
+    args = parser.parse_args()
+    if {"steady", "failover"} & set(args.scenarios) and args.window > args.timeout:
+        parser.error("need --window <= --timeout")
+    if "failover" in args.scenarios and args.kill_after >= args.window:
+        parser.error("need --kill-after < --window")
+    started = time.monotonic()
+    outcomes = run_all(args)
     print(f"\nredbeat: {time.monotonic() - started:.0f}s in all\n{TABLE_HEADER}")
     for outcome in outcomes:
         print(format_row(outcome))

@@ -75,7 +75,7 @@ def shares(raw: str) -> tuple[int, Counter[str], Counter[str]]:
     return total, inclusive, own
 
 
-def main() -> None:
+def argument_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("scenario", choices=["herd", "steady"])
     parser.add_argument("--size", type=int, default=300_000)
@@ -85,62 +85,80 @@ def main() -> None:
     parser.add_argument("--idle", action="store_true", help="count waiting threads' samples")
     parser.add_argument("--top", type=int, default=30, help="functions listed")
     parser.add_argument("--out", type=Path, default=Path("profile.txt"))
-    args = parser.parse_args()
+    return parser
+
+
+def scenario_schedules(scenario: str, size: int) -> Iterable[Schedule]:
+    if scenario == "herd":
+        return (Schedule(id=f"herd-{n:07d}", cron="* * * * *") for n in range(size))
+    return steady_schedules(steady_ids(size))
+
+
+def sampling_start(args: argparse.Namespace, log: Path) -> datetime:
+    """The herd's quiet minute boundary, or the steady minute after the warm-up."""
+    if args.scenario == "herd":
+        first = minute_after(datetime.now(UTC) + timedelta(seconds=3))
+        return quiet_minute(log, first) - timedelta(seconds=0.1)
+    return minute_after(datetime.now(UTC) + timedelta(seconds=args.warmup))
+
+
+def record(pid: int, args: argparse.Namespace) -> None:
+    """py-spy's raw stacks of the process into `args.out`."""
     py_spy = Path(sys.executable).with_name("py-spy")
+    subprocess.run(
+        [
+            str(py_spy),
+            "record",
+            "--pid",
+            str(pid),
+            "--rate",
+            str(args.rate),
+            "--duration",
+            str(args.seconds),
+            "--format",
+            "raw",
+            *(["--idle"] if args.idle else []),
+            "-o",
+            str(args.out),
+        ],
+        check=True,
+        capture_output=True,
+    )
+
+
+def print_shares(out: Path, top: int) -> None:
+    total, inclusive, own = shares(out.read_text())
+    print(f"{total} samples inside {_LOOP}; raw stacks in {out}")
+    for title, counts in (("inclusive", inclusive), ("self", own)):
+        print(f"--- {title}")
+        for name, samples in counts.most_common(top):
+            print(f"{samples / total:6.1%}  {name}")
+
+
+def main() -> None:
+    args = argument_parser().parse_args()
     with (
         tempfile.TemporaryDirectory(prefix="kairos-profile-") as tmp,
         local_broker(Path(tmp)) as broker,
     ):
         assert broker.bootstrap_servers is not None
         settings = deployment(broker.bootstrap_servers, "profile.")
-        schedules: Iterable[Schedule]
-        if args.scenario == "herd":
-            schedules = (Schedule(id=f"herd-{n:07d}", cron="* * * * *") for n in range(args.size))
-        else:
-            schedules = steady_schedules(steady_ids(args.size))
-        publish(settings, schedules)
+        publish(settings, scenario_schedules(args.scenario, args.size))
         log = Path(tmp) / "ticker.log"
         # The herd finds its quiet minute in the transactions the ticker logs at DEBUG.
         level = "DEBUG" if args.scenario == "herd" else "INFO"
         ticker = start_ticker(settings, "profile", Path(tmp) / "state", log, log_level=level)
         try:
             wait_until_held([ticker], args.size)
-            if args.scenario == "herd":
-                first = minute_after(datetime.now(UTC) + timedelta(seconds=3))
-                start = quiet_minute(log, first) - timedelta(seconds=0.1)
-            else:
-                start = minute_after(datetime.now(UTC) + timedelta(seconds=args.warmup))
+            start = sampling_start(args, log)
             sleep_until(start)
             print(
                 f"{args.scenario} of {args.size:,} from {start:%H:%M:%S}Z; sampling {args.seconds}s"
             )
-            subprocess.run(
-                [
-                    str(py_spy),
-                    "record",
-                    "--pid",
-                    str(ticker.process.pid),
-                    "--rate",
-                    str(args.rate),
-                    "--duration",
-                    str(args.seconds),
-                    "--format",
-                    "raw",
-                    *(["--idle"] if args.idle else []),
-                    "-o",
-                    str(args.out),
-                ],
-                check=True,
-                capture_output=True,
-            )
+            record(ticker.process.pid, args)
         finally:
             ticker.stop()
-    total, inclusive, own = shares(args.out.read_text())
-    print(f"{total} samples inside {_LOOP}; raw stacks in {args.out}")
-    for title, counts in (("inclusive", inclusive), ("self", own)):
-        print(f"--- {title}")
-        for name, samples in counts.most_common(args.top):
-            print(f"{samples / total:6.1%}  {name}")
+    print_shares(args.out, args.top)
 
 
 if __name__ == "__main__":

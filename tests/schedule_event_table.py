@@ -11,6 +11,7 @@ import json
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from functools import cached_property
 from typing import Any
 
 from kairos.core.schedule import Schedule
@@ -66,144 +67,200 @@ def encoded(schedule_id: str, change: str, body: dict[str, Any] | None) -> bytes
 
 def rows(prefix: str, due: datetime) -> list[Row]:
     """The table; ids start with `prefix`, and the valid upserts are due at `due`."""
-
-    def sid(name: str) -> str:
-        return f"{prefix}.{name}"
-
-    valid = encoded(sid("ok"), "upserted", definition(sid("ok"), due))
-    bad_job = definition(sid("job"), due)
-    bad_job["job"] = {"kind": "shell", "params_json": json.dumps(["not", "an", "object"])}
-    run_event = {
-        "run_id": f"{sid('run')}@2027-01-01T00:00:00Z",
-        "schedule_id": sid("run"),
-        "kind": "started",
-        "attempt": 1,
-        "executor_instance": "x",
-        "nominal_at": due,
-        "fired_at": due,
-        "started_at": due,
-        "finished_at": None,
-        "reason": None,
-        "next_attempt_at": None,
-    }
-    large = definition(sid("large"), due, description="x" * (600 * 1024))
+    table = _Table(prefix, due)
     return [
-        Row("valid upsert", sid("ok").encode(), valid, "upserted"),
-        Row(
-            "deleted event",
-            sid("gone").encode(),
-            encoded(sid("gone"), "deleted", None),
-            "deleted",
-        ),
-        Row(
-            "a newer change kind without a definition",
-            sid("newer").encode(),
-            encoded(sid("newer"), "unknown", None),
-            "deleted",
-        ),
-        Row("tombstone", sid("tomb").encode(), None, "deleted"),
-        Row(
-            "garbage",
-            sid("garbage").encode(),
-            b"not avro at all",
-            "CorruptRecordError",
-            "bad_marker",
-        ),
-        Row(
-            "truncated header",
-            sid("short").encode(),
-            b"\xc3\x01\x00",
-            "CorruptRecordError",
-            "truncated",
-        ),
-        Row(
-            "unknown fingerprint",
-            sid("unknown").encode(),
-            b"\xc3\x01" + bytes(8) + valid[10:],
-            "UnknownSchemaError",
-            "unknown_fingerprint",
-        ),
-        Row(
-            "another record type",
-            sid("run").encode(),
-            CODECS.run_event.encode(run_event),
-            "IncompatibleSchemaError",
-            "wrong_record_type",
-        ),
-        Row("no key", None, valid, "InvalidScheduleEventError", "must be keyed"),
-        Row(
-            "a key that is not UTF-8",
-            b"\xff\xfe",
-            valid,
-            "InvalidScheduleEventError",
-            "not UTF-8",
-        ),
-        Row(
-            "key differs from schedule_id",
-            sid("key").encode(),
-            encoded(sid("other"), "upserted", definition(sid("other"), due)),
-            "InvalidScheduleEventError",
-            "differs from the event's schedule_id",
-        ),
-        Row(
-            "definition id differs from the key",
-            sid("defid").encode(),
-            encoded(sid("defid"), "upserted", definition(sid("elsewhere"), due)),
-            "InvalidScheduleEventError",
-            "the definition's id",
-        ),
-        Row(
-            "upserted without a definition",
-            sid("nodef").encode(),
-            encoded(sid("nodef"), "upserted", None),
-            "InvalidScheduleEventError",
-            "must carry the whole definition",
-        ),
-        Row(
-            "paused without a definition",
-            sid("nodefp").encode(),
-            encoded(sid("nodefp"), "paused", None),
-            "InvalidScheduleEventError",
-            "must carry the whole definition",
-        ),
-        Row(
-            "invalid cron",
-            sid("cron").encode(),
-            encoded(sid("cron"), "upserted", definition(sid("cron"), due, at=None, cron="61 * *")),
-            "InvalidScheduleEventError",
-            "invalid definition: cron",
-        ),
-        Row(
-            "job params that are not a JSON object",
-            sid("job").encode(),
-            encoded(sid("job"), "upserted", bad_job),
-            "InvalidScheduleEventError",
-            "invalid definition",
-        ),
-        Row(
-            "an event over the size limit",
-            sid("large").encode(),
-            encoded(sid("large"), "upserted", large),
-            "ScheduleEventTooLargeError",
-            "over the limit",
-        ),
-        Row(
-            "a valid upsert on the wrong partition",
-            sid("misplaced").encode(),
-            encoded(sid("misplaced"), "upserted", definition(sid("misplaced"), due)),
-            "MisplacedScheduleEventError",
-            "murmur2_random",
-            misplaced=True,
-        ),
-        Row(
-            "a tombstone on the wrong partition",
-            sid("misplaced-tomb").encode(),
-            None,
-            "MisplacedScheduleEventError",
-            "murmur2_random",
-            misplaced=True,
-        ),
+        *table.applied(),
+        *table.undecodable(),
+        *table.badly_keyed(),
+        *table.invalid_definitions(),
+        *table.misplaced(),
     ]
+
+
+@dataclass(frozen=True)
+class _Table:
+    """Builds the rows in groups, by what is wrong with them; ids are `<prefix>.<name>`."""
+
+    prefix: str
+    due: datetime
+
+    def sid(self, name: str) -> str:
+        return f"{self.prefix}.{name}"
+
+    def upsert_of(self, name: str) -> bytes:
+        """A valid upsert event of schedule `name`, due at the table's instant."""
+        return encoded(self.sid(name), "upserted", definition(self.sid(name), self.due))
+
+    @cached_property
+    def valid(self) -> bytes:
+        """The one valid upsert, also the value of the rows whose key or header is wrong."""
+        return self.upsert_of("ok")
+
+    def applied(self) -> list[Row]:
+        """Records the ticker applies: upserts, deletes, and what it reads as a delete."""
+        sid = self.sid
+        return [
+            Row("valid upsert", sid("ok").encode(), self.valid, "upserted"),
+            Row(
+                "deleted event",
+                sid("gone").encode(),
+                encoded(sid("gone"), "deleted", None),
+                "deleted",
+            ),
+            Row(
+                "a newer change kind without a definition",
+                sid("newer").encode(),
+                encoded(sid("newer"), "unknown", None),
+                "deleted",
+            ),
+            Row("tombstone", sid("tomb").encode(), None, "deleted"),
+        ]
+
+    def undecodable(self) -> list[Row]:
+        """Bytes that are not a schedule event in a schema the reader knows."""
+        sid = self.sid
+        return [
+            Row(
+                "garbage",
+                sid("garbage").encode(),
+                b"not avro at all",
+                "CorruptRecordError",
+                "bad_marker",
+            ),
+            Row(
+                "truncated header",
+                sid("short").encode(),
+                b"\xc3\x01\x00",
+                "CorruptRecordError",
+                "truncated",
+            ),
+            Row(
+                "unknown fingerprint",
+                sid("unknown").encode(),
+                b"\xc3\x01" + bytes(8) + self.valid[10:],
+                "UnknownSchemaError",
+                "unknown_fingerprint",
+            ),
+            Row(
+                "another record type",
+                sid("run").encode(),
+                CODECS.run_event.encode(self.run_event()),
+                "IncompatibleSchemaError",
+                "wrong_record_type",
+            ),
+        ]
+
+    def run_event(self) -> dict[str, Any]:
+        """A valid `RunEvent`: right bytes, wrong topic."""
+        return {
+            "run_id": f"{self.sid('run')}@2027-01-01T00:00:00Z",
+            "schedule_id": self.sid("run"),
+            "kind": "started",
+            "attempt": 1,
+            "executor_instance": "x",
+            "nominal_at": self.due,
+            "fired_at": self.due,
+            "started_at": self.due,
+            "finished_at": None,
+            "reason": None,
+            "next_attempt_at": None,
+        }
+
+    def badly_keyed(self) -> list[Row]:
+        """A valid event under a key that does not name its schedule."""
+        sid = self.sid
+        return [
+            Row("no key", None, self.valid, "InvalidScheduleEventError", "must be keyed"),
+            Row(
+                "a key that is not UTF-8",
+                b"\xff\xfe",
+                self.valid,
+                "InvalidScheduleEventError",
+                "not UTF-8",
+            ),
+            Row(
+                "key differs from schedule_id",
+                sid("key").encode(),
+                self.upsert_of("other"),
+                "InvalidScheduleEventError",
+                "differs from the event's schedule_id",
+            ),
+            Row(
+                "definition id differs from the key",
+                sid("defid").encode(),
+                encoded(sid("defid"), "upserted", definition(sid("elsewhere"), self.due)),
+                "InvalidScheduleEventError",
+                "the definition's id",
+            ),
+        ]
+
+    def invalid_definitions(self) -> list[Row]:
+        """Well-formed events whose definition is missing, invalid or too large."""
+        sid, due = self.sid, self.due
+        bad_job = definition(sid("job"), due)
+        bad_job["job"] = {"kind": "shell", "params_json": json.dumps(["not", "an", "object"])}
+        large = definition(sid("large"), due, description="x" * (600 * 1024))
+        return [
+            Row(
+                "upserted without a definition",
+                sid("nodef").encode(),
+                encoded(sid("nodef"), "upserted", None),
+                "InvalidScheduleEventError",
+                "must carry the whole definition",
+            ),
+            Row(
+                "paused without a definition",
+                sid("nodefp").encode(),
+                encoded(sid("nodefp"), "paused", None),
+                "InvalidScheduleEventError",
+                "must carry the whole definition",
+            ),
+            Row(
+                "invalid cron",
+                sid("cron").encode(),
+                encoded(
+                    sid("cron"), "upserted", definition(sid("cron"), due, at=None, cron="61 * *")
+                ),
+                "InvalidScheduleEventError",
+                "invalid definition: cron",
+            ),
+            Row(
+                "job params that are not a JSON object",
+                sid("job").encode(),
+                encoded(sid("job"), "upserted", bad_job),
+                "InvalidScheduleEventError",
+                "invalid definition",
+            ),
+            Row(
+                "an event over the size limit",
+                sid("large").encode(),
+                encoded(sid("large"), "upserted", large),
+                "ScheduleEventTooLargeError",
+                "over the limit",
+            ),
+        ]
+
+    def misplaced(self) -> list[Row]:
+        """Records on a partition the key does not hash to."""
+        sid = self.sid
+        return [
+            Row(
+                "a valid upsert on the wrong partition",
+                sid("misplaced").encode(),
+                self.upsert_of("misplaced"),
+                "MisplacedScheduleEventError",
+                "murmur2_random",
+                misplaced=True,
+            ),
+            Row(
+                "a tombstone on the wrong partition",
+                sid("misplaced-tomb").encode(),
+                None,
+                "MisplacedScheduleEventError",
+                "murmur2_random",
+                misplaced=True,
+            ),
+        ]
 
 
 def a_due_instant() -> datetime:

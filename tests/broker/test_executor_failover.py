@@ -11,7 +11,7 @@ import time
 from collections import defaultdict
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -41,9 +41,13 @@ def journalled(journal: Path, seconds: float) -> dict[str, str]:
     return {"kind": "shell", "command": f"echo start {line}; sleep {seconds}; echo end {line}"}
 
 
-def attempts(journal: Path) -> dict[tuple[str, int], dict[str, float | str]]:
-    """(run id, attempt) → its worker, start and (if it ended) end instants (epoch seconds)."""
-    seen: dict[tuple[str, int], dict[str, float | str]] = defaultdict(dict)
+Attempt = dict[str, float | str]
+"""An attempt's `worker`, and its `start` and (if it ended) `end` instants (epoch seconds)."""
+
+
+def attempts(journal: Path) -> dict[tuple[str, int], Attempt]:
+    """(run id, attempt) → the attempt, from the journal its job wrote."""
+    seen: dict[tuple[str, int], Attempt] = defaultdict(dict)
     for line in journal.read_text().splitlines():
         edge, run_id, attempt, worker, at = line.split()
         seen[run_id, int(attempt)].update({edge: float(at), "worker": worker})
@@ -61,11 +65,11 @@ def assert_never_twice_at_once(journal: Path, killed_at: float = float("inf")) -
             assert start > end, f"{run_id} ran twice at once: {spans}"
 
 
-def test_two_executors_share_runs_and_a_killed_ones_run_is_retried_by_the_other(
-    runs_topic: RunsTopic, launch_executor: Launcher, store_url: str, tmp_path: Path
-) -> None:
-    journal = tmp_path / "journal"
-    journal.touch()
+def launch_sharing_executors(
+    launch_executor: Launcher, store_url: str
+) -> dict[str, ServiceProcess]:
+    """e1 and e2 on one store, three jobs at once each, a short lease; `$WORKER` names each in
+    its jobs' journal lines."""
     executors = {
         name: launch_executor(
             name,
@@ -76,43 +80,90 @@ def test_two_executors_share_runs_and_a_killed_ones_run_is_retried_by_the_other(
         )
         for name in ("e1", "e2")
     }
+    for process in executors.values():
+        process.wait_for_log("partitions assigned")
+    return executors
+
+
+def assert_a_batch_is_shared_and_never_run_twice_at_once(
+    runs_topic: RunsTopic, journal: Path
+) -> None:
+    batch = [
+        runs_topic.request(f"batch-{n:02d}", NOMINAL, journalled(journal, 1)) for n in range(12)
+    ]
+    runs_topic.publish(*batch)
+    eventually(
+        lambda: sum(1 for e in runs_topic.events() if e["kind"] == "succeeded") == 12,
+        timeout_s=60,
+        interval_s=0.5,
+        message="the batch did not finish",
+    )
+    assert {seen["worker"] for seen in attempts(journal).values()} == {"e1", "e2"}, (
+        "both executors run work"
+    )
+    assert_never_twice_at_once(journal)
+
+
+def first_attempt(journal: Path, run: dict[str, Any]) -> Attempt:
+    """The run's first attempt once its job has started."""
+    started: Attempt = eventually(
+        lambda: attempts(journal).get((run["run_id"], 1)),
+        timeout_s=60,
+        message="the long run did not start",
+    )
+    return started
+
+
+def wait_until_retried_once(runs_topic: RunsTopic, run: dict[str, Any]) -> list[tuple[str, int]]:
+    def retried() -> list[tuple[str, int]]:
+        steps = runs_topic.steps(run["run_id"])
+        assert steps[-1:] == [("succeeded", 2)], steps
+        return steps
+
+    steps: list[tuple[str, int]] = eventually(retried, timeout_s=60, interval_s=0.5)
+    return steps
+
+
+def assert_retried_elsewhere_once_the_lease_expired(
+    runs_topic: RunsTopic, journal: Path, run: dict[str, Any], killed: Attempt, killed_at: float
+) -> None:
+    """The killed attempt died with its executor, and the other one retried it, but only after
+    the lease that the killed one stopped renewing expired; never both at once."""
+    seen = attempts(journal)
+    assert "end" not in seen[run["run_id"], 1], "the killed attempt's job died with it"
+    retry = seen[run["run_id"], 2]
+    assert retry["worker"] != killed["worker"]
+    # Retried only once the lease expired: at least two thirds of it after the kill, since it
+    # was renewed at most a third of a lease before.
+    assert float(retry["start"]) - killed_at >= LEASE_S * 2 / 3 - 0.1
+    assert_never_twice_at_once(journal, killed_at)
+    failed = next(
+        e for e in runs_topic.events() if e["run_id"] == run["run_id"] and e["kind"] == "failed"
+    )
+    assert failed["reason"] == (
+        f"lease expired: executor {killed['worker']} stopped renewing it during attempt 1"
+    )
+    assert failed["finished_at"] - failed["started_at"] >= timedelta(seconds=LEASE_S * 2 / 3)
+
+
+def test_two_executors_share_runs_and_a_killed_ones_run_is_retried_by_the_other(
+    runs_topic: RunsTopic, launch_executor: Launcher, store_url: str, tmp_path: Path
+) -> None:
+    journal = tmp_path / "journal"
+    journal.touch()
+    executors = launch_sharing_executors(launch_executor, store_url)
     survivors: list[ServiceProcess] = list(executors.values())
     try:
-        for process in executors.values():
-            process.wait_for_log("partitions assigned")
-        batch = [
-            runs_topic.request(f"batch-{n:02d}", NOMINAL, journalled(journal, 1)) for n in range(12)
-        ]
-        runs_topic.publish(*batch)
-        eventually(
-            lambda: sum(1 for e in runs_topic.events() if e["kind"] == "succeeded") == 12,
-            timeout_s=60,
-            interval_s=0.5,
-            message="the batch did not finish",
-        )
-        assert {seen["worker"] for seen in attempts(journal).values()} == {"e1", "e2"}, (
-            "both executors run work"
-        )
-        assert_never_twice_at_once(journal)
+        assert_a_batch_is_shared_and_never_run_twice_at_once(runs_topic, journal)
 
         long_run = runs_topic.request("long", NOMINAL, journalled(journal, 4), retry_backoff_ms=0)
         runs_topic.publish(long_run)
-        first = eventually(
-            lambda: attempts(journal).get((long_run["run_id"], 1)),
-            timeout_s=60,
-            message="the long run did not start",
-        )
+        first = first_attempt(journal, long_run)
         victim = executors[str(first["worker"])]
         victim.kill()
         killed_at = time.time()
         survivors.remove(victim)
-
-        def retried() -> list[tuple[str, int]]:
-            steps = runs_topic.steps(long_run["run_id"])
-            assert steps[-1:] == [("succeeded", 2)], steps
-            return steps
-
-        assert eventually(retried, timeout_s=60, interval_s=0.5) == [
+        assert wait_until_retried_once(runs_topic, long_run) == [
             ("started", 1),
             ("failed", 1),
             ("retrying", 1),
@@ -122,21 +173,4 @@ def test_two_executors_share_runs_and_a_killed_ones_run_is_retried_by_the_other(
     finally:
         for process in survivors:
             assert process.stop() == 0, process.log()[-3000:]
-
-    seen = attempts(journal)
-    assert "end" not in seen[long_run["run_id"], 1], "the killed attempt's job died with it"
-    retry = seen[long_run["run_id"], 2]
-    assert retry["worker"] != first["worker"]
-    # Retried only once the lease expired: at least two thirds of it after the kill, since it
-    # was renewed at most a third of a lease before.
-    assert float(retry["start"]) - killed_at >= LEASE_S * 2 / 3 - 0.1
-    assert_never_twice_at_once(journal, killed_at)
-    failed = next(
-        e
-        for e in runs_topic.events()
-        if e["run_id"] == long_run["run_id"] and e["kind"] == "failed"
-    )
-    assert failed["reason"] == (
-        f"lease expired: executor {first['worker']} stopped renewing it during attempt 1"
-    )
-    assert failed["finished_at"] - failed["started_at"] >= timedelta(seconds=LEASE_S * 2 / 3)
+    assert_retried_elsewhere_once_the_lease_expired(runs_topic, journal, long_run, first, killed_at)

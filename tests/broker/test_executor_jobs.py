@@ -46,28 +46,22 @@ def wait_for_steps(
     return eventually(ended, timeout_s=timeout_s, interval_s=0.5, message=f"{run_id} not {last}")
 
 
-def test_failing_shell_jobs_are_retried_with_backoff_then_dead_lettered(
-    runs_topic: RunsTopic, executor: ServiceProcess, tmp_path: Path
-) -> None:
-    seen = tmp_path / "seen"
-    third_time_lucky = runs_topic.request(
-        "flaky",
-        NOMINAL,
-        {
-            "kind": "shell",
-            "command": f'echo "$KAIROS_RUN_ID $KAIROS_SCHEDULE_ID $KAIROS_ATTEMPT" >> {seen}; '
-            '[ "$KAIROS_ATTEMPT" -ge 3 ] || { echo "not yet"; exit 7; }',
-        },
-    )
-    hopeless = runs_topic.request(
-        "broken", NOMINAL, {"kind": "shell", "command": "exit 3"}, max_attempts=2
-    )
-    too_slow = runs_topic.request(
-        "slow", NOMINAL, {"kind": "shell", "command": "sleep 30"}, max_attempts=1, timeout_ms=500
-    )
-    runs_topic.publish(third_time_lucky, hopeless, too_slow)
+def fails_until_the_third_attempt(seen: Path) -> dict[str, Any]:
+    """A shell job that appends its run id, schedule id and attempt to `seen`, and fails
+    (exit 7, printing `not yet`) before its third attempt."""
+    return {
+        "kind": "shell",
+        "command": f'echo "$KAIROS_RUN_ID $KAIROS_SCHEDULE_ID $KAIROS_ATTEMPT" >> {seen}; '
+        '[ "$KAIROS_ATTEMPT" -ge 3 ] || { echo "not yet"; exit 7; }',
+    }
 
-    assert wait_for_steps(runs_topic, third_time_lucky["run_id"], "succeeded") == [
+
+def assert_retried_with_backoff_until_it_succeeded(
+    runs_topic: RunsTopic, run: dict[str, Any], seen: Path
+) -> None:
+    """The run of `fails_until_the_third_attempt`: three attempts, each seeing its own number,
+    200 ms then 400 ms apart, all reported by e1 with the run's nominal and fire instants."""
+    assert wait_for_steps(runs_topic, run["run_id"], "succeeded") == [
         ("started", 1),
         ("failed", 1),
         ("retrying", 1),
@@ -80,7 +74,7 @@ def test_failing_shell_jobs_are_retried_with_backoff_then_dead_lettered(
     assert seen.read_text().splitlines() == [
         f"flaky@2027-03-14T07:00:00Z flaky {n}" for n in (1, 2, 3)
     ]
-    events = [e for e in runs_topic.events() if e["run_id"] == third_time_lucky["run_id"]]
+    events = [e for e in runs_topic.events() if e["run_id"] == run["run_id"]]
     failed = [e for e in events if e["kind"] == "failed"]
     retrying = [e for e in events if e["kind"] == "retrying"]
     assert failed[0]["reason"] == "exit status 7; output: not yet"
@@ -91,10 +85,48 @@ def test_failing_shell_jobs_are_retried_with_backoff_then_dead_lettered(
     for event in events:
         assert (event["nominal_at"], event["fired_at"].replace(microsecond=0)) == (
             NOMINAL,
-            third_time_lucky["fired_at"].replace(microsecond=0),
+            run["fired_at"].replace(microsecond=0),
         )
         assert event["executor_instance"] == "e1"
 
+
+def failure_reason(runs_topic: RunsTopic, run: dict[str, Any]) -> str:
+    """The reason of the run's first `failed` event."""
+    reason: str = next(
+        e["reason"]
+        for e in runs_topic.events()
+        if e["run_id"] == run["run_id"] and e["kind"] == "failed"
+    )
+    return reason
+
+
+def assert_dead_lettered_as_exhausted(
+    runs_topic: RunsTopic, run: dict[str, Any], reason: str
+) -> None:
+    """The run's record, as consumed, is in e1's dead letters with why its attempts ran out."""
+    letters = {d["key"]: d for d in runs_topic.dead_letters()}
+    dead = letters[run["run_id"].encode()]
+    assert dead["value"] == make_codecs().run_requested.encode(run)
+    assert dead["source_topic"] == runs_topic.runs
+    assert dead["error_class"] == "RunAttemptsExhaustedError"
+    assert dead["reason"] == reason
+    assert dead["dead_lettered_by"] == "executor:e1"
+
+
+def test_failing_shell_jobs_are_retried_with_backoff_then_dead_lettered(
+    runs_topic: RunsTopic, executor: ServiceProcess, tmp_path: Path
+) -> None:
+    seen = tmp_path / "seen"
+    third_time_lucky = runs_topic.request("flaky", NOMINAL, fails_until_the_third_attempt(seen))
+    hopeless = runs_topic.request(
+        "broken", NOMINAL, {"kind": "shell", "command": "exit 3"}, max_attempts=2
+    )
+    too_slow = runs_topic.request(
+        "slow", NOMINAL, {"kind": "shell", "command": "sleep 30"}, max_attempts=1, timeout_ms=500
+    )
+    runs_topic.publish(third_time_lucky, hopeless, too_slow)
+
+    assert_retried_with_backoff_until_it_succeeded(runs_topic, third_time_lucky, seen)
     assert wait_for_steps(runs_topic, hopeless["run_id"], "dead_lettered") == [
         ("started", 1),
         ("failed", 1),
@@ -108,20 +140,10 @@ def test_failing_shell_jobs_are_retried_with_backoff_then_dead_lettered(
         ("failed", 1),
         ("dead_lettered", 1),
     ]
-    slow_failure = next(
-        e
-        for e in runs_topic.events()
-        if e["run_id"] == too_slow["run_id"] and e["kind"] == "failed"
+    assert failure_reason(runs_topic, too_slow) == "timed out after 0.5s"
+    assert_dead_lettered_as_exhausted(
+        runs_topic, hopeless, "2 of 2 attempts failed; the last: exit status 3"
     )
-    assert slow_failure["reason"] == "timed out after 0.5s"
-
-    letters = {d["key"]: d for d in runs_topic.dead_letters()}
-    dead = letters[hopeless["run_id"].encode()]
-    assert dead["value"] == make_codecs().run_requested.encode(hopeless)
-    assert dead["source_topic"] == runs_topic.runs
-    assert dead["error_class"] == "RunAttemptsExhaustedError"
-    assert dead["reason"] == "2 of 2 attempts failed; the last: exit status 3"
-    assert dead["dead_lettered_by"] == "executor:e1"
 
 
 def test_bad_records_are_dead_lettered_and_the_executor_keeps_going(

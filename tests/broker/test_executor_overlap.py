@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,6 +25,7 @@ from tests.kafka_helpers import wait_for_stable_group
 
 if TYPE_CHECKING:
     from tests.broker.conftest import Launcher, RunsTopic
+    from tests.processes import ServiceProcess
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -87,94 +89,137 @@ def across_executors(
     raise AssertionError("unreachable: itertools.count() never ends")
 
 
+@dataclass(frozen=True)
+class OverlapRuns:
+    """Runs of schedules fired once a second from `start`, whose runs the group's `owners`
+    (executor to the runs partitions it holds) admit on more than one executor."""
+
+    runs_topic: RunsTopic
+    start: datetime
+    owners: dict[str, set[int]]
+
+    def schedule(self, name: str, seconds: Iterable[int]) -> str:
+        partitions = self.runs_topic.settings.layout.runs_partitions
+        return across_executors(name, self.start, seconds, self.owners, partitions)
+
+    def run(self, schedule_id: str, second: int, command: str, overlap: str) -> dict[str, Any]:
+        nominal = self.start + timedelta(seconds=second)
+        job = {"kind": "shell", "command": command}
+        return self.runs_topic.request(schedule_id, nominal, job, overlap=overlap)
+
+
+def stable_owners(runs_topic: RunsTopic, executors: list[ServiceProcess]) -> dict[str, set[int]]:
+    """The runs partitions each executor holds, once the group has settled.
+
+    Queued runs start in the order they are delivered: publish only once no rebalance can hold
+    one partition back while another delivers.
+    """
+    for process in executors:
+        process.wait_for_log("partitions assigned")
+    settings = runs_topic.settings
+    return wait_for_stable_group(
+        settings.bootstrap_servers, f"{settings.topic_prefix}executors", members=len(executors)
+    )
+
+
+def publish_at_their_nominal_instants(
+    runs_topic: RunsTopic, runs: list[dict[str, Any]], *, with_the_first: list[dict[str, Any]]
+) -> None:
+    """Publish each run at its nominal instant, as a ticker fires them; `with_the_first` goes
+    out together with the first one."""
+    for index, run in enumerate(runs):
+        sleep_until(run["nominal_at"])
+        runs_topic.publish(run, *(with_the_first if index == 0 else []))
+
+
+def until_file_exists(path: Path) -> str:
+    """A shell command that runs until `path` exists."""
+    return f"while [ ! -e {path} ]; do sleep 0.1; done"
+
+
+def assert_skipped_while_running(
+    runs_topic: RunsTopic, later: list[dict[str, Any]], running: dict[str, Any]
+) -> None:
+    ends = final_events(runs_topic, later)
+    for run in later:
+        assert ends[run["run_id"]]["kind"] == "skipped"
+        assert ends[run["run_id"]]["reason"] == (
+            f"overlap policy skip: run {running['run_id']} of the schedule is still running"
+        )
+
+
+def assert_succeeded(runs_topic: RunsTopic, run: dict[str, Any]) -> None:
+    assert final_events(runs_topic, [run])[run["run_id"]]["kind"] == "succeeded"
+
+
+def assert_ran_one_at_a_time_in_nominal_order(
+    runs_topic: RunsTopic, queueing: list[dict[str, Any]]
+) -> None:
+    """Queued runs wait for the previous one, then start in nominal order, one at a time."""
+    ends = final_events(runs_topic, queueing)
+    assert {e["kind"] for e in ends.values()} == {"succeeded"}
+    spans = [(started(runs_topic, r["run_id"]), ends[r["run_id"]]["finished_at"]) for r in queueing]
+    for (_, previous_end), (next_start, _) in itertools.pairwise(spans):
+        assert next_start >= previous_end, spans
+
+
+def assert_stopped_before_its_replacement_started(
+    runs_topic: RunsTopic, replaced: dict[str, Any], replacement: dict[str, Any]
+) -> None:
+    assert wait_for_steps(runs_topic, replacement["run_id"], "succeeded") == [
+        ("started", 1),
+        ("succeeded", 1),
+    ]
+    assert runs_topic.steps(replaced["run_id"]) == [("started", 1), ("failed", 1)]
+    stopped = next(
+        e
+        for e in runs_topic.events()
+        if e["run_id"] == replaced["run_id"] and e["kind"] == "failed"
+    )
+    assert stopped["reason"] == f"overlap policy replace: replaced by run {replacement['run_id']}"
+    assert started(runs_topic, replacement["run_id"]) >= stopped["finished_at"]
+
+
 def test_skip_queue_and_replace_hold_across_executors_when_jobs_outlast_the_period(
     runs_topic: RunsTopic, launch_executor: Launcher, store_url: str, tmp_path: Path
 ) -> None:
     executors = [launch_executor(name, dedupe_url=store_url) for name in ("e1", "e2")]
     try:
-        for process in executors:
-            process.wait_for_log("partitions assigned")
-        # Queued runs start in the order they are delivered: publish only once no rebalance
-        # can hold one partition back while another delivers.
-        settings = runs_topic.settings
-        owners = wait_for_stable_group(
-            settings.bootstrap_servers, f"{settings.topic_prefix}executors", members=2
-        )
+        owners = stable_owners(runs_topic, executors)
         start = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=1)
-
-        def schedule(name: str, seconds: Iterable[int]) -> str:
-            return across_executors(name, start, seconds, owners, settings.layout.runs_partitions)
-
-        queuer = schedule("queuer", range(4))
-        skipper = schedule("skipper", (0, 1, 2, 3, 10))
-        replacer = schedule("replacer", (0, 1))
-
-        def run(schedule_id: str, second: int, command: str, overlap: str) -> dict[str, Any]:
-            nominal = start + timedelta(seconds=second)
-            job = {"kind": "shell", "command": command}
-            return runs_topic.request(schedule_id, nominal, job, overlap=overlap)
+        plan = OverlapRuns(runs_topic, start, owners)
+        queuer = plan.schedule("queuer", range(4))
+        skipper = plan.schedule("skipper", (0, 1, 2, 3, 10))
+        replacer = plan.schedule("replacer", (0, 1))
 
         # Each queued run takes two periods: every later run arrives while one is unfinished.
-        queueing = [run(queuer, second, "sleep 2", "queue") for second in range(4)]
+        queueing = [plan.run(queuer, second, "sleep 2", "queue") for second in range(4)]
         # The first skipper run lasts until the test releases it, however slow this machine is.
         release = tmp_path / "release-the-first-skipper-run"
-        hold = f"while [ ! -e {release} ]; do sleep 0.1; done"
-        skipping = [run(skipper, 0, hold, "skip")]
-        replacing = [run(replacer, 0, "sleep 60", "replace")]
-        for second, queued in enumerate(queueing):
-            sleep_until(queued["nominal_at"])
-            runs_topic.publish(queued, *(skipping + replacing if second == 0 else []))
+        first_skip = plan.run(skipper, 0, until_file_exists(release), "skip")
+        replaced = plan.run(replacer, 0, "sleep 60", "replace")
+        publish_at_their_nominal_instants(
+            runs_topic, queueing, with_the_first=[first_skip, replaced]
+        )
         # The later runs of these two must find their first run running: they are fired once it
         # is seen running.
-        for first in (skipping[0], replacing[0]):
+        for first in (first_skip, replaced):
             wait_for_steps(runs_topic, first["run_id"], "started")
-        skipping += [run(skipper, second, "true", "skip") for second in (1, 2, 3)]
-        replacing.append(run(replacer, 1, "true", "replace"))
-        runs_topic.publish(*skipping[1:], replacing[1])
+        later_skips = [plan.run(skipper, second, "true", "skip") for second in (1, 2, 3)]
+        replacement = plan.run(replacer, 1, "true", "replace")
+        runs_topic.publish(*later_skips, replacement)
 
         # The first run outlasts the next three periods: they are skipped, never dropped.
-        skip_ends = final_events(runs_topic, skipping[1:])
-        for later in skipping[1:]:
-            assert skip_ends[later["run_id"]]["kind"] == "skipped"
-            assert skip_ends[later["run_id"]]["reason"] == (
-                f"overlap policy skip: run {skipping[0]['run_id']} of the schedule is still running"
-            )
+        assert_skipped_while_running(runs_topic, later_skips, running=first_skip)
         release.touch()
-        assert final_events(runs_topic, skipping[:1])[skipping[0]["run_id"]]["kind"] == "succeeded"
+        assert_succeeded(runs_topic, first_skip)
         # Once it has ended, the next run starts again.
-        after = runs_topic.request(
-            skipper,
-            start + timedelta(seconds=10),
-            {"kind": "shell", "command": "true"},
-            overlap="skip",
-        )
+        after = plan.run(skipper, 10, "true", "skip")
         runs_topic.publish(after)
-        assert final_events(runs_topic, [after])[after["run_id"]]["kind"] == "succeeded"
+        assert_succeeded(runs_topic, after)
 
-        queue_ends = final_events(runs_topic, queueing)
-        assert {e["kind"] for e in queue_ends.values()} == {"succeeded"}
-        # Queued runs wait for the previous one, then start in nominal order, one at a time.
-        spans = [
-            (started(runs_topic, r["run_id"]), queue_ends[r["run_id"]]["finished_at"])
-            for r in queueing
-        ]
-        for (_, previous_end), (next_start, _) in itertools.pairwise(spans):
-            assert next_start >= previous_end, spans
-        replaced, replacement = replacing
-        assert wait_for_steps(runs_topic, replacement["run_id"], "succeeded") == [
-            ("started", 1),
-            ("succeeded", 1),
-        ]
-        assert runs_topic.steps(replaced["run_id"]) == [("started", 1), ("failed", 1)]
-        stopped = next(
-            e
-            for e in runs_topic.events()
-            if e["run_id"] == replaced["run_id"] and e["kind"] == "failed"
-        )
-        assert stopped["reason"] == (
-            f"overlap policy replace: replaced by run {replacement['run_id']}"
-        )
-        assert started(runs_topic, replacement["run_id"]) >= stopped["finished_at"]
+        assert_ran_one_at_a_time_in_nominal_order(runs_topic, queueing)
+        assert_stopped_before_its_replacement_started(runs_topic, replaced, replacement)
     finally:
         for process in executors:
             assert process.stop() == 0, process.log()[-3000:]

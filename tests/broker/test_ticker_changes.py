@@ -10,6 +10,7 @@ import logging
 import uuid
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -76,51 +77,88 @@ def run_ids_of(settings: KafkaSettings, schedule_id: str) -> list[str]:
     return sorted(ids, key=lambda run_id: parse_run_id(run_id)[1])
 
 
+@dataclass
+class HourBehind:
+    """Tickers of one group whose clock runs an hour behind until `catch_up()`, settling at
+    most `budget` occurrences a transaction; `per_turn` counts what each counted turn fired."""
+
+    settings: KafkaSettings
+    budget: int
+    group: str = field(default_factory=lambda: unique_name("tickers"))
+    shift: timedelta = timedelta(hours=-1)
+    per_turn: list[float] = field(default_factory=list)
+
+    def clock(self) -> datetime:
+        return datetime.now(UTC) + self.shift
+
+    def catch_up(self) -> None:
+        self.shift = timedelta(0)
+
+    def ticker(self, state_dir: Path) -> Ticker:
+        return ticker_of(
+            self.settings,
+            state_dir,
+            self.group,
+            clock=self.clock,
+            catchup_per_transaction=self.budget,
+        )
+
+    def turn_counted(self, ticker: Ticker) -> bool:
+        """One turn; whether the edit is applied."""
+        before = fired(ticker)
+        ticker.turn()
+        self.per_turn.append(fired(ticker) - before)
+        states = [owned.state("s") for owned in ticker.owned.values()]
+        return any(s is not None and s.schedule.description == "edited" for s in states)
+
+    def turns_that_fired(self) -> int:
+        return sum(1 for n in self.per_turn if n > 0)
+
+
+def create_then_edit(settings: KafkaSettings, ticker: Ticker, schedule: dict[str, str]) -> None:
+    """Publish the schedule, let the ticker take it in, then publish it `edited`."""
+    with SchedulesClient(settings, changed_by="test") as client:
+        client.upsert(schedule)
+
+        def created() -> bool:
+            ticker.turn()
+            return any(owned.state(schedule["id"]) is not None for owned in ticker.owned.values())
+
+        eventually(created, timeout_s=30, interval_s=0)
+        client.upsert({**schedule, "description": "edited"})
+
+
+def assert_every_second_fired_once_through(
+    settings: KafkaSettings, schedule_id: str, edited_at: datetime
+) -> None:
+    """Every second from the first owed to past the edit, none missing: the old definition
+    settled everything it owed before the edit, and the new one took over from there."""
+    run_ids = run_ids_of(settings, schedule_id)
+    assert len(run_ids) == len(set(run_ids)), "a run id was committed twice"
+    nominals = [parse_run_id(run_id)[1] for run_id in run_ids]
+    assert nominals == [nominals[0] + timedelta(seconds=n) for n in range(len(nominals))]
+    assert nominals[-1] >= edited_at - timedelta(seconds=1)
+    assert len(nominals) >= 3600
+
+
 def test_an_edit_of_a_schedule_an_hour_behind_settles_in_bounded_transactions(
     kafka_settings: KafkaSettings, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger="kairos.services.ticker.service")
     # The ticker's clock runs an hour behind, then catches up at once: an hour of one-second
     # occurrences is owed, and the edit arrives before any of it is decided.
-    shift = [-timedelta(hours=1)]
     budget = 300
+    tickers = HourBehind(kafka_settings, budget)
     anchor = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=2)
     every_second = {"id": "s", "every": "1s", "start_at": anchor.isoformat()}
-    group = unique_name("tickers")
 
-    def clock() -> datetime:
-        return datetime.now(UTC) + shift[0]
-
-    def settling_ticker(state_dir: Path) -> Ticker:
-        return ticker_of(
-            kafka_settings, state_dir, group, clock=clock, catchup_per_transaction=budget
-        )
-
-    per_turn: list[float] = []
-
-    def turn_counted(ticker: Ticker) -> bool:
-        """One turn; whether the edit is applied."""
-        before = fired(ticker)
-        ticker.turn()
-        per_turn.append(fired(ticker) - before)
-        states = [owned.state("s") for owned in ticker.owned.values()]
-        return any(s is not None and s.schedule.description == "edited" for s in states)
-
-    first = settling_ticker(tmp_path / "first")
+    first = tickers.ticker(tmp_path / "first")
     try:
-        with SchedulesClient(kafka_settings, changed_by="test") as client:
-            client.upsert(every_second)
-
-            def created() -> bool:
-                first.turn()
-                return any(owned.state("s") is not None for owned in first.owned.values())
-
-            eventually(created, timeout_s=30, interval_s=0)
-            client.upsert({**every_second, "description": "edited"})
+        create_then_edit(kafka_settings, first, every_second)
         edited_at = datetime.now(UTC)
-        shift[0] = timedelta(0)
+        tickers.catch_up()
         eventually(
-            lambda: not turn_counted(first) and sum(n > 0 for n in per_turn) >= 3,
+            lambda: not tickers.turn_counted(first) and tickers.turns_that_fired() >= 3,
             timeout_s=60,
             interval_s=0,
             message="the edit did not settle in slices",
@@ -129,27 +167,23 @@ def test_an_edit_of_a_schedule_an_hour_behind_settles_in_bounded_transactions(
         first._disconnect()
     # Mid-settlement, another host takes the partitions over, restoring cold: the held state
     # and the offset held at the edit bring it to settle on where the first one stopped.
-    second = settling_ticker(tmp_path / "second")
+    second = tickers.ticker(tmp_path / "second")
     try:
         eventually(
-            lambda: turn_counted(second), timeout_s=120, interval_s=0, message="edit not applied"
+            lambda: tickers.turn_counted(second),
+            timeout_s=120,
+            interval_s=0,
+            message="edit not applied",
         )
     finally:
         second._disconnect()
 
     # Bounded by the catch-up budget, plus one schedule's catch-up slice should a turn have
     # decided the backlog before the edit reached it: never the whole hour in one transaction.
-    assert max(per_turn) <= budget + 100, per_turn
-    assert sum(1 for n in per_turn if n > 0) >= 3600 // (budget + 100)
+    assert max(tickers.per_turn) <= budget + 100, tickers.per_turn
+    assert tickers.turns_that_fired() >= 3600 // (budget + 100)
     assert "schedule change held" in caplog.text
-    run_ids = run_ids_of(kafka_settings, "s")
-    assert len(run_ids) == len(set(run_ids)), "a run id was committed twice"
-    nominals = [parse_run_id(run_id)[1] for run_id in run_ids]
-    # Every second from the first owed to past the edit, none missing: the old definition
-    # settled everything it owed before the edit, and the new one took over from there.
-    assert nominals == [nominals[0] + timedelta(seconds=n) for n in range(len(nominals))]
-    assert nominals[-1] >= edited_at - timedelta(seconds=1)
-    assert len(nominals) >= 3600
+    assert_every_second_fired_once_through(kafka_settings, "s", edited_at)
 
 
 def recreate_raw(settings: KafkaSettings, schedule: Schedule, changed_at: datetime) -> None:

@@ -172,6 +172,68 @@ def test_a_paused_ticker_cannot_commit_after_losing_its_partitions(
     assert "transaction aborted" in woke_up or "fenced" in woke_up, woke_up[-3000:]
 
 
+def publish_ticks(settings: KafkaSettings, count: int, start: datetime) -> list[str]:
+    """`count` schedules firing every second from `start`; their ids."""
+    ticks = [
+        Schedule(id=f"tick-{n:02d}", every=timedelta(seconds=1), start_at=start)
+        for n in range(count)
+    ]
+    with SchedulesClient(settings, changed_by="failover-test") as client:
+        client.upsert_all(ticks)
+    return [t.id for t in ticks]
+
+
+def a_dying_tickers_producer(settings: KafkaSettings) -> Producer:
+    """A transactional producer of its own whose transactions the broker aborts after 10 s."""
+    return Producer(
+        settings.client_config(
+            **{"transactional.id": unique_name("dying-ticker"), "transaction.timeout.ms": 10_000}
+        )
+    )
+
+
+def leave_offsets_pending(dying: Producer, settings: KafkaSettings, partitions: set[int]) -> None:
+    """Send offsets of the schedules `partitions` in a transaction of the tickers' group, as a
+    ticker does before it commits, and never commit it."""
+    dying.init_transactions(30)
+    dying.begin_transaction()
+    outsider = Consumer(settings.consumer_config(**{"group.id": TICKER_GROUP}))
+    schedules = settings.layout.name(TopicRole.SCHEDULES)
+    dying.send_offsets_to_transaction(
+        [TopicPartition(schedules, p, 0) for p in sorted(partitions)],
+        outsider.consumer_group_metadata(),
+        30,
+    )
+    outsider.close()
+
+
+def settled_after_s(survivor: ServiceProcess) -> dict[int, float]:
+    """Partition → seconds the survivor waited before it could take that partition up."""
+    return {
+        int(line.split(" partition=")[1].split()[0]): float(
+            line.split("settled_after=")[1].split()[0]
+        )
+        for line in survivor.log().splitlines()
+        if "handover event=assigned" in line
+    }
+
+
+def assert_own_partitions_fired_on_time_meanwhile(
+    runs: list[dict[str, Any]], settings: KafkaSettings, own: set[int], killed_at: datetime
+) -> None:
+    """The survivor's own ticks due while it waited for the pending transaction were on time."""
+    partitions = settings.schedules_partitions
+    meanwhile = [
+        r
+        for r in runs
+        if partition_for(r["schedule_id"], partitions) in own
+        and killed_at + timedelta(seconds=4) <= r["due_at"] <= killed_at + timedelta(seconds=9)
+    ]
+    assert meanwhile, "none of the survivor's own ticks was due while it waited"
+    worst_ms = max(r["lateness_ms"] for r in meanwhile)
+    assert worst_ms <= 2000, f"the survivor's own partitions fired {worst_ms} ms late meanwhile"
+
+
 def test_a_survivor_keeps_firing_while_partitions_it_took_over_wait_for_a_pending_transaction(
     kafka_settings: KafkaSettings, tmp_path: Path
 ) -> None:
@@ -181,32 +243,15 @@ def test_a_survivor_keeps_firing_while_partitions_it_took_over_wait_for_a_pendin
     it owns. A transactional producer of this test stops at exactly that point for the killed
     ticker: its offsets stay pending on the killed ticker's partitions."""
     start = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=3)
-    ticks = [
-        Schedule(id=f"tick-{n:02d}", every=timedelta(seconds=1), start_at=start) for n in range(40)
-    ]
-    with SchedulesClient(kafka_settings, changed_by="failover-test") as client:
-        client.upsert_all(ticks)
-    schedules = kafka_settings.layout.name(TopicRole.SCHEDULES)
+    ids = publish_ticks(kafka_settings, 40, start)
     killed = start_ticker(kafka_settings, "k", tmp_path / "k", tmp_path)
     survivor = start_ticker(kafka_settings, "s", tmp_path / "s", tmp_path)
-    dying = Producer(
-        kafka_settings.client_config(
-            **{"transactional.id": unique_name("dying-ticker"), "transaction.timeout.ms": 10_000}
-        )
-    )
+    dying = a_dying_tickers_producer(kafka_settings)
     try:
         killed.wait_for_log("handover event=assigned")
         survivor.wait_for_log("handover event=assigned")
         owners = wait_for_stable_group(kafka_settings.bootstrap_servers, TICKER_GROUP, members=2)
-        dying.init_transactions(30)
-        dying.begin_transaction()
-        outsider = Consumer(kafka_settings.consumer_config(**{"group.id": TICKER_GROUP}))
-        dying.send_offsets_to_transaction(
-            [TopicPartition(schedules, p, 0) for p in sorted(owners["k"])],
-            outsider.consumer_group_metadata(),
-            30,
-        )
-        outsider.close()
+        leave_offsets_pending(dying, kafka_settings, owners["k"])
         killed.kill()
         killed_at = datetime.now(UTC)
         # The survivor is handed the partitions after the session timeout; they settle when the
@@ -223,27 +268,12 @@ def test_a_survivor_keeps_firing_while_partitions_it_took_over_wait_for_a_pendin
             # Long aborted by the broker by now (its timeout), unless the test failed early.
             dying.abort_transaction(10)
         assert survivor.stop() == 0, survivor.log()[-3000:]
-    settled = {
-        int(line.split(" partition=")[1].split()[0]): float(
-            line.split("settled_after=")[1].split()[0]
-        )
-        for line in survivor.log().splitlines()
-        if "handover event=assigned" in line
-    }
+    settled = settled_after_s(survivor)
     assert all(settled[p] >= 3 for p in owners["k"]), f"settled after {settled}"
     runs = committed_runs(kafka_settings)
     through = killed_at + timedelta(seconds=12)
-    assert_each_once(runs, expected_run_ids([t.id for t in ticks], start, 1, through))
-    partitions = kafka_settings.schedules_partitions
-    meanwhile = [
-        r
-        for r in runs
-        if partition_for(r["schedule_id"], partitions) in owners["s"]
-        and killed_at + timedelta(seconds=4) <= r["due_at"] <= killed_at + timedelta(seconds=9)
-    ]
-    assert meanwhile, "none of the survivor's own ticks was due while it waited"
-    worst_ms = max(r["lateness_ms"] for r in meanwhile)
-    assert worst_ms <= 2000, f"the survivor's own partitions fired {worst_ms} ms late meanwhile"
+    assert_each_once(runs, expected_run_ids(ids, start, 1, through))
+    assert_own_partitions_fired_on_time_meanwhile(runs, kafka_settings, owners["s"], killed_at)
 
 
 @pytest.mark.parametrize("policy", ["all"])

@@ -130,7 +130,7 @@ def test_hostile_schedule_events_never_stop_a_ticker(
     first, second = start_pair("first")
     first.wait_for_log("handover event=assigned")
     second.wait_for_log("handover event=assigned")
-    eventually(lambda: _control_fired_after(kafka_settings, start), timeout_s=60, interval_s=0.5)
+    _wait_until_control_fired_after(kafka_settings, start)
 
     events = list(_hostile_events(kafka_settings.schedules_partitions))
     logged_before = {ticker: len(ticker.log()) for ticker in (first, second)}
@@ -143,31 +143,47 @@ def test_hostile_schedule_events_never_stop_a_ticker(
         interval_s=1,
         message="not every hostile schedule was dead-lettered",
     )
-    eventually(
-        lambda: _control_fired_after(kafka_settings, published_at + timedelta(seconds=5)),
-        timeout_s=60,
-        interval_s=0.5,
-    )
+    _wait_until_control_fired_after(kafka_settings, published_at + timedelta(seconds=5))
     _alive(first, second)
     assert first.stop() == 0 and second.stop() == 0
-    for ticker, offset in logged_before.items():
-        # Neither failed over nor rebuilt: the hostile schedules were confined where they landed.
-        since_published = ticker.log()[offset:]
-        assert "rejoining" not in since_published, since_published
-        assert "event=lost" not in since_published, since_published
+    _assert_neither_failed_over_nor_rebuilt(logged_before)
 
     # A restart meets none of them again.
     restarted_at = datetime.now(UTC)
     again = start_pair("again")
-    eventually(
-        lambda: _control_fired_after(kafka_settings, restarted_at + timedelta(seconds=5)),
-        timeout_s=60,
-        interval_s=0.5,
-    )
+    _wait_until_control_fired_after(kafka_settings, restarted_at + timedelta(seconds=5))
     _alive(*again)
 
+    _assert_control_fired_every_second_on_time(kafka_settings, published_at, restarted_at)
+    assert not any(r["schedule_id"].startswith("hostile-") for r in committed_runs(kafka_settings))
+
+
+def _control_fired_after(settings: KafkaSettings, instant: datetime) -> bool:
+    return any(
+        r["schedule_id"] == "control" and r["nominal_at"] > instant
+        for r in committed_runs(settings)
+    )
+
+
+def _wait_until_control_fired_after(settings: KafkaSettings, instant: datetime) -> None:
+    eventually(lambda: _control_fired_after(settings, instant), timeout_s=60, interval_s=0.5)
+
+
+def _assert_neither_failed_over_nor_rebuilt(logged_before: dict[ServiceProcess, int]) -> None:
+    """No ticker rejoined or lost partitions after the offset its log had reached: the hostile
+    schedules were confined where they landed."""
+    for ticker, offset in logged_before.items():
+        since_published = ticker.log()[offset:]
+        assert "rejoining" not in since_published, since_published
+        assert "event=lost" not in since_published, since_published
+
+
+def _assert_control_fired_every_second_on_time(
+    settings: KafkaSettings, published_at: datetime, restarted_at: datetime
+) -> None:
+    """No control occurrence lost, and those due beside the hostile schedules fired on time."""
     control = sorted(
-        (r for r in committed_runs(kafka_settings) if r["schedule_id"] == "control"),
+        (r for r in committed_runs(settings) if r["schedule_id"] == "control"),
         key=lambda r: r["nominal_at"],
     )
     gaps = [
@@ -181,14 +197,6 @@ def test_hostile_schedule_events_never_stop_a_ticker(
     # A failover would cost at least the 3 s session timeout; this 2-core machine under load
     # fires up to about 2 s late without one.
     assert worst_ms < 5_000, f"the control fired {worst_ms} ms late beside hostile schedules"
-    assert not any(r["schedule_id"].startswith("hostile-") for r in committed_runs(kafka_settings))
-
-
-def _control_fired_after(settings: KafkaSettings, instant: datetime) -> bool:
-    return any(
-        r["schedule_id"] == "control" and r["nominal_at"] > instant
-        for r in committed_runs(settings)
-    )
 
 
 def test_a_stored_state_that_cannot_be_decoded_is_quarantined_not_fatal(
