@@ -13,7 +13,7 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
 from kairos.core.errors import KairosError
-from kairos.streams.acls import DeploymentNames, Grant, Resource, Role, role_grants
+from kairos.streams.acls import DeploymentNames, Grant, Operation, Resource, Role, role_grants
 from kairos.streams.permissions import PermissionCheckError, check_grants
 from kairos.streams.settings import KafkaSettings
 
@@ -56,15 +56,17 @@ def refusal(
     """The clear error for `error` if the cluster refused access; `None` for any other error."""
     if error.code() in _AUTHENTICATION_FAILURES:
         return NotAuthenticatedError(error)
-    resource = _REFUSED_RESOURCE.get(error.code())
-    if resource is None and error.code() != KafkaError.CLUSTER_AUTHORIZATION_FAILED:
-        return None
     grants = role_grants(role, names)
-    needed = [
-        grant
-        for grant in grants
-        if grant.resource == resource and (topic is None or grant.name == topic)
-    ]
+    if error.code() == KafkaError.CLUSTER_AUTHORIZATION_FAILED:
+        # An idempotent producer's id is refused when the principal may WRITE no topic at all
+        # (KIP-679: no IDEMPOTENT_WRITE needed otherwise): what it lacks are its WRITE grants.
+        needed = [
+            g for g in grants if g.operation is Operation.WRITE and g.resource is Resource.TOPIC
+        ]
+    elif (resource := _REFUSED_RESOURCE.get(error.code())) is not None:
+        needed = [g for g in grants if g.resource == resource and topic in (None, g.name)]
+    else:
+        return None
     where = f" on topic {topic}" if topic else ""
     return NotAuthorizedError(role, needed, f"{error.name()}{where}")
 

@@ -21,6 +21,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from kairos.core.errors import KairosError
 from kairos.core.schedule import Schedule, parse_schedule
+from kairos.streams.authorization import kafka_error_of
 from kairos.streams.codec import Codecs, make_codecs
 from kairos.streams.records import definition_record
 from kairos.streams.schedule_events import check_event_size
@@ -215,7 +216,16 @@ class SchedulesClient:
                     self._producer.poll(0.1)
                 except KafkaException as refused:
                     raise PublishError(schedule_id, str(refused)) from refused
-        self._producer.flush(self._timeout_s)
+        try:
+            self._producer.flush(self._timeout_s)
+        except (KafkaException, SystemError) as failure:
+            # A fatal error (say, the cluster refusing the producer id) is raised out of the
+            # flush; confluent-kafka then reports it as a SystemError of the next callback,
+            # with the KafkaException as its cause.
+            fatal = kafka_error_of(failure)
+            if fatal is None:
+                raise
+            raise PublishError(records[0][0], fatal.str(), fatal) from failure
         # (schedule id, the broker's error, or None when no delivery report came in time)
         failures: builtins.list[tuple[str, KafkaError | None]] = [
             (schedule_id, outcomes.get(index))

@@ -42,6 +42,7 @@ class SecuredDeployment:
         """`kairos <args>` as `user`, on this deployment."""
         root = ["--bootstrap-servers", self.settings.bootstrap_servers]
         root += ["--topic-prefix", self.settings.topic_prefix, "--timeout", "20"]
+        root += ["--schedules-partitions", str(self.settings.schedules_partitions)]
         root += ["--kafka-config", str(self.properties(user))]
         return CliRunner().invoke(app, [*root, *args])
 
@@ -222,3 +223,32 @@ def test_a_role_missing_one_acl_is_told_which_and_does_nothing(
     assert f"it needs WRITE on topic {runs}." in ticker.log(), ticker.log()[-3000:]
     group = deployment.settings.deployment_id("executors")
     assert f"it needs READ on group {group}." in executor.log(), executor.log()[-3000:]
+
+
+def test_a_refusal_the_start_up_check_cannot_foresee_is_named_when_it_happens(
+    cluster_bootstrap: str,
+    cluster_properties_file: Callable[[str], Path],
+    cluster_create_user: Callable[..., str],
+    cluster_admin: AdminClient,
+    tmp_path: Path,
+) -> None:
+    """Transactional ids are not described to their users: the first init_transactions is."""
+    deployment = _deployment(
+        cluster_bootstrap,
+        cluster_properties_file,
+        cluster_create_user,
+        cluster_admin,
+        lambda role, grant: grant.resource is Resource.TRANSACTIONAL_ID,
+    )
+    ticker = start_ticker(
+        deployment.settings, "t1", tmp_path / "t1", tmp_path, env=deployment.env(Role.TICKER)
+    )
+    try:
+        code = ticker.process.wait(timeout=90)
+    finally:
+        ticker.stop()
+    log = ticker.log()
+    assert code == 1, log[-3000:]
+    prefix = DeploymentNames.of(deployment.settings).transactional_id_prefix
+    assert "(TRANSACTIONAL_ID_AUTHORIZATION_FAILED)" in log, log[-3000:]
+    assert f"it needs WRITE on transactional-id {prefix} (prefixed)." in log, log[-3000:]
