@@ -124,8 +124,9 @@ def _ticker(names: DeploymentNames) -> list[Grant]:
             Resource.GROUP,
             names.restore_group_prefix,
             Pattern.PREFIXED,
-            Operation.READ,
-            "the restore consumer's group id (one per ticker instance; never joined)",
+            Operation.DESCRIBE,
+            "the restore consumer's group id (one per ticker instance): never joined, but "
+            "librdkafka looks its coordinator up",
         ),
         Grant(
             Resource.TRANSACTIONAL_ID,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from confluent_kafka import KafkaError
 
 from kairos.streams.acls import DeploymentNames, Operation, Pattern, Resource, Role, role_grants
@@ -23,7 +25,7 @@ def test_the_ticker_reads_schedules_writes_runs_and_owns_its_transactional_ids()
         "WRITE on topic prod.runs",
         "WRITE on topic prod.dead-letters",
         "READ on group prod.tickers",
-        "READ on group prod.restore- (prefixed)",
+        "DESCRIBE on group prod.restore- (prefixed)",
         "WRITE on transactional-id prod.ticker- (prefixed)",
     }
 
@@ -78,3 +80,17 @@ def test_refused_credentials_say_which_settings_to_check() -> None:
 
 def test_other_errors_are_not_refusals() -> None:
     assert refusal(KafkaError(KafkaError._TRANSPORT), Role.TICKER, NAMES) is None
+
+
+def test_operations_md_lists_exactly_the_acls_the_code_grants() -> None:
+    """The doc's table is the code's list for the default prefix: neither drifts alone."""
+    names = DeploymentNames.of(KafkaSettings(bootstrap_servers="127.0.0.1:9092"))
+    doc = (Path(__file__).parents[2] / "docs" / "operations.md").read_text(encoding="utf-8")
+    rows = {line for line in doc.splitlines() if line.startswith("| ") and " `kairos." in line}
+    for role in Role:
+        for grant in role_grants(role, names):
+            prefixed = " (prefixed)" if grant.pattern is Pattern.PREFIXED else ""
+            row = f"| {role} | {grant.operation} | {grant.resource} `{grant.name}`{prefixed} |"
+            assert any(line.startswith(row) for line in rows), row
+    listed = sum(len(role_grants(role, names)) for role in Role)
+    assert len([line for line in rows if line.split(" | ")[0][2:] in set(Role)]) == listed
