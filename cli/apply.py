@@ -89,28 +89,37 @@ def plan_apply(
     return plan
 
 
+_FileOption = Annotated[
+    str,
+    typer.Option(
+        "-f",
+        "--file",
+        help="Schedules file {schedules: [...]}, YAML or JSON (by extension, else by "
+        "content); '-' reads stdin.",
+    ),
+]
+
+_PruneOption = Annotated[
+    bool,
+    typer.Option("--prune", help="Delete the --owner's schedules that the file lacks."),
+]
+
+_OwnerOption = Annotated[
+    str | None,
+    typer.Option("--owner", help="Team whose schedules the file holds; each must have it."),
+]
+
+_DryRunOption = Annotated[
+    bool, typer.Option("--dry-run", help="Show what would change; publish nothing.")
+]
+
+
 def apply(
     context: typer.Context,
-    file: Annotated[
-        str,
-        typer.Option(
-            "-f",
-            "--file",
-            help="Schedules file {schedules: [...]}, YAML or JSON (by extension, else by "
-            "content); '-' reads stdin.",
-        ),
-    ],
-    prune: Annotated[
-        bool,
-        typer.Option("--prune", help="Delete the --owner's schedules that the file lacks."),
-    ] = False,
-    owner: Annotated[
-        str | None,
-        typer.Option("--owner", help="Team whose schedules the file holds; each must have it."),
-    ] = None,
-    dry_run: Annotated[
-        bool, typer.Option("--dry-run", help="Show what would change; publish nothing.")
-    ] = False,
+    file: _FileOption,
+    prune: _PruneOption = False,
+    owner: _OwnerOption = None,
+    dry_run: _DryRunOption = False,
     changed_by: ChangedByOption = None,
     reason: ReasonOption = None,
 ) -> None:

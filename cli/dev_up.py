@@ -88,28 +88,35 @@ def _print_event(event: dict[str, Any]) -> None:
     typer.echo(f"{now}  {event['kind']:<13} {event['run_id']} attempt {event['attempt']}{detail}")
 
 
+_HomeOption = Annotated[
+    Path,
+    typer.Option(
+        envvar="KAIROS_DEV_HOME",
+        help="Where the broker, the ticker and the executor keep their data and logs.",
+    ),
+]
+
+_SchedulesFileOption = Annotated[
+    Path | None,
+    typer.Option("--schedules", "-f", help="A schedules file to apply instead of the sample one."),
+]
+
+_StopAfterOption = Annotated[
+    int | None,
+    typer.Option(help="Stop by itself after this many runs succeeded (for scripts)."),
+]
+
+_TimeoutSOption = Annotated[
+    float | None,
+    typer.Option("--timeout", help="Stop by itself after this many seconds."),
+]
+
+
 def up(
-    home: Annotated[
-        Path,
-        typer.Option(
-            envvar="KAIROS_DEV_HOME",
-            help="Where the broker, the ticker and the executor keep their data and logs.",
-        ),
-    ] = DEFAULT_HOME,
-    schedules_file: Annotated[
-        Path | None,
-        typer.Option(
-            "--schedules", "-f", help="A schedules file to apply instead of the sample one."
-        ),
-    ] = None,
-    stop_after: Annotated[
-        int | None,
-        typer.Option(help="Stop by itself after this many runs succeeded (for scripts)."),
-    ] = None,
-    timeout_s: Annotated[
-        float | None,
-        typer.Option("--timeout", help="Stop by itself after this many seconds."),
-    ] = None,
+    home: _HomeOption = DEFAULT_HOME,
+    schedules_file: _SchedulesFileOption = None,
+    stop_after: _StopAfterOption = None,
+    timeout_s: _TimeoutSOption = None,
 ) -> None:
     """Start a local broker, a ticker and an executor, apply sample schedules, show the runs."""
     stop = threading.Event()

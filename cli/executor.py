@@ -40,77 +40,103 @@ def _load_handlers(reference: str) -> Handlers:
     return registry
 
 
+_InstanceOption = Annotated[
+    str, typer.Option(envvar="KAIROS_EXECUTOR_INSTANCE", help="This executor's unique name.")
+]
+
+_StateDirOption = Annotated[
+    Path,
+    typer.Option(
+        envvar="KAIROS_STATE_DIR",
+        help="Where the embedded SQLite dedupe store lives (without --dedupe-url).",
+    ),
+]
+
+_DedupeUrlOption = Annotated[
+    str | None,
+    typer.Option(
+        envvar="KAIROS_DEDUPE_URL",
+        help="postgresql://user@host:5432/db (executors on many hosts) or "
+        "sqlite:////path (shared on one host).",
+    ),
+]
+
+_DedupeRetentionOption = Annotated[
+    str,
+    typer.Option(
+        envvar="KAIROS_DEDUPE_RETENTION",
+        help="How long finished runs are remembered as duplicates; at least the runs "
+        "topic's retention.ms (checked at start).",
+    ),
+]
+
+_GroupIdOption = Annotated[
+    str | None,
+    typer.Option(
+        envvar="KAIROS_EXECUTOR_GROUP",
+        help="Consumer group of the executors; default: the deployment's, <topic prefix>executors.",
+        show_default=False,
+    ),
+]
+
+_HandlersOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--handlers",
+        help="module:attribute of a Handlers registry of python jobs (repeatable).",
+    ),
+]
+
+_KindsOption = Annotated[
+    str | None,
+    typer.Option(
+        help="Comma-separated job kinds to run; default: noop,shell,http,kafka, "
+        "plus python with --handlers."
+    ),
+]
+
+_ConcurrencyOption = Annotated[int, typer.Option(min=1, help="Attempts running at once.")]
+
+_LeaseOption = Annotated[
+    str, typer.Option(help="How long a running attempt is this executor's unrenewed.")
+]
+
+_ShutdownGraceOption = Annotated[
+    str, typer.Option(help="How long attempts may take to finish after SIGTERM.")
+]
+
+_OffsetCommitIntervalOption = Annotated[
+    str, typer.Option(help="Commit consumed offsets at most this often.")
+]
+
+_PollIntervalOption = Annotated[
+    str, typer.Option(help="Longest wait for records per turn of the loop.")
+]
+
+_SessionTimeoutMsOption = Annotated[
+    int,
+    typer.Option(
+        envvar="KAIROS_SESSION_TIMEOUT_MS",
+        help="How long a silent executor keeps its partitions.",
+    ),
+]
+
+
 def executor(
     context: typer.Context,
-    instance: Annotated[
-        str, typer.Option(envvar="KAIROS_EXECUTOR_INSTANCE", help="This executor's unique name.")
-    ],
-    state_dir: Annotated[
-        Path,
-        typer.Option(
-            envvar="KAIROS_STATE_DIR",
-            help="Where the embedded SQLite dedupe store lives (without --dedupe-url).",
-        ),
-    ],
-    dedupe_url: Annotated[
-        str | None,
-        typer.Option(
-            envvar="KAIROS_DEDUPE_URL",
-            help="postgresql://user@host:5432/db (executors on many hosts) or "
-            "sqlite:////path (shared on one host).",
-        ),
-    ] = None,
-    dedupe_retention: Annotated[
-        str,
-        typer.Option(
-            envvar="KAIROS_DEDUPE_RETENTION",
-            help="How long finished runs are remembered as duplicates; at least the runs "
-            "topic's retention.ms (checked at start).",
-        ),
-    ] = "90d",
-    group_id: Annotated[
-        str | None,
-        typer.Option(
-            envvar="KAIROS_EXECUTOR_GROUP",
-            help="Consumer group of the executors; default: the deployment's, "
-            "<topic prefix>executors.",
-            show_default=False,
-        ),
-    ] = None,
-    handlers: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--handlers",
-            help="module:attribute of a Handlers registry of python jobs (repeatable).",
-        ),
-    ] = None,
-    kinds: Annotated[
-        str | None,
-        typer.Option(
-            help="Comma-separated job kinds to run; default: noop,shell,http,kafka, "
-            "plus python with --handlers."
-        ),
-    ] = None,
-    concurrency: Annotated[int, typer.Option(min=1, help="Attempts running at once.")] = 8,
-    lease: Annotated[
-        str, typer.Option(help="How long a running attempt is this executor's unrenewed.")
-    ] = "30s",
-    shutdown_grace: Annotated[
-        str, typer.Option(help="How long attempts may take to finish after SIGTERM.")
-    ] = "30s",
-    offset_commit_interval: Annotated[
-        str, typer.Option(help="Commit consumed offsets at most this often.")
-    ] = "1s",
-    poll_interval: Annotated[
-        str, typer.Option(help="Longest wait for records per turn of the loop.")
-    ] = "200ms",
-    session_timeout_ms: Annotated[
-        int,
-        typer.Option(
-            envvar="KAIROS_SESSION_TIMEOUT_MS",
-            help="How long a silent executor keeps its partitions.",
-        ),
-    ] = 10_000,
+    instance: _InstanceOption,
+    state_dir: _StateDirOption,
+    dedupe_url: _DedupeUrlOption = None,
+    dedupe_retention: _DedupeRetentionOption = "90d",
+    group_id: _GroupIdOption = None,
+    handlers: _HandlersOption = None,
+    kinds: _KindsOption = None,
+    concurrency: _ConcurrencyOption = 8,
+    lease: _LeaseOption = "30s",
+    shutdown_grace: _ShutdownGraceOption = "30s",
+    offset_commit_interval: _OffsetCommitIntervalOption = "1s",
+    poll_interval: _PollIntervalOption = "200ms",
+    session_timeout_ms: _SessionTimeoutMsOption = 10_000,
     metrics_port: MetricsPortOption = None,
     log_level: LogLevelOption = "INFO",
 ) -> None:

@@ -20,28 +20,37 @@ class _PreviewInputError(KairosError):
     """The preview's own input (the file or `--from`) is unusable."""
 
 
+_FileOption = Annotated[
+    Path,
+    typer.Option(
+        "-f", "--file", help="Schedules file, YAML or JSON (by extension): {schedules: [...]}."
+    ),
+]
+
+_FromOption = Annotated[
+    str | None,
+    typer.Option(
+        "--from",
+        help="ISO-8601 instant with an offset, e.g. 2027-03-14T00:00:00Z; "
+        "default now. Fires strictly after it are shown.",
+    ),
+]
+
+_CountOption = Annotated[
+    int, typer.Option("-n", "--count", min=1, help="Fires to show per schedule.")
+]
+
+_AsJsonOption = Annotated[
+    bool,
+    typer.Option("--json", help='Print {"<schedule id>": ["<fire in its zone>", ...]} only.'),
+]
+
+
 def preview(
-    file: Annotated[
-        Path,
-        typer.Option(
-            "-f", "--file", help="Schedules file, YAML or JSON (by extension): {schedules: [...]}."
-        ),
-    ],
-    from_: Annotated[
-        str | None,
-        typer.Option(
-            "--from",
-            help="ISO-8601 instant with an offset, e.g. 2027-03-14T00:00:00Z; "
-            "default now. Fires strictly after it are shown.",
-        ),
-    ] = None,
-    count: Annotated[
-        int, typer.Option("-n", "--count", min=1, help="Fires to show per schedule.")
-    ] = 5,
-    as_json: Annotated[
-        bool,
-        typer.Option("--json", help='Print {"<schedule id>": ["<fire in its zone>", ...]} only.'),
-    ] = False,
+    file: _FileOption,
+    from_: _FromOption = None,
+    count: _CountOption = 5,
+    as_json: _AsJsonOption = False,
 ) -> None:
     """Show each schedule's next fires in its own zone, marking fires moved or doubled by DST."""
     try:

@@ -24,41 +24,51 @@ from kairos.services.ticker.service import Ticker
 from kairos.services.ticker.settings import TickerSettings
 from kairos.streams.settings import KafkaSettings
 
+_InstanceOption = Annotated[
+    str, typer.Option(envvar="KAIROS_TICKER_INSTANCE", help="This ticker's unique name.")
+]
+
+_StateDirOption = Annotated[
+    Path,
+    typer.Option(
+        envvar="KAIROS_STATE_DIR", help="Where the RocksDB stores of owned partitions live."
+    ),
+]
+
+_GroupIdOption = Annotated[
+    str | None,
+    typer.Option(
+        envvar="KAIROS_TICKER_GROUP",
+        help="Consumer group of the tickers; default: the deployment's, <topic prefix>tickers.",
+        show_default=False,
+    ),
+]
+
+_SessionTimeoutMsOption = Annotated[
+    int,
+    typer.Option(
+        envvar="KAIROS_SESSION_TIMEOUT_MS",
+        help="How long a silent ticker keeps its partitions before another takes over.",
+    ),
+]
+
+_MaxClockAheadMsOption = Annotated[
+    int,
+    typer.Option(
+        envvar="KAIROS_MAX_CLOCK_AHEAD_MS",
+        help="How far ahead of the broker's clock this host's may be before the ticker "
+        "refuses to fire (its fires would start early).",
+    ),
+]
+
 
 def ticker(
     context: typer.Context,
-    instance: Annotated[
-        str, typer.Option(envvar="KAIROS_TICKER_INSTANCE", help="This ticker's unique name.")
-    ],
-    state_dir: Annotated[
-        Path,
-        typer.Option(
-            envvar="KAIROS_STATE_DIR", help="Where the RocksDB stores of owned partitions live."
-        ),
-    ],
-    group_id: Annotated[
-        str | None,
-        typer.Option(
-            envvar="KAIROS_TICKER_GROUP",
-            help="Consumer group of the tickers; default: the deployment's, <topic prefix>tickers.",
-            show_default=False,
-        ),
-    ] = None,
-    session_timeout_ms: Annotated[
-        int,
-        typer.Option(
-            envvar="KAIROS_SESSION_TIMEOUT_MS",
-            help="How long a silent ticker keeps its partitions before another takes over.",
-        ),
-    ] = 10_000,
-    max_clock_ahead_ms: Annotated[
-        int,
-        typer.Option(
-            envvar="KAIROS_MAX_CLOCK_AHEAD_MS",
-            help="How far ahead of the broker's clock this host's may be before the ticker "
-            "refuses to fire (its fires would start early).",
-        ),
-    ] = DEFAULT_MAX_CLOCK_AHEAD_MS,
+    instance: _InstanceOption,
+    state_dir: _StateDirOption,
+    group_id: _GroupIdOption = None,
+    session_timeout_ms: _SessionTimeoutMsOption = 10_000,
+    max_clock_ahead_ms: _MaxClockAheadMsOption = DEFAULT_MAX_CLOCK_AHEAD_MS,
     metrics_port: MetricsPortOption = None,
     log_level: LogLevelOption = "INFO",
 ) -> None:

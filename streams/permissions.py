@@ -111,6 +111,8 @@ def _operations(future: Future[Any], timeout_s: float) -> set[str] | None:
     """The operations allowed on one resource; empty when refused, `None` when it is absent."""
     try:
         description = future.result(timeout=timeout_s)
+    except TimeoutError as late:
+        raise PermissionCheckError(f"no answer within {timeout_s:g}s", transient=True) from late
     except KafkaException as failure:
         error: KafkaError = failure.args[0]
         if error.code() in _DENIED:
