@@ -91,27 +91,8 @@ def _owned_by(team: str, history: list[HistoryEvent], fired: list[FiredRun]) -> 
 def _entries(
     history: list[HistoryEvent], fired: list[FiredRun], events: list[RunEventRecord]
 ) -> Iterator[dict[str, Any]]:
-    previous: dict[str, Schedule | None] = {}
-    for event in history:
-        before = previous.get(event.schedule_id)
-        previous[event.schedule_id] = event.definition
-        if event.change == "tombstone" and before is None:
-            continue  # compaction's marker after a delete event: nothing new happened
-        yield {
-            "type": "change",
-            "at": event.changed_at,
-            "schedule_id": event.schedule_id,
-            "change": "created" if before is None and event.definition else event.change,
-            "changed_by": event.changed_by,
-            "reason": event.reason,
-            "revision": event.revision,
-            "partition": event.partition,
-            "offset": event.offset,
-            "changes": {
-                name: {"before": old, "after": new}
-                for name, (old, new) in changed_fields(before, event.definition).items()
-            },
-        }
+    """The window's story: the schedule changes, then the fires with their steps, then skips."""
+    yield from _change_entries(history)
     story: dict[str, list[RunEventRecord]] = {}
     for run_event in events:
         story.setdefault(run_event.run_id, []).append(run_event)
@@ -149,6 +130,30 @@ def _entries(
                 "reason": skip.reason,
                 "decided_by": skip.source,
             }
+
+
+def _change_entries(history: list[HistoryEvent]) -> Iterator[dict[str, Any]]:
+    previous: dict[str, Schedule | None] = {}
+    for event in history:
+        before = previous.get(event.schedule_id)
+        previous[event.schedule_id] = event.definition
+        if event.change == "tombstone" and before is None:
+            continue  # compaction's marker after a delete event: nothing new happened
+        yield {
+            "type": "change",
+            "at": event.changed_at,
+            "schedule_id": event.schedule_id,
+            "change": "created" if before is None and event.definition else event.change,
+            "changed_by": event.changed_by,
+            "reason": event.reason,
+            "revision": event.revision,
+            "partition": event.partition,
+            "offset": event.offset,
+            "changes": {
+                name: {"before": old, "after": new}
+                for name, (old, new) in changed_fields(before, event.definition).items()
+            },
+        }
 
 
 def _event_document(event: RunEventRecord) -> dict[str, Any]:

@@ -111,6 +111,23 @@ def _audit(deployment: SecuredDeployment, start: datetime, end: datetime) -> dic
     return report
 
 
+def _check_every_role(deployment: SecuredDeployment) -> None:
+    for role, user in deployment.users.items():
+        checked = deployment.kairos(user, "acls", role.value, "--check")
+        assert checked.exit_code == 0, checked.output
+
+
+def _ticker_and_executor(deployment: SecuredDeployment, tmp_path: Path) -> list[ServiceProcess]:
+    """A ticker as the ticker's user and an executor as the executor's."""
+    settings = deployment.settings
+    return [
+        start_ticker(settings, "t1", tmp_path / "t1", tmp_path, env=deployment.env(Role.TICKER)),
+        start_executor(
+            settings, "e1", tmp_path / "e1", tmp_path, env=deployment.env(Role.EXECUTOR)
+        ),
+    ]
+
+
 def test_the_whole_flow_runs_on_the_secured_cluster_with_each_role_holding_only_its_acls(
     cluster_bootstrap: str,
     cluster_properties_file: Callable[[str], Path],
@@ -121,37 +138,13 @@ def test_the_whole_flow_runs_on_the_secured_cluster_with_each_role_holding_only_
     deployment = _deployment(
         cluster_bootstrap, cluster_properties_file, cluster_create_user, cluster_admin
     )
-    for role, user in deployment.users.items():
-        checked = deployment.kairos(user, "acls", role.value, "--check")
-        assert checked.exit_code == 0, checked.output
+    _check_every_role(deployment)
     start = datetime.now(UTC).replace(microsecond=0) + 20 * SECOND
-    applied = deployment.kairos(
-        deployment.users[Role.PRODUCER],
-        "apply",
-        "-f",
-        str(_schedules_file(tmp_path / "s.yaml", start)),
-    )
+    schedules = str(_schedules_file(tmp_path / "s.yaml", start))
+    applied = deployment.kairos(deployment.users[Role.PRODUCER], "apply", "-f", schedules)
     assert applied.exit_code == 0, applied.output
-    services: list[ServiceProcess] = []
+    services = _ticker_and_executor(deployment, tmp_path)
     try:
-        services.append(
-            start_ticker(
-                deployment.settings,
-                "t1",
-                tmp_path / "t1",
-                tmp_path,
-                env=deployment.env(Role.TICKER),
-            )
-        )
-        services.append(
-            start_executor(
-                deployment.settings,
-                "e1",
-                tmp_path / "e1",
-                tmp_path,
-                env=deployment.env(Role.EXECUTOR),
-            )
-        )
         services[0].wait_for_log("handover event=assigned", timeout_s=90)
         end = start + 10 * SECOND
         sleep_until(end + SECOND)
