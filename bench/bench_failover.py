@@ -29,10 +29,14 @@ import time
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from bench.common import (
     Observation,
+    Restore,
     RunsObserver,
+    Tally,
+    TickerProcess,
     deployment,
     local_broker,
     minute_after,
@@ -47,6 +51,7 @@ from bench.common import (
     wait_until_held,
 )
 from bench.outcome import Outcome, percentiles, process_tree_cpu_s, write_outcomes
+from kairos.streams.settings import KafkaSettings
 
 SESSION_TIMEOUTS_MS = {"tuned": 3_000, "default": 10_000}
 
@@ -94,13 +99,10 @@ def takeover(observations: list[Observation], killed: str, killed_at: float) -> 
     )
 
 
-def measure(
-    bootstrap: str, broker_pid: int, config: str, args: argparse.Namespace, workdir: Path
-) -> Outcome:
-    settings = deployment(bootstrap, f"failover-{config}.")
-    ids = steady_ids(args.size)
-    publish_s = publish(settings, steady_schedules(ids))
-    session_ms = SESSION_TIMEOUTS_MS[config]
+def _start_pair(
+    settings: KafkaSettings, config: str, workdir: Path, session_ms: int
+) -> tuple[TickerProcess, TickerProcess]:
+    """The ticker to kill and its survivor."""
     victim, survivor = (
         start_ticker(
             settings,
@@ -111,15 +113,26 @@ def measure(
         )
         for name in ("a", "b")
     )
+    return victim, survivor
+
+
+def measure(
+    bootstrap: str, broker_pid: int, config: str, args: argparse.Namespace, workdir: Path
+) -> Outcome:
+    settings = deployment(bootstrap, f"failover-{config}.")
+    ids = steady_ids(args.size)
+    publish_s = publish(settings, steady_schedules(ids))
+    session_ms = SESSION_TIMEOUTS_MS[config]
+    victim, survivor = _start_pair(settings, config, workdir, session_ms)
     try:
         wait_until_held([victim, survivor], args.size)
         start = minute_after(datetime.now(UTC) + timedelta(seconds=args.warmup))
         end = start + timedelta(seconds=args.window)
         observer = RunsObserver(settings, keep_from=start.timestamp())
         try:
+            window = f"{start:%H:%M:%S}–{end:%H:%M:%S}Z, SIGKILL at +{args.kill_after}s"
             print(
-                f"  {config}: published {args.size:,} in {publish_s:.1f}s; window "
-                f"{start:%H:%M:%S}–{end:%H:%M:%S}Z, SIGKILL at +{args.kill_after}s",
+                f"  {config}: published {args.size:,} in {publish_s:.1f}s; window {window}",
                 flush=True,
             )
             expected = run_ids(ids, start, args.window // 60)
@@ -145,12 +158,49 @@ def measure(
     observations = observer.observations()
     seen = tally(observations, expected)
     taken = takeover(observations, victim.instance, killed_at)
+    extra = {
+        "session_timeout_ms": session_ms,
+        "killed_partitions": sorted(taken.killed_partitions),
+        "survivor_lateness_ms": taken.survivor_ms,
+        "survivor_fired_lateness_ms": taken.survivor_fired_ms,
+        "survivor_restores": [asdict(r) for r in taken_over],
+        "window_lateness_ms": seen.lateness_ms,
+        "broker_cpu_s": broker_cpu,
+        "publish_s": publish_s,
+    }
+    return _outcome(
+        config,
+        args,
+        seen=seen,
+        expected=len(expected),
+        taken=taken,
+        taken_over=taken_over,
+        ticker_cpu=ticker_cpu,
+        finished=not unseen,
+        extra=extra,
+    )
+
+
+def _outcome(
+    config: str,
+    args: argparse.Namespace,
+    *,
+    seen: Tally,
+    expected: int,
+    taken: Takeover,
+    taken_over: list[Restore],
+    ticker_cpu: float,
+    finished: bool,
+    extra: dict[str, Any],
+) -> Outcome:
+    """Print the configuration's line and return its outcome."""
     print(
-        f"  {config:>7}  session {session_ms / 1000:.0f}s  gap {taken.gap_s:5.2f}s  "
+        f"  {config:>7}  session {extra['session_timeout_ms'] / 1000:.0f}s  "
+        f"gap {taken.gap_s:5.2f}s  "
         f"waited p50 {taken.waited_ms['p50']:,.0f} ms max {taken.waited_ms['max']:,.0f} ms  "
         f"survivor's own max {taken.survivor_ms.get('max', 0):,.0f} ms "
         f"(fired {taken.survivor_fired_ms.get('max', 0):,.0f} ms)  "
-        f"fires {seen.fires:,}/{len(expected):,}  lost {seen.lost}  dup {seen.duplicated}  "
+        f"fires {seen.fires:,}/{expected:,}  lost {seen.lost}  dup {seen.duplicated}  "
         f"restored {sum(r.records for r in taken_over):,} records "
         f"in {sum(r.seconds for r in taken_over):.2f}s",
         flush=True,
@@ -161,24 +211,15 @@ def measure(
         n=args.size,
         config=config,
         fires=seen.fires,
-        expected=len(expected),
+        expected=expected,
         lost=seen.lost,
         duplicated=seen.duplicated,
         seconds=args.window,
         lateness_ms=taken.waited_ms,
         cpu_s=ticker_cpu,
         gap_s=taken.gap_s,
-        finished=not unseen,
-        extra={
-            "session_timeout_ms": session_ms,
-            "killed_partitions": sorted(taken.killed_partitions),
-            "survivor_lateness_ms": taken.survivor_ms,
-            "survivor_fired_lateness_ms": taken.survivor_fired_ms,
-            "survivor_restores": [asdict(r) for r in taken_over],
-            "window_lateness_ms": seen.lateness_ms,
-            "broker_cpu_s": broker_cpu,
-            "publish_s": publish_s,
-        },
+        finished=finished,
+        extra=extra,
     )
 
 

@@ -33,11 +33,14 @@ import time
 from datetime import UTC, datetime, timedelta
 from math import nan
 from pathlib import Path
+from typing import Any
 
 import psutil
 
 from bench.common import (
     RunsObserver,
+    Tally,
+    TickerProcess,
     deployment,
     local_broker,
     minute_after,
@@ -52,6 +55,21 @@ from bench.common import (
     wait_until_held,
 )
 from bench.outcome import Outcome, process_tree_cpu_s, write_outcomes
+from kairos.streams.settings import KafkaSettings
+
+
+def _start_tickers(
+    settings: KafkaSettings, size: int, count: int, workdir: Path
+) -> list[TickerProcess]:
+    return [
+        start_ticker(
+            settings,
+            f"steady-{size}-{t}",
+            workdir / f"state-{size}-{t}",
+            workdir / f"ticker-{size}-{t}.log",
+        )
+        for t in range(count)
+    ]
 
 
 def measure(
@@ -61,15 +79,7 @@ def measure(
     ids = steady_ids(size)
     publish_s = publish(settings, steady_schedules(ids))
     print(f"  N={size:,}: published in {publish_s:.1f}s", flush=True)
-    tickers = [
-        start_ticker(
-            settings,
-            f"steady-{size}-{t}",
-            workdir / f"state-{size}-{t}",
-            workdir / f"ticker-{size}-{t}.log",
-        )
-        for t in range(args.tickers)
-    ]
+    tickers = _start_tickers(settings, size, args.tickers, workdir)
     try:
         ingest_started = time.monotonic()
         wait_until_held(tickers, size)
@@ -97,14 +107,45 @@ def measure(
         for ticker in tickers:
             ticker.stop()
     ticker_cpu, broker_cpu, observer_cpu = (b - a for a, b in zip(before, after, strict=True))
+    extra = {
+        "tickers": args.tickers,
+        "publish_s": publish_s,
+        "ingest_s": ingest_s,
+        "broker_cpu_s": broker_cpu,
+        "observer_cpu_s": observer_cpu,
+        "ticker_rss_mb": rss_mb,
+        "window_start": start.isoformat(),
+    }
+    return _outcome(
+        size,
+        window_s=args.window,
+        seen=seen,
+        expected=len(expected),
+        ticker_cpu=ticker_cpu,
+        finished=not unseen,
+        extra=extra,
+    )
+
+
+def _outcome(
+    size: int,
+    *,
+    window_s: int,
+    seen: Tally,
+    expected: int,
+    ticker_cpu: float,
+    finished: bool,
+    extra: dict[str, Any],
+) -> Outcome:
+    """Print the size's line and return its outcome."""
     late = seen.lateness_ms
     print(
-        f"  N={size:>9,}  fires {seen.fires:>9,}/{len(expected):,} "
-        f"({seen.fires / args.window:,.0f}/s)  lost {seen.lost}  dup {seen.duplicated}  "
+        f"  N={size:>9,}  fires {seen.fires:>9,}/{expected:,} "
+        f"({seen.fires / window_s:,.0f}/s)  lost {seen.lost}  dup {seen.duplicated}  "
         f"lateness p50 {late.get('p50', nan):,.0f} ms p99 {late.get('p99', nan):,.0f} ms "
         f"max {late.get('max', nan):,.0f} ms  ticker CPU {ticker_cpu:.1f}s "
-        f"({ticker_cpu / args.window:.0%} of a core)  broker CPU {broker_cpu:.1f}s  "
-        f"observer CPU {observer_cpu:.1f}s",
+        f"({ticker_cpu / window_s:.0%} of a core)  broker CPU {extra['broker_cpu_s']:.1f}s  "
+        f"observer CPU {extra['observer_cpu_s']:.1f}s",
         flush=True,
     )
     return Outcome(
@@ -113,23 +154,15 @@ def measure(
         n=size,
         config="default",
         fires=seen.fires,
-        expected=len(expected),
+        expected=expected,
         lost=seen.lost,
         duplicated=seen.duplicated,
-        seconds=args.window,
-        fires_per_s=seen.fires / args.window,
+        seconds=window_s,
+        fires_per_s=seen.fires / window_s,
         lateness_ms=seen.lateness_ms,
         cpu_s=ticker_cpu,
-        finished=not unseen,
-        extra={
-            "tickers": args.tickers,
-            "publish_s": publish_s,
-            "ingest_s": ingest_s,
-            "broker_cpu_s": broker_cpu,
-            "observer_cpu_s": observer_cpu,
-            "ticker_rss_mb": rss_mb,
-            "window_start": start.isoformat(),
-        },
+        finished=finished,
+        extra=extra,
     )
 
 
