@@ -130,11 +130,9 @@ def measure(
         end = start + timedelta(seconds=args.window)
         observer = RunsObserver(settings, keep_from=start.timestamp())
         try:
+            published = f"  {config}: published {args.size:,} in {publish_s:.1f}s"
             window = f"{start:%H:%M:%S}–{end:%H:%M:%S}Z, SIGKILL at +{args.kill_after}s"
-            print(
-                f"  {config}: published {args.size:,} in {publish_s:.1f}s; window {window}",
-                flush=True,
-            )
+            print(f"{published}; window {window}", flush=True)
             expected = run_ids(ids, start, args.window // 60)
             sleep_until(start)
             before = victim.cpu_s() + survivor.cpu_s(), process_tree_cpu_s(broker_pid)
@@ -155,9 +153,8 @@ def measure(
     finally:
         victim.stop()
         survivor.stop()
-    observations = observer.observations()
+    taken = takeover(observations := observer.observations(), victim.instance, killed_at)
     seen = tally(observations, expected)
-    taken = takeover(observations, victim.instance, killed_at)
     extra = {
         "session_timeout_ms": session_ms,
         "killed_partitions": sorted(taken.killed_partitions),
