@@ -29,7 +29,6 @@ from tests.processes import ServiceProcess, start_ticker
 
 CODECS = make_codecs()
 SESSION_TIMEOUT_S = 3
-TICKER_GROUP = "kairos-tickers"
 
 
 def publish_every(settings: KafkaSettings, count: int, period_s: int, start: datetime) -> list[str]:
@@ -197,10 +196,13 @@ def test_a_survivor_keeps_firing_while_partitions_it_took_over_wait_for_a_pendin
     try:
         killed.wait_for_log("handover event=assigned")
         survivor.wait_for_log("handover event=assigned")
-        owners = wait_for_stable_group(kafka_settings.bootstrap_servers, TICKER_GROUP, members=2)
+        owners = wait_for_stable_group(
+            kafka_settings.bootstrap_servers, kafka_settings.deployment_id("tickers"), members=2
+        )
         dying.init_transactions(30)
         dying.begin_transaction()
-        outsider = Consumer(kafka_settings.consumer_config(**{"group.id": TICKER_GROUP}))
+        tickers = kafka_settings.deployment_id("tickers")
+        outsider = Consumer(kafka_settings.consumer_config(**{"group.id": tickers}))
         dying.send_offsets_to_transaction(
             [TopicPartition(schedules, p, 0) for p in sorted(owners["k"])],
             outsider.consumer_group_metadata(),
