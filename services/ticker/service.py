@@ -195,7 +195,11 @@ class Ticker:
             self._partitions.close()
             self._partitions = None
         if self._transactions is not None:
-            self._transactions.producer.flush(10)
+            try:
+                self._transactions.producer.flush(10)
+            except KafkaException as fatal:
+                # A fenced or otherwise fatal producer raises here: nothing of it is wanted.
+                logger.info("producer closed on %s", fatal.args[0].name())
             self._transactions = None
 
     # -- rebalance ---------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from kairos.core.schedule import Schedule
 from kairos.streams.codec import make_codecs
 from kairos.streams.partitioner import partition_for
 from kairos.streams.schedule_publisher import SchedulesClient
-from kairos.streams.settings import KafkaSettings
+from kairos.streams.settings import TICKER_GROUP, KafkaSettings
 from kairos.streams.topics import TopicRole
 from tests.helpers import eventually, sleep_until, unique_name
 from tests.kafka_helpers import read_topic, wait_for_stable_group
@@ -29,7 +29,6 @@ from tests.processes import ServiceProcess, start_ticker
 
 CODECS = make_codecs()
 SESSION_TIMEOUT_S = 3
-TICKER_GROUP = "kairos-tickers"
 
 
 def publish_every(settings: KafkaSettings, count: int, period_s: int, start: datetime) -> list[str]:
@@ -197,7 +196,8 @@ def leave_offsets_pending(dying: Producer, settings: KafkaSettings, partitions: 
     ticker does before it commits, and never commit it."""
     dying.init_transactions(30)
     dying.begin_transaction()
-    outsider = Consumer(settings.consumer_config(**{"group.id": TICKER_GROUP}))
+    tickers = settings.deployment_id(TICKER_GROUP)
+    outsider = Consumer(settings.consumer_config(**{"group.id": tickers}))
     schedules = settings.layout.name(TopicRole.SCHEDULES)
     dying.send_offsets_to_transaction(
         [TopicPartition(schedules, p, 0) for p in sorted(partitions)],
@@ -250,7 +250,8 @@ def test_a_survivor_keeps_firing_while_partitions_it_took_over_wait_for_a_pendin
     try:
         killed.wait_for_log("handover event=assigned")
         survivor.wait_for_log("handover event=assigned")
-        owners = wait_for_stable_group(kafka_settings.bootstrap_servers, TICKER_GROUP, members=2)
+        tickers = kafka_settings.deployment_id(TICKER_GROUP)
+        owners = wait_for_stable_group(kafka_settings.bootstrap_servers, tickers, members=2)
         leave_offsets_pending(dying, kafka_settings, owners["k"])
         killed.kill()
         killed_at = datetime.now(UTC)

@@ -142,8 +142,9 @@ def test_a_change_takes_effect_within_a_second_and_garbage_is_dead_lettered(
 
     # The owner is visible in the metadata of the offsets it commits.
     admin = AdminClient({"bootstrap.servers": kafka_settings.bootstrap_servers})
-    request = ConsumerGroupTopicPartitions("kairos-tickers")
-    offsets = admin.list_consumer_group_offsets([request])["kairos-tickers"].result(timeout=30)
+    group = kafka_settings.deployment_id("tickers")
+    request = ConsumerGroupTopicPartitions(group)
+    offsets = admin.list_consumer_group_offsets([request])[group].result(timeout=30)
     owners = [
         OwnershipInfo.decode(tp.metadata)
         for tp in offsets.topic_partitions
