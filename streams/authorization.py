@@ -141,8 +141,12 @@ class RoleAccess:
             self._admin = AdminClient(self._kafka.client_config())
         return self._admin
 
-    def check(self, timeout_s: float = 10.0) -> None:
-        """On the first call only: refuse to run without the role's topic and group ACLs."""
+    def check(self, timeout_s: float = 5.0) -> None:
+        """On the first call only: refuse to run without the role's topic and group ACLs.
+
+        Briefly: on a fresh cluster the group coordinator may not answer for a while, and a
+        refusal the check could not see is still named when it happens (`raise_if_refused`).
+        """
         if not self._checked:
             check_role(self._admin_client(), self.role, self.names, timeout_s)
             self._checked = True

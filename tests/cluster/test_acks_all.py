@@ -1,18 +1,28 @@
-"""Kairos's producers wait for every in-sync replica (acks=all): with a broker down and a topic
-that needs all three replicas in sync, the schedule publisher is refused where an acks=1
-producer is not, so an acknowledged schedule change is never on one broker only."""
+"""A broker down on the secured cluster. Kairos's producers wait for every in-sync replica
+(acks=all): with a topic that needs all three in sync, the schedule publisher gets no
+acknowledgement where an acks=1 producer does, so an acknowledged schedule change is never on
+one broker only; and `kairos topics check` reports every topic under-replicated."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError, Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ResourceType,
+)
+from typer.testing import CliRunner
 
+from kairos.cli.app import app
 from kairos.core.schedule import Schedule
 from kairos.streams.schedule_publisher import PublishError, SchedulesClient
 from kairos.streams.settings import KafkaSettings
@@ -21,9 +31,32 @@ from tests.cluster.conftest import SecureCluster
 from tests.helpers import eventually, unique_name
 
 
+def _root(settings: KafkaSettings, properties: Path) -> list[str]:
+    return [
+        "--bootstrap-servers",
+        settings.bootstrap_servers,
+        "--kafka-config",
+        str(properties),
+        "--topic-prefix",
+        settings.topic_prefix,
+        "--schedules-partitions",
+        str(settings.schedules_partitions),
+    ]
+
+
+def _set_min_isr(admin: AdminClient, topic: str, value: str) -> None:
+    entry = ConfigEntry("min.insync.replicas", value, incremental_operation=AlterConfigOpType.SET)
+    resource = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[entry])
+    admin.incremental_alter_configs([resource])[resource].result(timeout=30)
+
+
 def _isr(admin: AdminClient, topic: str) -> set[int]:
-    partition = admin.list_topics(topic, timeout=10).topics[topic].partitions[0]
-    return set(partition.isrs)
+    try:
+        metadata = admin.list_topics(topic, timeout=10)
+    except KafkaException as error:
+        # A metadata request can time out while a node is down or back: ask again.
+        raise AssertionError(f"no metadata: {error}") from error
+    return set(metadata.topics[topic].partitions[0].isrs)
 
 
 def _acks_1_delivers(config: dict[str, Any], topic: str) -> KafkaError | None:
@@ -45,9 +78,12 @@ def test_with_a_broker_down_a_schedule_needing_every_replica_is_refused_not_half
             k: str(v) for k, v in secure_cluster.client_config().items() if k != "bootstrap.servers"
         },
     )
+    admin_file = secure_cluster.properties_file()
+    created = CliRunner().invoke(app, [*_root(settings, admin_file), "topics", "create"])
+    assert created.exit_code == 0, created.output
+    # The schedules topic needs every replica in sync: a broker down stops its writes.
     topic = settings.layout.name(TopicRole.SCHEDULES)
-    new = NewTopic(topic, 1, replication_factor=3, config={"min.insync.replicas": "3"})
-    cluster_admin.create_topics([new])[topic].result(timeout=30)
+    _set_min_isr(cluster_admin, topic, "3")
     schedule = Schedule(id="acks-all", cron="0 2 * * *")
     with SchedulesClient(settings, changed_by="acks-test", timeout_s=20) as client:
         client.upsert(schedule)  # all three replicas in sync: acknowledged
@@ -69,6 +105,14 @@ def test_with_a_broker_down_a_schedule_needing_every_replica_is_refused_not_half
             client.upsert(schedule.model_copy(update={"cron": "0 3 * * *"}))
         # The same write with acks=1 is taken by the leader alone: what acks=all rules out.
         assert _acks_1_delivers(secure_cluster.client_config(), topic) is None
+        # `topics check` sees the lost replica on every topic of the deployment.
+        checked = CliRunner().invoke(
+            app, [*_root(settings, admin_file), "topics", "check", "--json"]
+        )
+        assert checked.exit_code == 1, checked.output
+        problems = json.loads(checked.stdout)["problems"]
+        lagging = {p["topic"] for p in problems if p["kind"] == "under-replicated"}
+        assert lagging == {settings.layout.name(role) for role in TopicRole}, problems
     finally:
         secure_cluster.cluster.start()
         eventually(
