@@ -17,6 +17,7 @@ from confluent_kafka import KafkaError, KafkaException, TopicCollection
 from confluent_kafka.admin import AdminClient
 
 from kairos.streams.acls import DeploymentNames, Grant, Pattern, Resource
+from kairos.streams.passing import COORDINATOR_MOVING, passes
 from kairos.streams.topics import TopicRole
 
 _DENIED = {KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.GROUP_AUTHORIZATION_FAILED}
@@ -31,17 +32,9 @@ class PermissionCheckError(Exception):
 
 
 def _transient(error: KafkaError) -> bool:
-    # A group coordinator still loading, moving, or an answer not back in time: the ACLs may be
-    # fine, the question is asked again.
-    return error.retriable() or error.code() in _NOT_YET
-
-
-_NOT_YET = {
-    KafkaError._TIMED_OUT,
-    KafkaError.COORDINATOR_NOT_AVAILABLE,
-    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
-    KafkaError.NOT_COORDINATOR,
-}
+    # A group coordinator still loading or moving, or an answer not back in time: the ACLs may
+    # be fine, the question is asked again.
+    return passes(error, COORDINATOR_MOVING | {KafkaError._TIMED_OUT})
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,7 @@ from confluent_kafka.admin import (
 from kairos.core.durations import format_duration
 from kairos.core.errors import KairosError
 from kairos.streams.dedupe.base import DedupeStore
+from kairos.streams.passing import COORDINATOR_MOVING, passes
 
 logger = logging.getLogger(__name__)
 
@@ -53,14 +54,6 @@ _SHARED_STORE_FIX = (
     "--dedupe-url sqlite:////shared/path/dedupe.sqlite3 (executors of one host); "
     "or give this executor a group of its own (--group-id)"
 )
-
-_COORDINATOR_NOT_READY = (
-    KafkaError.NOT_COORDINATOR,
-    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
-    KafkaError.COORDINATOR_NOT_AVAILABLE,
-)
-"""Answers of a broker whose group coordinator is still starting or moving (not flagged
-retriable by librdkafka's admin API, but they pass in seconds)."""
 
 
 class SeparateStoresError(KairosError):
@@ -181,7 +174,7 @@ class StoreGuard:
             except KafkaException as failure:
                 error: KafkaError = failure.args[0]
                 problem = f"{error.name()} {error.str()}"
-                transient = error.retriable() or error.code() in _COORDINATOR_NOT_READY
+                transient = passes(error, COORDINATOR_MOVING)
             except TimeoutError:
                 problem, transient = "no answer", True
             if not transient or time.monotonic() >= deadline:

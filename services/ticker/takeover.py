@@ -22,6 +22,7 @@ from kairos.services.ticker.partition import OwnedPartition, RestoreError, Resto
 from kairos.services.ticker.settings import TickerSettings
 from kairos.streams.codec import Codecs
 from kairos.streams.ownership import OwnershipInfo
+from kairos.streams.passing import LEADER_MOVING, passes
 from kairos.streams.settings import RESTORE_GROUP, KafkaSettings
 from kairos.streams.state_store import PartitionStore
 
@@ -31,12 +32,6 @@ _SETTLE_WAIT_S = (0.02, 0.25)
 """How long a turn waits for an arriving partition's committed offset before it fires: the first
 wait, doubled after each turn that settled none (a broker far away may need more) up to the last."""
 _NOT_SETTLED = (KafkaError._TIMED_OUT, KafkaError.UNSTABLE_OFFSET_COMMIT)
-_NOT_LED_YET = (
-    KafkaError.NOT_LEADER_FOR_PARTITION,
-    KafkaError.LEADER_NOT_AVAILABLE,
-    KafkaError.UNKNOWN_TOPIC_OR_PART,
-)
-"""Errors of a partition without a leader for a moment (just created, or moving)."""
 _RETRY_S = 0.5
 """How soon a take-over held up by a passing obstacle is tried again."""
 _RETRY_AFTER_FAILURE_S = 5.0
@@ -169,7 +164,7 @@ class TakeOver:
             self._take_over(consumer, tp, time.monotonic() - self.arriving[partition])
         except KafkaException as failure:
             error: KafkaError = failure.args[0]
-            if not (error.retriable() or error.code() in _NOT_LED_YET):
+            if not passes(error, LEADER_MOVING):
                 raise
             self._postpone(partition, _RETRY_S, error.str())
             return False
