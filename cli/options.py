@@ -79,8 +79,13 @@ def refused(
     kafka_error = kafka_error_of(error)
     if kafka_error is None:
         return None
-    admin = AdminClient(settings.consumer_config())
-    found = diagnosed(kafka_error, role, DeploymentNames.of(settings), admin, topic=topic)
+    found = diagnosed(
+        kafka_error,
+        role,
+        DeploymentNames.of(settings),
+        lambda: AdminClient(settings.consumer_config()),
+        topic=topic,
+    )
     return None if found is None else str(found)
 
 

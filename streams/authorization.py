@@ -8,6 +8,7 @@ name the grant to add, so an operator never has to guess from "Topic authorizati
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
@@ -33,6 +34,7 @@ class NotAuthorizedError(KairosError):
     def __init__(self, role: Role, needed: list[Grant], refused: str) -> None:
         self.role = role
         self.needed = needed
+        self.refused = refused
         grants = "; ".join(grant.describe() for grant in needed) or "see the role's ACLs"
         super().__init__(
             f"the {role} is not authorized ({refused}): it needs {grants}. Grant them with "
@@ -75,7 +77,7 @@ def diagnosed(
     error: KafkaError,
     role: Role,
     names: DeploymentNames,
-    admin: AdminClient,
+    admin: Callable[[], AdminClient],
     *,
     topic: str | None = None,
     timeout_s: float = 10.0,
@@ -84,19 +86,19 @@ def diagnosed(
 
     The broker's refusal names only a kind of resource (a transaction's refused topic is not
     named at all); asking for the principal's authorized operations names the very grant.
+    `admin` is called only then: most errors a client meets are no refusal.
     """
     refused = refusal(error, role, names, topic)
     if not isinstance(refused, NotAuthorizedError) or not refused.needed:
         return refused
     try:
-        checked = check_grants(admin, refused.needed, names, timeout_s)
+        checked = check_grants(admin(), refused.needed, names, timeout_s)
     except (KafkaException, PermissionCheckError) as failure:
         logger.info("the %s's ACLs could not be asked of the cluster: %s", role, failure)
         return refused
     if not checked.missing:
         return refused
-    where = f" on topic {topic}" if topic else ""
-    return NotAuthorizedError(role, checked.missing, f"{error.name()}{where}")
+    return NotAuthorizedError(role, checked.missing, refused.refused)
 
 
 def check_role(admin: AdminClient, role: Role, names: DeploymentNames, timeout_s: float) -> None:
@@ -158,6 +160,6 @@ class RoleAccess:
         error = failure if isinstance(failure, KafkaError) else kafka_error_of(failure)
         if error is None:
             return
-        found = diagnosed(error, self.role, self.names, self._admin_client(), topic=topic)
+        found = diagnosed(error, self.role, self.names, self._admin_client, topic=topic)
         if found is not None:
             raise found
