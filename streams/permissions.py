@@ -8,6 +8,7 @@ this way; their refusals name themselves (streams/authorization.py).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -46,6 +47,21 @@ class GrantCheck:
 
 
 def check_grants(
+    admin: AdminClient, grants: Iterable[Grant], names: DeploymentNames, timeout_s: float
+) -> GrantCheck:
+    """`_ask_grants`, asked again while the cluster's answer is only not there yet."""
+    deadline = time.monotonic() + timeout_s
+    wanted = list(grants)
+    while True:
+        try:
+            return _ask_grants(admin, wanted, names, timeout_s)
+        except PermissionCheckError as error:
+            if not error.transient or time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
+def _ask_grants(
     admin: AdminClient, grants: Iterable[Grant], names: DeploymentNames, timeout_s: float
 ) -> GrantCheck:
     """Which of `grants` the principal `admin` connects as does not hold.
