@@ -261,6 +261,7 @@ class Observation:
 
     seen_at: float
     run_id: str
+    nominal_at: float
     due_at: float
     fired_at: float
     """The ticker's clock as it built the record, before its transaction committed."""
@@ -356,6 +357,7 @@ class RunsObserver:
                     Observation(
                         seen_at,
                         record["run_id"],
+                        record["nominal_at"].timestamp(),
                         record["due_at"].timestamp(),
                         record["fired_at"].timestamp(),
                         record["schedules_partition"],

@@ -145,6 +145,11 @@ class LocalPostgres:
         finally:
             shutil.rmtree(self.root, ignore_errors=True)
 
+    def restart(self, mode: str = "fast") -> None:
+        """`pg_ctl restart` with the options it was started with: `fast` rolls back open
+        transactions and closes every connection; `immediate` is a crash (recovery on start)."""
+        self._run("pg_ctl", "-D", str(self.data_dir), "-m", mode, "-w", "-t", "60", "restart")
+
     def server_pid(self) -> int:
         """The postmaster's pid; its children are the server's other processes."""
         return int((self.data_dir / "postmaster.pid").read_text().split("\n", 1)[0])

@@ -7,9 +7,13 @@ obstacle out ask `passes` with the kind of obstacle they meet.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+import time
+from collections.abc import Callable, Collection
+from typing import TypeVar
 
-from confluent_kafka import KafkaError
+from confluent_kafka import KafkaError, KafkaException
+
+T = TypeVar("T")
 
 LEADER_MOVING = frozenset(
     {
@@ -30,6 +34,33 @@ COORDINATOR_MOVING = frozenset(
 """A group coordinator still starting, loading its offsets, or moving."""
 
 
+BROKER_GONE = frozenset({KafkaError._DESTROY_BROKER, KafkaError._TRANSPORT, KafkaError._TIMED_OUT})
+"""A request that went to a broker which died: it times out, or librdkafka drops it when the
+broker leaves the cluster's metadata. Asked again, it goes to the partition's new leader."""
+
+ATTEMPT_S = 5.0
+"""One attempt's bound in `ask_until_answered`: a request to a dead leader must not use up the
+whole wait; the broker fences a dead one and elects new leaders within about ten seconds."""
+
+
 def passes(error: KafkaError, obstacles: Collection[int]) -> bool:
     """True when asking again soon may succeed: librdkafka says so, or it is one of `obstacles`."""
     return bool(error.retriable()) or error.code() in obstacles
+
+
+def ask_until_answered(
+    ask: Callable[[float], T], timeout_s: float, obstacles: Collection[int]
+) -> T:
+    """`ask(attempt_timeout_s)` again while it fails with an error that `passes`, until
+    `timeout_s` has gone; the last failure is raised. For requests to a partition's leader,
+    whose first answer during a failover is often an error from the leader that just died."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        attempt_s = max(0.1, min(ATTEMPT_S, deadline - time.monotonic()))
+        try:
+            return ask(attempt_s)
+        except KafkaException as failure:
+            error: KafkaError = failure.args[0]
+            if time.monotonic() + 0.2 >= deadline or not passes(error, obstacles):
+                raise
+            time.sleep(0.2)

@@ -29,6 +29,7 @@ from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 from kairos.core.errors import KairosError
 from kairos.core.firing import Outcome, ScheduleState
 from kairos.streams.codec import Codecs
+from kairos.streams.passing import BROKER_GONE, LEADER_MOVING, ask_until_answered
 from kairos.streams.records import floor_from_progress, state_from_records
 from kairos.streams.state_store import PartitionStore, StateWrite
 from kairos.streams.topics import CHANGELOG_DELETE_RETENTION_MS
@@ -249,8 +250,11 @@ class OwnedPartition:
         a store ahead of the last stable offset but within it is kept, never thrown away.
         """
         started = time.monotonic()
-        low, stable = consumer.get_watermark_offsets(
-            TopicPartition(changelog_topic, self.partition), timeout=timeout_s
+        changelog = TopicPartition(changelog_topic, self.partition)
+        low, stable = ask_until_answered(
+            lambda attempt_s: consumer.get_watermark_offsets(changelog, timeout=attempt_s),
+            timeout_s,
+            LEADER_MOVING | BROKER_GONE,
         )
         if must_reach is not None and must_reach > end_offset:
             raise RestoreError(

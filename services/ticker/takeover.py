@@ -22,7 +22,7 @@ from kairos.services.ticker.partition import OwnedPartition, RestoreError, Resto
 from kairos.services.ticker.settings import TickerSettings
 from kairos.streams.codec import Codecs
 from kairos.streams.ownership import OwnershipInfo
-from kairos.streams.passing import LEADER_MOVING, passes
+from kairos.streams.passing import BROKER_GONE, LEADER_MOVING, ask_until_answered, passes
 from kairos.streams.settings import RESTORE_GROUP, KafkaSettings
 from kairos.streams.state_store import PartitionStore
 
@@ -267,20 +267,29 @@ class TakeOver:
             return applied
         if committed is not None:
             return committed
-        low, _ = consumer.get_watermark_offsets(tp, timeout=30)
+        low, _ = ask_until_answered(
+            lambda attempt_s: consumer.get_watermark_offsets(tp, timeout=attempt_s),
+            30,
+            LEADER_MOVING | BROKER_GONE,
+        )
         return int(low)
 
     def _changelog_end(self, partition: int) -> int:
         """The changelog partition's end, uncommitted records included."""
         assert self._admin is not None
         asked = TopicPartition(self._topics.changelog, partition)
-        futures = self._admin.list_offsets(
-            # confluent-kafka ships OffsetSpec's factories without annotations.
-            {asked: OffsetSpec.latest()},  # type: ignore[no-untyped-call]
-            isolation_level=IsolationLevel.READ_UNCOMMITTED,
-            request_timeout=30,
-        )
-        return int(futures[asked].result().offset)
+        admin = self._admin
+
+        def ask(attempt_s: float) -> int:
+            futures = admin.list_offsets(
+                # confluent-kafka ships OffsetSpec's factories without annotations.
+                {asked: OffsetSpec.latest()},  # type: ignore[no-untyped-call]
+                isolation_level=IsolationLevel.READ_UNCOMMITTED,
+                request_timeout=attempt_s,
+            )
+            return int(futures[asked].result().offset)
+
+        return ask_until_answered(ask, 30, LEADER_MOVING | BROKER_GONE)
 
     def release(self, consumer: Consumer, partitions: list[TopicPartition], event: str) -> None:
         """Stop owning `partitions` (revoked or lost); their stores stay on disk for later."""

@@ -1,0 +1,1 @@
+"""The reliability suite (`python -m bench.reliability`): Kairos's promise through failures."""

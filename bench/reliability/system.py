@@ -1,0 +1,274 @@
+"""The system under test: a three-broker cluster, PostgreSQL, two tickers and two executors.
+
+Everything is a real process on loopback that a scenario can kill, stop, restart or starve:
+the brokers are `kairos dev kafka`'s combined KRaft nodes (`LocalCluster`), the dedupe store is
+a throwaway PostgreSQL (`LocalPostgres`), tickers and executors are `python -m kairos.cli`
+processes started with the arguments `kairos dev up` uses. Topics get what production gets on
+three brokers: replication factor 3, `min.insync.replicas` 2.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+import psycopg
+from confluent_kafka.admin import AdminClient
+
+from bench.common import free_port, publish
+from bench.reliability.effects import CREATE_EFFECTS, EXECUTED_TWICE
+from bench.reliability.load import schedules
+from kairos.cli.executor import executor_arguments
+from kairos.cli.ticker import ticker_arguments
+from kairos.services.kafka_runtime import stop_pids
+from kairos.services.local_cluster import LocalCluster, Security
+from kairos.services.local_postgres import LocalPostgres
+from kairos.streams.settings import KafkaSettings
+from kairos.streams.topics import TopicRole, create_topics
+
+PARTITIONS = 12
+BROKERS = 3
+HANDLERS = "bench.reliability.effects:handlers"
+REPO = Path(__file__).resolve().parents[2]
+SMALL_DISK = "128m"
+"""The file system of the second ticker's state: room for its store, small enough to fill."""
+
+
+def wait_for(probe: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not probe():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"timed out after {timeout_s:.0f}s waiting for {what}")
+        time.sleep(0.5)
+
+
+@dataclass
+class Service:
+    """A `kairos` service process that can be killed, stopped and started again as it was."""
+
+    name: str
+    args: list[str]
+    log: Path
+    env: dict[str, str] = field(default_factory=dict)
+    process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        with self.log.open("ab") as out:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "kairos.cli", *self.args],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                cwd=REPO,
+                env={**os.environ, "PYTHONPATH": str(REPO), **self.env},
+            )
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def send(self, signum: signal.Signals) -> None:
+        assert self.process is not None
+        self.process.send_signal(signum)
+
+    def kill(self) -> None:
+        """SIGKILL: no transaction finished, no goodbye to the group."""
+        if self.alive():
+            self.send(signal.SIGKILL)
+        if self.process is not None:
+            self.process.wait(timeout=30)
+
+    def stop(self) -> None:
+        """SIGTERM, SIGKILL if it does not end within a minute (after SIGCONT, if stopped)."""
+        if not self.alive():
+            return
+        assert self.process is not None
+        self.send(signal.SIGCONT)
+        self.send(signal.SIGTERM)
+        try:
+            self.process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+    def ensure_running(self) -> bool:
+        """Start it if it is not running (after SIGCONT, if stopped); True if it was started."""
+        if self.alive():
+            self.send(signal.SIGCONT)
+            return False
+        self.start()
+        return True
+
+
+class System:
+    """The whole deployment, built in `workdir` on `cluster` (a plaintext one of its own by
+    default); `kafka_config` is the librdkafka properties file of a secured cluster's user."""
+
+    def __init__(
+        self,
+        workdir: Path,
+        seed: int,
+        size: int,
+        cluster: LocalCluster | None = None,
+        kafka_config: Path | None = None,
+    ) -> None:
+        self.workdir = workdir
+        self.seed = seed
+        self.size = size
+        self.cluster = cluster or LocalCluster(workdir / "cluster", BROKERS, Security.PLAINTEXT)
+        self.kafka_config = kafka_config
+        self.postgres = LocalPostgres()
+        self.shell_journal = workdir / "shell-journal.txt"
+        self.tickers: list[Service] = []
+        self.executors: list[Service] = []
+        self.dedupe_url = ""
+        self.settings = KafkaSettings(bootstrap_servers="127.0.0.1:1")
+        self.small_disk: Path | None = None
+
+    # -- building -----------------------------------------------------------------------------
+
+    def start(self, now: datetime, topic_prefix: str = "reliability.") -> float:
+        """Start every part and publish the load; returns the seconds the publish took."""
+        status, _ = self.cluster.start()
+        properties = self.cluster.client_config()
+        properties.pop("bootstrap.servers")
+        self.settings = KafkaSettings(
+            bootstrap_servers=status.bootstrap_servers,
+            topic_prefix=topic_prefix,
+            schedules_partitions=PARTITIONS,
+            properties=properties,
+        )
+        create_topics(self.admin(), self.settings.layout)
+        self.postgres.start()
+        self.dedupe_url = self.postgres.create_database("reliability")
+        with psycopg.connect(self.dedupe_url, autocommit=True) as connection:
+            connection.execute(CREATE_EFFECTS)
+        published = publish(
+            self.settings, schedules(self.size, self.seed, now, str(self.shell_journal))
+        )
+        self.small_disk = self._mount_small_disk(self.state_dir("t2"))
+        self.tickers = [self._ticker(name) for name in ("t1", "t2")]
+        self.executors = [self._executor(name) for name in ("e1", "e2")]
+        for service in self.services:
+            service.start()
+        return published
+
+    def _ticker(self, name: str) -> Service:
+        arguments = ticker_arguments(
+            self.settings, name, self.state_dir(name), metrics_port=free_port()
+        )
+        return Service(name, arguments, self.workdir / f"{name}.log", self.client_env())
+
+    def _executor(self, name: str) -> Service:
+        arguments = executor_arguments(
+            self.settings,
+            name,
+            self.state_dir(name),
+            dedupe_url=self.dedupe_url,
+            handlers=HANDLERS,
+            concurrency=8,
+        )
+        env = {**self.client_env(), "KAIROS_RELIABILITY_EXECUTOR": name}
+        return Service(name, arguments, self.workdir / f"{name}.log", env)
+
+    def client_env(self) -> dict[str, str]:
+        """How a service process reaches a secured cluster: its user's properties file."""
+        return {"KAIROS_KAFKA_CONFIG": str(self.kafka_config)} if self.kafka_config else {}
+
+    def state_dir(self, name: str) -> Path:
+        return self.workdir / "state" / name
+
+    @staticmethod
+    def _mount_small_disk(path: Path) -> Path | None:
+        """A small tmpfs at `path`, which a scenario can fill; None when not root (no mount)."""
+        path.mkdir(parents=True, exist_ok=True)
+        if os.geteuid() != 0:
+            return None
+        command = ["mount", "-t", "tmpfs", "-o", f"size={SMALL_DISK}", "tmpfs", str(path)]
+        subprocess.run(command, check=True, capture_output=True)
+        return path
+
+    @property
+    def services(self) -> list[Service]:
+        return [*self.tickers, *self.executors]
+
+    def stop(self) -> None:
+        for service in self.services:
+            service.stop()
+        self.cluster.stop()
+        self.postgres.stop()
+        if self.small_disk is not None:
+            subprocess.run(["umount", str(self.small_disk)], check=False, capture_output=True)
+
+    # -- brokers ------------------------------------------------------------------------------
+
+    def admin(self) -> AdminClient:
+        return AdminClient({**self.settings.client_config(), "log_level": 0})
+
+    def broker_pid(self, node_id: int) -> int:
+        pid = self.cluster.status().nodes[node_id - 1].pid
+        if pid is None:
+            raise RuntimeError(f"broker {node_id} is not running")
+        return pid
+
+    def running_brokers(self) -> list[int]:
+        return [node.node_id for node in self.cluster.status().nodes if node.running]
+
+    def signal_broker(self, node_id: int, signum: signal.Signals) -> None:
+        os.kill(self.broker_pid(node_id), signum)
+
+    def stop_broker(self, node_id: int) -> None:
+        """A clean shutdown (SIGTERM): the broker hands its leaderships over first."""
+        stop_pids([self.broker_pid(node_id)], timeout_s=60)
+
+    def start_brokers(self) -> None:
+        """Start every broker that does not run; wait until all answer and replicas catch up."""
+        self.cluster.start()
+        self.wait_until_replicated()
+
+    def wait_until_replicated(self, timeout_s: float = 180) -> None:
+        """Until every partition of the deployment's topics has all its replicas in sync."""
+        topics = [self.settings.layout.name(role) for role in TopicRole]
+
+        def in_sync() -> bool:
+            try:
+                metadata = self.admin().list_topics(timeout=5)
+            except Exception:
+                return False
+            return all(
+                len(partition.isrs) == BROKERS
+                for topic in topics
+                for partition in metadata.topics[topic].partitions.values()
+            )
+
+        wait_for(in_sync, timeout_s, "every replica back in sync")
+
+    def leader_of(self, topic: str, partition: int) -> int:
+        return int(
+            self.admin().list_topics(topic, timeout=10).topics[topic].partitions[partition].leader
+        )
+
+    # -- health and results -------------------------------------------------------------------
+
+    def heal(self) -> list[str]:
+        """Bring every part back as it was; returns what had to be restarted."""
+        restarted = []
+        stopped = [n.node_id for n in self.cluster.status().nodes if not n.running]
+        if stopped:
+            self.start_brokers()
+            restarted += [f"broker {n}" for n in stopped]
+        for service in self.services:
+            if service.ensure_running():
+                restarted.append(service.name)
+        return restarted
+
+    def executed_twice(self) -> list[tuple[str, int]]:
+        with psycopg.connect(self.dedupe_url, autocommit=True) as connection:
+            return [(str(r[0]), int(r[1])) for r in connection.execute(EXECUTED_TWICE).fetchall()]
+
+    def exited(self) -> Sequence[Service]:
+        return [service for service in self.services if not service.alive()]
