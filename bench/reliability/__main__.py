@@ -15,6 +15,8 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import signal
+import sys
 import tempfile
 import time
 from dataclasses import asdict
@@ -64,15 +66,18 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="write the results here")
     parser.add_argument("--keep", type=Path, help="work in this directory and keep it (logs)")
     args = parser.parse_args()
+    # Stopped with SIGTERM (a timeout, an operator), still stop every process it started.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     rng = random.Random(args.seed)
     results: list[ScenarioResult] = []
     with tempfile.TemporaryDirectory(prefix="kairos-reliability-") as tmp:
         workdir = args.keep or Path(tmp)
-        system = System(workdir, args.seed, args.size)
+        system = System(workdir, seed=args.seed, size=args.size, small_disk=True)
         try:
             began = time.monotonic()
             published = system.start(datetime.now(UTC))
             print(f"published {args.size:,} schedules in {published:.1f} s; warming up", flush=True)
+            system.wait_until_firing()
             time.sleep(WARMUP_S)
             for name in args.scenarios:
                 chosen = SCENARIOS[name]

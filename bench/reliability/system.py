@@ -22,7 +22,7 @@ from pathlib import Path
 import psycopg
 from confluent_kafka.admin import AdminClient
 
-from bench.common import free_port, publish
+from bench.common import free_port, metric, publish
 from bench.reliability.effects import CREATE_EFFECTS, EXECUTED_TWICE
 from bench.reliability.load import schedules
 from kairos.cli.executor import executor_arguments
@@ -57,6 +57,7 @@ class Service:
     args: list[str]
     log: Path
     env: dict[str, str] = field(default_factory=dict)
+    metrics_port: int | None = None
     process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
@@ -111,15 +112,19 @@ class System:
     def __init__(
         self,
         workdir: Path,
+        *,
         seed: int,
         size: int,
         cluster: LocalCluster | None = None,
         kafka_config: Path | None = None,
+        small_disk: bool = False,
     ) -> None:
         self.workdir = workdir
         self.seed = seed
         self.size = size
+        self._owns_cluster = cluster is None
         self.cluster = cluster or LocalCluster(workdir / "cluster", BROKERS, Security.PLAINTEXT)
+        self._wants_small_disk = small_disk
         self.kafka_config = kafka_config
         self.postgres = LocalPostgres()
         self.shell_journal = workdir / "shell-journal.txt"
@@ -150,7 +155,8 @@ class System:
         published = publish(
             self.settings, schedules(self.size, self.seed, now, str(self.shell_journal))
         )
-        self.small_disk = self._mount_small_disk(self.state_dir("t2"))
+        if self._wants_small_disk:
+            self.small_disk = self._mount_small_disk(self.state_dir("t2"))
         self.tickers = [self._ticker(name) for name in ("t1", "t2")]
         self.executors = [self._executor(name) for name in ("e1", "e2")]
         for service in self.services:
@@ -158,10 +164,9 @@ class System:
         return published
 
     def _ticker(self, name: str) -> Service:
-        arguments = ticker_arguments(
-            self.settings, name, self.state_dir(name), metrics_port=free_port()
-        )
-        return Service(name, arguments, self.workdir / f"{name}.log", self.client_env())
+        port = free_port()
+        arguments = ticker_arguments(self.settings, name, self.state_dir(name), metrics_port=port)
+        return Service(name, arguments, self.workdir / f"{name}.log", self.client_env(), port)
 
     def _executor(self, name: str) -> Service:
         arguments = executor_arguments(
@@ -184,13 +189,31 @@ class System:
 
     @staticmethod
     def _mount_small_disk(path: Path) -> Path | None:
-        """A small tmpfs at `path`, which a scenario can fill; None when not root (no mount)."""
+        """A small tmpfs at `path`, which a scenario can fill; None when it cannot be mounted
+        (not root, or a container that forbids mounts)."""
         path.mkdir(parents=True, exist_ok=True)
+        command = ["mount", "-t", "tmpfs", "-o", f"size={SMALL_DISK}", "tmpfs", str(path)]
         if os.geteuid() != 0:
             return None
-        command = ["mount", "-t", "tmpfs", "-o", f"size={SMALL_DISK}", "tmpfs", str(path)]
-        subprocess.run(command, check=True, capture_output=True)
-        return path
+        mounted = subprocess.run(command, check=False, capture_output=True)
+        return path if mounted.returncode == 0 else None
+
+    def wait_until_firing(self, timeout_s: float = 180) -> None:
+        """Until the tickers together own every schedules partition."""
+
+        def owned() -> float:
+            total = 0.0
+            for ticker in self.tickers:
+                assert ticker.metrics_port is not None
+                try:
+                    total += metric(ticker.metrics_port, "kairos_ticker_owned_partitions").get(
+                        "", 0
+                    )
+                except OSError:
+                    return 0.0
+            return total
+
+        wait_for(lambda: owned() == PARTITIONS, timeout_s, "the tickers to own every partition")
 
     @property
     def services(self) -> list[Service]:
@@ -199,7 +222,8 @@ class System:
     def stop(self) -> None:
         for service in self.services:
             service.stop()
-        self.cluster.stop()
+        if self._owns_cluster:
+            self.cluster.stop()
         self.postgres.stop()
         if self.small_disk is not None:
             subprocess.run(["umount", str(self.small_disk)], check=False, capture_output=True)
