@@ -7,6 +7,7 @@ obstacle out ask `passes` with the kind of obstacle they meet.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Collection
 from typing import TypeVar
@@ -49,11 +50,18 @@ def passes(error: KafkaError, obstacles: Collection[int]) -> bool:
 
 
 def ask_until_answered(
-    ask: Callable[[float], T], timeout_s: float, obstacles: Collection[int]
+    ask: Callable[[float], T],
+    timeout_s: float,
+    obstacles: Collection[int],
+    refresh: Callable[[float], object] | None = None,
 ) -> T:
     """`ask(attempt_timeout_s)` again while it fails with an error that `passes`, until
     `timeout_s` has gone; the last failure is raised. For requests to a partition's leader,
-    whose first answer during a failover is often an error from the leader that just died."""
+    whose first answer during a failover is often an error from the leader that just died.
+
+    `refresh(timeout_s)` runs before each new attempt: a metadata request, so that the client
+    sends the next one to the new leader instead of the dead one its cache still names (a
+    consumer with nothing to fetch from that partition has no other reason to ask)."""
     deadline = time.monotonic() + timeout_s
     while True:
         attempt_s = max(0.1, min(ATTEMPT_S, deadline - time.monotonic()))
@@ -64,3 +72,7 @@ def ask_until_answered(
             if time.monotonic() + 0.2 >= deadline or not passes(error, obstacles):
                 raise
             time.sleep(0.2)
+            if refresh is not None:
+                # A failed refresh changes nothing: the next attempt says if the cluster answers.
+                with contextlib.suppress(KafkaException):
+                    refresh(attempt_s)

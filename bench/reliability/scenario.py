@@ -57,6 +57,9 @@ class ScenarioResult:
     lost: int = 0
     committed_twice: int = 0
     executed_twice: int = 0
+    """Runs whose effect (a row in the dedupe store's transaction) was recorded twice, so far."""
+    shell_ended_twice: int = 0
+    """Runs whose shell job ran to its end twice, so far: at least once by nature."""
     unfinished: int = 0
     verdict: str = ""
     lateness_ms: dict[str, float] = field(default_factory=dict)
@@ -109,6 +112,7 @@ def run(system: System, scenario: Scenario, rng: random.Random) -> ScenarioResul
     result.lateness_ms = _lateness(observer.observations(), start, end)
     twice = system.executed_twice()
     result.executed_twice = len(twice)
+    result.shell_ended_twice = system.shell_jobs_ended_twice()
     return result
 
 

@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -293,6 +294,18 @@ class System:
     def executed_twice(self) -> list[tuple[str, int]]:
         with psycopg.connect(self.dedupe_url, autocommit=True) as connection:
             return [(str(r[0]), int(r[1])) for r in connection.execute(EXECUTED_TWICE).fetchall()]
+
+    def shell_jobs_ended_twice(self) -> int:
+        """Runs whose shell job ran to its end more than once, by the journal the jobs write.
+
+        A shell job is at least once: an executor that dies after the job ended and before its
+        outcome committed leaves the run to be executed again. Reported, not a breach."""
+        try:
+            lines = self.shell_journal.read_text().splitlines()
+        except FileNotFoundError:
+            return 0
+        ends = Counter(line.split()[1] for line in lines if line.startswith("end "))
+        return sum(1 for count in ends.values() if count > 1)
 
     def exited(self) -> Sequence[Service]:
         return [service for service in self.services if not service.alive()]

@@ -255,6 +255,7 @@ class OwnedPartition:
             lambda attempt_s: consumer.get_watermark_offsets(changelog, timeout=attempt_s),
             timeout_s,
             LEADER_MOVING | BROKER_GONE,
+            refresh=lambda attempt_s: consumer.list_topics(changelog_topic, timeout=attempt_s),
         )
         if must_reach is not None and must_reach > end_offset:
             raise RestoreError(

@@ -271,6 +271,7 @@ class TakeOver:
             lambda attempt_s: consumer.get_watermark_offsets(tp, timeout=attempt_s),
             30,
             LEADER_MOVING | BROKER_GONE,
+            refresh=lambda attempt_s: consumer.list_topics(tp.topic, timeout=attempt_s),
         )
         return int(low)
 

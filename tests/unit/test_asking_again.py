@@ -47,3 +47,10 @@ def test_the_last_failure_is_raised_when_the_deadline_passes() -> None:
         ask_until_answered(ask, 1.0, BROKER_GONE)
     assert raised.value.args[0].code() == KafkaError._TRANSPORT
     assert time.monotonic() - began < 2.0
+
+
+def test_the_metadata_is_asked_for_before_each_new_attempt() -> None:
+    ask = FailingFirst([KafkaError._TIMED_OUT, KafkaError._TIMED_OUT])
+    refreshed: list[float] = []
+    assert ask_until_answered(ask, 10, BROKER_GONE, refresh=refreshed.append) == "answered"
+    assert len(refreshed) == 2
