@@ -55,6 +55,10 @@ _NOT_DUE = -1
 _DUE_WIDTH = _BE64.size
 
 
+_NO_SPACE = "No space left on device"
+"""How RocksDB's IO errors spell ENOSPC (its Status text carries strerror)."""
+
+
 class StateStoreError(KairosError):
     def __init__(self, path: Path, reason: str) -> None:
         super().__init__(f"state store {path}: {reason}")
@@ -150,6 +154,10 @@ class PartitionStore:
         try:
             return Rdict(str(self.path), options)
         except Exception as error:
+            if _NO_SPACE in str(error):
+                raise StateStoreError(
+                    self.path, f"cannot open: its file system is full ({error}); free space"
+                ) from error
             # RocksDB refuses a second opener of the same directory; say which directory.
             raise StateStoreError(
                 self.path,
@@ -171,7 +179,13 @@ class PartitionStore:
         return index
 
     def close(self) -> None:
-        self._db.close()
+        """Close; a close that cannot flush (a full disk) is logged, not raised: every write
+        applied is in RocksDB's write-ahead log, replayed at the next open, and whatever the
+        store lacks then, the restore reads from the changelog."""
+        try:
+            self._db.close()
+        except Exception as error:
+            logger.warning("state store %s did not close cleanly: %s", self.path, error)
 
     @property
     def changelog_offset(self) -> int | None:

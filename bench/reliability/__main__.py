@@ -31,7 +31,7 @@ from bench.reliability.scenario import Scenario, ScenarioResult
 from bench.reliability.system import System
 
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in (*BROKER_SCENARIOS, *MACHINE_SCENARIOS)}
-WARMUP_S = 60
+WARMUP_S = 20
 
 
 def _line(result: ScenarioResult) -> str:
@@ -58,6 +58,18 @@ def _write(path: Path | None, args: argparse.Namespace, results: list[ScenarioRe
     path.write_text(json.dumps(document, indent=2) + "\n")
 
 
+def _one(system: System, chosen: Scenario, rng: random.Random, prefix: str) -> ScenarioResult:
+    """Deploy afresh, let it settle, run the scenario, and take the deployment down."""
+    published = system.deploy(datetime.now(UTC), prefix)
+    print(f"{prefix} published {system.size:,} schedules in {published:.1f} s", flush=True)
+    try:
+        system.wait_until_firing()
+        time.sleep(WARMUP_S)
+        return scenario.run(system, chosen, rng)
+    finally:
+        system.undeploy()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seed", type=int, default=1)
@@ -75,16 +87,12 @@ def main() -> None:
         system = System(workdir, seed=args.seed, size=args.size, small_disk=True)
         try:
             began = time.monotonic()
-            published = system.start(datetime.now(UTC))
-            print(f"published {args.size:,} schedules in {published:.1f} s; warming up", flush=True)
-            system.wait_until_firing()
-            time.sleep(WARMUP_S)
-            for name in args.scenarios:
-                chosen = SCENARIOS[name]
-                if chosen.name == "ticker-disk-full" and system.small_disk is None:
+            system.start()
+            for number, name in enumerate(args.scenarios, 1):
+                if name == "ticker-disk-full" and system.small_disk is None:
                     print(f"{name}: not run (needs root to mount a small tmpfs)", flush=True)
                     continue
-                results.append(scenario.run(system, chosen, rng))
+                results.append(_one(system, SCENARIOS[name], rng, f"reliability-{number}."))
                 print(_line(results[-1]), flush=True)
                 _write(args.json, args, results)
             print(f"suite done in {(time.monotonic() - began) / 60:.0f} min", flush=True)

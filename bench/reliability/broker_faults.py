@@ -127,7 +127,7 @@ BROKER_SCENARIOS = (
         "A clean restart (SIGTERM, start, wait for full ISR) of each of the three brokers in turn",
         "A controlled shutdown moves leaderships away first; nothing acknowledged is lost.",
         _rolling_restart,
-        window_s=300,
+        window_s=240,
     ),
     Scenario(
         "broker-lost",

@@ -72,7 +72,7 @@ def _trigger(kind: str, rng: random.Random, now: datetime) -> dict[str, object]:
     if kind == "minute":
         return {"cron": "* * * * *", "jitter": timedelta(seconds=59)}
     if kind == "two-minutes":
-        return {"cron": "*/2 * * * *", "jitter": timedelta(seconds=119)}
+        return {"cron": "*/2 * * * *", "jitter": timedelta(seconds=59)}
     if kind == "interval":
         start = now.replace(second=0, microsecond=0) + timedelta(seconds=rng.randrange(120))
         return {"every": timedelta(seconds=rng.choice((90, 120, 180))), "start_at": start}

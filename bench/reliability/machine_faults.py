@@ -34,13 +34,14 @@ def _kill_executors(system: System, rng: random.Random) -> list[str]:
     steps = []
     for kill in range(EXECUTOR_KILLS):
         victim = rng.choice(system.executors)
-        in_flight = _jobs_in_flight(system)
-        victim.kill()
-        steps.append(
-            f"kill {kill + 1}: SIGKILL executor {victim.name}, {in_flight} shell jobs running"
-        )
-        time.sleep(2)
-        victim.start()
+        with victim.control:
+            in_flight = _jobs_in_flight(system)
+            victim.kill()
+            steps.append(
+                f"kill {kill + 1}: SIGKILL executor {victim.name}, {in_flight} shell jobs running"
+            )
+            time.sleep(2)
+            victim.start()
         time.sleep(EXECUTOR_KILL_EVERY_S - 2)
     return steps
 
@@ -69,16 +70,18 @@ def _restart_postgres(system: System, rng: random.Random) -> list[str]:
 
 def _delete_ticker_state(system: System, rng: random.Random) -> list[str]:
     ticker = rng.choice(system.tickers)
-    ticker.kill()
-    shutil.rmtree(system.state_dir(ticker.name))
-    ticker.start()
+    with ticker.control:
+        ticker.kill()
+        shutil.rmtree(system.state_dir(ticker.name))
+        ticker.start()
     return [f"SIGKILL ticker {ticker.name}, its state directory deleted, started again (cold)"]
 
 
 def _fill_ticker_disk(system: System, rng: random.Random) -> list[str]:
     """Fill the small file system the second ticker's state lives on, until writes fail."""
     ticker = system.tickers[1]
-    filler = system.state_dir(ticker.name) / FILLER
+    assert system.small_disk is not None
+    filler = system.small_disk / FILLER
     written = 0
     chunk = b"\0" * (1 << 20)
     with filler.open("wb") as out:
@@ -119,7 +122,7 @@ MACHINE_SCENARIOS = (
         "mid-job",
         "Offsets committed are kept; records after them are delivered again (at least once).",
         _kill_executors,
-        window_s=240,
+        window_s=180,
     ),
     Scenario(
         "ticker-stopped-broker-restart",

@@ -15,6 +15,7 @@ import random
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -43,7 +44,7 @@ class Scenario:
     kafka_promise: str
     """What Kafka itself promises for the same failure."""
     inject: Inject
-    window_s: int = 180
+    window_s: int = 120
 
 
 @dataclass
@@ -68,7 +69,10 @@ class ScenarioResult:
     """The audit's: the ticker's `fired_at` minus the due instant."""
     findings: list[dict[str, Any]] = field(default_factory=list)
     seconds_to_hold: float | None = None
-    """From the window's end until the audit first held."""
+    """From the window's end until the audit first held (the last due instants are up to a
+    minute after it: the jitter)."""
+    audits: list[str] = field(default_factory=list)
+    """Each audit asked, in order: when, its verdict, and what kept it from holding."""
 
 
 def audit(system: System, start: datetime, end: datetime) -> tuple[int, dict[str, Any]]:
@@ -97,6 +101,7 @@ def run(system: System, scenario: Scenario, rng: random.Random) -> ScenarioResul
     start = minute_after(datetime.now(UTC) + timedelta(seconds=5))
     end = start + timedelta(seconds=scenario.window_s)
     observer = RunsObserver(system.settings, keep_from=start.timestamp())
+    supervised = len(system.supervisor.restarts) if system.supervisor else 0
     print(f"{scenario.name}: window {start:%H:%M:%S}–{end:%H:%M:%S}Z", flush=True)
     try:
         sleep_until(start + timedelta(seconds=FAULT_AFTER_S + rng.uniform(0, 10)))
@@ -104,7 +109,8 @@ def run(system: System, scenario: Scenario, rng: random.Random) -> ScenarioResul
         for step in steps:
             print(f"  {step}", flush=True)
         sleep_until(end)
-        restarted = system.heal()
+        restarted = system.supervisor.restarts[supervised:] if system.supervisor else []
+        restarted += system.heal()
         result = ScenarioResult(scenario.name, f"{start:%H:%M}–{end:%H:%M}Z", steps, restarted)
         _settle(system, result, start, end)
     finally:
@@ -131,6 +137,12 @@ def _settle(system: System, result: ScenarioResult, start: datetime, end: dateti
 
 def _read_report(result: ScenarioResult, code: int, report: dict[str, Any]) -> None:
     result.verdict = {0: "holds", 1: "breach", 3: "inconclusive"}[code]
+    kinds = Counter(finding["kind"] for finding in report.get("findings", []))
+    result.audits.append(
+        f"{datetime.now(UTC):%H:%M:%S} {result.verdict}: lost {report['lost']} pending "
+        f"{report['pending']} hidden {report['hidden']} duplicates {report['duplicates']} "
+        f"findings {dict(kinds)}"
+    )
     result.expected = report["expected"]
     result.fired = report["fired"]
     result.lost = report["lost"] + report["pending"] + report["hidden"]

@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -60,8 +61,14 @@ class Service:
     env: dict[str, str] = field(default_factory=dict)
     metrics_port: int | None = None
     process: subprocess.Popen[bytes] | None = None
+    control: threading.RLock = field(default_factory=threading.RLock)
+    """Held by whoever acts on the process (a scenario killing and restarting it), so that
+    the supervisor does not restart it in between."""
+    retired: bool = False
 
     def start(self) -> None:
+        if self.alive():
+            return
         with self.log.open("ab") as out:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "kairos.cli", *self.args],
@@ -87,6 +94,7 @@ class Service:
 
     def stop(self) -> None:
         """SIGTERM, SIGKILL if it does not end within a minute (after SIGCONT, if stopped)."""
+        self.retired = True
         if not self.alive():
             return
         assert self.process is not None
@@ -104,6 +112,45 @@ class Service:
             return False
         self.start()
         return True
+
+
+class Supervisor:
+    """Restarts a service that exited, `RESTART_S` later: what the systemd units
+    (`Restart=always`, `RestartSec=2s`) and a Kubernetes pod do in production. A ticker whose
+    transaction call hung exits on purpose (code 75) for this."""
+
+    RESTART_S = 2.0
+
+    def __init__(self, services: Sequence[Service]) -> None:
+        self.services = services
+        self.restarts: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="supervisor", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def _watch(self) -> None:
+        while not self._stop.wait(0.5):
+            for service in self.services:
+                if service.retired or service.alive() or not service.control.acquire(False):
+                    continue
+                try:
+                    self._restart(service)
+                finally:
+                    service.control.release()
+
+    def _restart(self, service: Service) -> None:
+        assert service.process is not None
+        code = service.process.returncode
+        if self._stop.wait(self.RESTART_S) or service.retired or service.alive():
+            return
+        service.start()
+        self.restarts.append(f"{service.name} exited with code {code}; restarted by the supervisor")
 
 
 class System:
@@ -128,46 +175,73 @@ class System:
         self._wants_small_disk = small_disk
         self.kafka_config = kafka_config
         self.postgres = LocalPostgres()
+        self.deployment_dir = workdir
         self.shell_journal = workdir / "shell-journal.txt"
+        self._bootstrap, self._properties = "", dict[str, str]()
         self.tickers: list[Service] = []
         self.executors: list[Service] = []
         self.dedupe_url = ""
         self.settings = KafkaSettings(bootstrap_servers="127.0.0.1:1")
         self.small_disk: Path | None = None
+        self.supervisor: Supervisor | None = None
 
     # -- building -----------------------------------------------------------------------------
 
-    def start(self, now: datetime, topic_prefix: str = "reliability.") -> float:
-        """Start every part and publish the load; returns the seconds the publish took."""
+    def start(self) -> None:
+        """Start the cluster and PostgreSQL (the parts every deployment shares)."""
         status, _ = self.cluster.start()
         properties = self.cluster.client_config()
         properties.pop("bootstrap.servers")
+        self._bootstrap, self._properties = status.bootstrap_servers, properties
+        self.postgres.start()
+        if self._wants_small_disk:
+            self.small_disk = self._mount_small_disk(self.workdir / "small-disk")
+
+    def deploy(self, now: datetime, topic_prefix: str) -> float:
+        """A fresh deployment: its topics, its dedupe database, the load published, two
+        tickers and two executors under a supervisor; returns the seconds the publish took.
+
+        Each scenario gets its own, so that its audit reads only its own history (the audit
+        reads whole topics: over a suite's worth of runs it took minutes) and a scenario's
+        damage cannot spill into the next."""
         self.settings = KafkaSettings(
-            bootstrap_servers=status.bootstrap_servers,
+            bootstrap_servers=self._bootstrap,
             topic_prefix=topic_prefix,
             schedules_partitions=PARTITIONS,
-            properties=properties,
+            properties=self._properties,
         )
+        self.deployment_dir = self.workdir / topic_prefix.rstrip(".")
+        self.deployment_dir.mkdir(parents=True)
+        self.shell_journal = self.deployment_dir / "shell-journal.txt"
         create_topics(self.admin(), self.settings.layout)
-        self.postgres.start()
         self.dedupe_url = self.postgres.create_database("reliability")
         with psycopg.connect(self.dedupe_url, autocommit=True) as connection:
             connection.execute(CREATE_EFFECTS)
         published = publish(
             self.settings, schedules(self.size, self.seed, now, str(self.shell_journal))
         )
-        if self._wants_small_disk:
-            self.small_disk = self._mount_small_disk(self.state_dir("t2"))
         self.tickers = [self._ticker(name) for name in ("t1", "t2")]
         self.executors = [self._executor(name) for name in ("e1", "e2")]
         for service in self.services:
             service.start()
+        self.supervisor = Supervisor(self.services)
+        self.supervisor.start()
         return published
+
+    def undeploy(self) -> None:
+        """Stop the deployment's services (its topics and database stay, for a later look)."""
+        if self.supervisor is not None:
+            self.supervisor.stop()
+            self.supervisor = None
+        for service in self.services:
+            service.stop()
+        self.tickers, self.executors = [], []
 
     def _ticker(self, name: str) -> Service:
         port = free_port()
         arguments = ticker_arguments(self.settings, name, self.state_dir(name), metrics_port=port)
-        return Service(name, arguments, self.workdir / f"{name}.log", self.client_env(), port)
+        log = self.deployment_dir / f"{name}.log"
+        return Service(name, arguments, log, self.client_env(), port)
 
     def _executor(self, name: str) -> Service:
         arguments = executor_arguments(
@@ -179,14 +253,17 @@ class System:
             concurrency=8,
         )
         env = {**self.client_env(), "KAIROS_RELIABILITY_EXECUTOR": name}
-        return Service(name, arguments, self.workdir / f"{name}.log", env)
+        return Service(name, arguments, self.deployment_dir / f"{name}.log", env)
 
     def client_env(self) -> dict[str, str]:
         """How a service process reaches a secured cluster: its user's properties file."""
         return {"KAIROS_KAFKA_CONFIG": str(self.kafka_config)} if self.kafka_config else {}
 
     def state_dir(self, name: str) -> Path:
-        return self.workdir / "state" / name
+        """The second ticker's state lives on the small file system, when there is one."""
+        if name == "t2" and self.small_disk is not None:
+            return self.small_disk / self.deployment_dir.name / name
+        return self.deployment_dir / "state" / name
 
     @staticmethod
     def _mount_small_disk(path: Path) -> Path | None:
@@ -221,8 +298,7 @@ class System:
         return [*self.tickers, *self.executors]
 
     def stop(self) -> None:
-        for service in self.services:
-            service.stop()
+        self.undeploy()
         if self._owns_cluster:
             self.cluster.stop()
         self.postgres.stop()

@@ -27,6 +27,7 @@ from kairos.services.ticker.partition import OwnedPartition, to_ms
 from kairos.services.ticker.quarantine import PoisonedScheduleError, Quarantine
 from kairos.services.ticker.rebuild import RebuildError, abandon
 from kairos.services.ticker.settings import TickerSettings
+from kairos.services.ticker.state_room import CHECK_EVERY_S, StateRoom
 from kairos.services.ticker.takeover import PartitionTopics, TakeOver
 from kairos.services.ticker.transaction import FiringTransactions, Topics
 from kairos.services.ticker.upcoming import (
@@ -41,6 +42,7 @@ from kairos.streams.authorization import RoleAccess
 from kairos.streams.codec import Codecs, make_codecs
 from kairos.streams.ownership import OwnershipInfo
 from kairos.streams.settings import TICKER_TRANSACTIONAL_ID, KafkaSettings
+from kairos.streams.state_store import StateStoreError
 from kairos.streams.topics import TopicRole
 
 logger = logging.getLogger(__name__)
@@ -104,14 +106,18 @@ class Ticker:
         watchdog = TransactionWatchdog(self.settings.instance, limit_s, lambda: self._transactions)
         threading.Thread(target=watchdog.run, args=(stop,), daemon=True).start()
         backoff = Backoff()
+        room = StateRoom(self.settings.state_dir, self.settings.instance)
         try:
             while not stop.is_set():
                 try:
                     if self._consumer is None:
+                        if not room.enough():
+                            stop.wait(CHECK_EVERY_S)
+                            continue
                         self._connect()
                     self.turn()
                     backoff.reset()
-                except (RebuildError, KafkaException) as failure:
+                except (RebuildError, KafkaException, StateStoreError) as failure:
                     # Fenced, or the broker unreachable for longer than a client will wait:
                     # drop the partitions and rejoin. The stores hold only committed state, so
                     # nothing decided is lost and nothing is decided twice. Refused: stop.

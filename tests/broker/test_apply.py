@@ -73,12 +73,15 @@ def test_one_invalid_schedule_publishes_nothing_and_names_it(
 def test_a_legacy_fixed_zone_is_applied_with_a_warning_naming_location_zones(
     kafka_settings: KafkaSettings, tmp_path: Path
 ) -> None:
-    text = BILLING + """
+    text = (
+        BILLING
+        + """
   - id: billing.hawaii
     cron: "0 6 * * *"
     timezone: HST
     owner: billing
 """
+    )
     result = apply(kafka_settings, tmp_path, text)
     assert result.exit_code == 0, result.output
     assert result.stderr.splitlines() == [
@@ -86,7 +89,9 @@ def test_a_legacy_fixed_zone_is_applied_with_a_warning_naming_location_zones(
         "daylight-saving time; if the schedule follows a place's clock, use Pacific/Honolulu"
     ]
     assert {key for key, _ in records(kafka_settings)} == {
-        "billing.nightly", "billing.poll", "billing.hawaii"
+        "billing.nightly",
+        "billing.poll",
+        "billing.hawaii",
     }
 
 

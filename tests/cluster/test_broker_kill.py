@@ -42,7 +42,8 @@ def test_the_promise_holds_when_the_leader_of_a_runs_partition_is_killed(
         kafka_config=secure_cluster.properties_file(),
     )
     try:
-        system.start(datetime.now(UTC), topic_prefix=unique_name("rel") + ".")
+        system.start()
+        system.deploy(datetime.now(UTC), topic_prefix=unique_name("rel") + ".")
         system.wait_until_firing()
         result = scenario.run(
             system, dataclasses.replace(kill, window_s=WINDOW_S), random.Random(7)

@@ -155,10 +155,16 @@ def test_invalid_input_is_reported_without_traceback(
             id="unreadable-from",
         ),
         pytest.param(["--from", "2027-01-01T00:00:00"], "has no UTC offset", id="naive-from"),
-        pytest.param(["--from", "9999-12-30T00:00:00Z"], "outside the instants schedules name",
-                     id="from-past-the-latest-instant"),
-        pytest.param(["--from", "0001-01-01T00:00:00+01:00"], "up to (not including) 9900",
-                     id="from-before-year-1-in-utc"),
+        pytest.param(
+            ["--from", "9999-12-30T00:00:00Z"],
+            "outside the instants schedules name",
+            id="from-past-the-latest-instant",
+        ),
+        pytest.param(
+            ["--from", "0001-01-01T00:00:00+01:00"],
+            "up to (not including) 9900",
+            id="from-before-year-1-in-utc",
+        ),
     ],
 )
 def test_bad_from(tmp_path: Path, args: list[str], expected: str) -> None:
@@ -198,8 +204,10 @@ schedules:
     result = run(tmp_path, text, "--from", "2027-07-01T00:00:00Z", "-n", "1", "--json")
     assert result.exit_code == 0, result.output
     # EST is UTC-05:00 in July too, an hour off New York's clock: the warning says so.
-    assert json.loads(result.stdout) == {"us-east-report": ["2027-07-01T09:00:00-05:00"],
-                                         "new-york-report": ["2027-07-01T09:00:00-04:00"]}
+    assert json.loads(result.stdout) == {
+        "us-east-report": ["2027-07-01T09:00:00-05:00"],
+        "new-york-report": ["2027-07-01T09:00:00-04:00"],
+    }
     assert result.stderr.splitlines() == [
         "warning: schedule 'us-east-report': timezone 'EST' is a fixed UTC-05:00 offset with no "
         "daylight-saving time; if the schedule follows a place's clock, use America/New_York "

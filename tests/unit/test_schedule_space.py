@@ -58,17 +58,36 @@ CODECS = make_codecs()
 MS = timedelta(milliseconds=1)
 DAY = timedelta(days=1)
 ZONES = sorted(available_timezones())
-HOSTILE_ZONES = ["localtime", "posixrules", "Factory", "right/UTC", "posix/Europe/Berlin",
-                 "../../etc/passwd", "/etc/localtime", "", "EST"]
+HOSTILE_ZONES = [
+    "localtime",
+    "posixrules",
+    "Factory",
+    "right/UTC",
+    "posix/Europe/Berlin",
+    "../../etc/passwd",
+    "/etc/localtime",
+    "",
+    "EST",
+]
 
 # Milliseconds at and around every bound the model states, and far beyond them.
-_EDGES_MS = sorted({
-    edge // MS + delta
-    for edge in (timedelta(0), limits.SHORTEST_EVERY, limits.LONGEST_EVERY,
-                 limits.LONGEST_CALENDAR_JITTER, limits.LONGEST_CATCHUP_WINDOW,
-                 limits.LONGEST_TIMEOUT, limits.LONGEST_RETRY_BACKOFF, timedelta(days=36_500))
-    for delta in (-1, 0, 1)
-} | {2**31, 2**62, 2**63 - 1, 10**20})
+_EDGES_MS = sorted(
+    {
+        edge // MS + delta
+        for edge in (
+            timedelta(0),
+            limits.SHORTEST_EVERY,
+            limits.LONGEST_EVERY,
+            limits.LONGEST_CALENDAR_JITTER,
+            limits.LONGEST_CATCHUP_WINDOW,
+            limits.LONGEST_TIMEOUT,
+            limits.LONGEST_RETRY_BACKOFF,
+            timedelta(days=36_500),
+        )
+        for delta in (-1, 0, 1)
+    }
+    | {2**31, 2**62, 2**63 - 1, 10**20}
+)
 
 
 def mostly(usual: st.SearchStrategy[Any], rare: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
@@ -79,8 +98,11 @@ def mostly(usual: st.SearchStrategy[Any], rare: st.SearchStrategy[Any]) -> st.Se
 def durations_ms(longest: timedelta, shortest: timedelta = timedelta(0)) -> st.SearchStrategy[int]:
     """Milliseconds, mostly within [shortest, longest] and near its ends, at times at any edge."""
     low, high = shortest // MS, longest // MS
-    within = st.one_of(st.integers(low, min(high, low + 10**5)), st.integers(low, high),
-                       st.integers(max(low, high - 10**5), high))
+    within = st.one_of(
+        st.integers(low, min(high, low + 10**5)),
+        st.integers(low, high),
+        st.integers(max(low, high - 10**5), high),
+    )
     return mostly(within, st.sampled_from(_EDGES_MS))
 
 
@@ -95,10 +117,14 @@ in_range = st.one_of(
     st.integers(0, _SPAN_MS - 1).map(_instant),
     st.integers(1_700_000_000_000, 1_900_000_000_000).map(_instant),
 )
-out_of_range = st.sampled_from([
-    datetime(1, 1, 1, tzinfo=UTC), limits.EARLIEST_INSTANT - MS, limits.LATEST_INSTANT,
-    datetime(9999, 12, 31, 23, 59, 59, 999_000, tzinfo=UTC),
-])
+out_of_range = st.sampled_from(
+    [
+        datetime(1, 1, 1, tzinfo=UTC),
+        limits.EARLIEST_INSTANT - MS,
+        limits.LATEST_INSTANT,
+        datetime(9999, 12, 31, 23, 59, 59, 999_000, tzinfo=UTC),
+    ]
+)
 instants = mostly(in_range, out_of_range)
 """Instants near both bounds, anywhere, in this century, and at times out of range."""
 offsets = st.integers(-14 * 60, 14 * 60).map(lambda minutes: timedelta(minutes=minutes))
@@ -146,19 +172,38 @@ def cron_fields(draw: st.DrawFn, low: int, high: int, names: list[str]) -> str:
 texts = mostly(st.text(max_size=12), st.sampled_from(["\ud800", "x\udfff", "\x00", "\U0010ffff"]))
 """Strings, at times a lone surrogate (JSON's "\\ud800", which UTF-8 cannot carry), a NUL or
 the last code point."""
-params = st.dictionaries(st.sampled_from(["command", "url", "env", "n"]),
-                         st.none() | st.booleans() | st.integers() | texts
-                         | st.lists(texts, max_size=2), max_size=3)
+params = st.dictionaries(
+    st.sampled_from(["command", "url", "env", "n"]),
+    st.none() | st.booleans() | st.integers() | texts | st.lists(texts, max_size=2),
+    max_size=3,
+)
 
 MONTHS = ["JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC"]
 DAYS = ["SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"]
 crons = st.one_of(
-    st.sampled_from([*MACROS, "@DAILY", " @hourly ", "@reboot", "0 0 L * *", "0 0 30 2 *",
-                     "0 0 29 2 *", "0 0 31 4,6,9,11 *", "30 2 * * *", "0 0 13 * FRI",
-                     "*/15 * * * *"]),
-    st.builds(lambda *fields: " ".join(fields),
-              cron_fields(0, 59, []), cron_fields(0, 23, []), cron_fields(1, 31, []),
-              cron_fields(1, 12, MONTHS), cron_fields(0, 7, DAYS)),
+    st.sampled_from(
+        [
+            *MACROS,
+            "@DAILY",
+            " @hourly ",
+            "@reboot",
+            "0 0 L * *",
+            "0 0 30 2 *",
+            "0 0 29 2 *",
+            "0 0 31 4,6,9,11 *",
+            "30 2 * * *",
+            "0 0 13 * FRI",
+            "*/15 * * * *",
+        ]
+    ),
+    st.builds(
+        lambda *fields: " ".join(fields),
+        cron_fields(0, 59, []),
+        cron_fields(0, 23, []),
+        cron_fields(1, 31, []),
+        cron_fields(1, 12, MONTHS),
+        cron_fields(0, 7, DAYS),
+    ),
 )
 
 
@@ -168,8 +213,7 @@ def _ends(start: datetime | None) -> st.SearchStrategy[datetime]:
     if start is None or room_ms <= 0:
         return instants
     first = start
-    later = st.integers(1, min(10**12, room_ms)).map(
-        lambda ms: first + timedelta(milliseconds=ms))
+    later = st.integers(1, min(10**12, room_ms)).map(lambda ms: first + timedelta(milliseconds=ms))
     return mostly(later, instants)
 
 
@@ -191,10 +235,12 @@ def schedule_inputs(draw: st.DrawFn) -> dict[str, Any]:
     if draw(st.booleans()):
         data["end_at"] = written(draw, draw(_ends(start)))
     longest_jitter = limits.LONGEST_CALENDAR_JITTER if trigger != "every" else limits.LONGEST_EVERY
-    for name, longest in (("jitter", longest_jitter),
-                          ("catchup_window", limits.LONGEST_CATCHUP_WINDOW),
-                          ("timeout", limits.LONGEST_TIMEOUT),
-                          ("retry_backoff", limits.LONGEST_RETRY_BACKOFF)):
+    for name, longest in (
+        ("jitter", longest_jitter),
+        ("catchup_window", limits.LONGEST_CATCHUP_WINDOW),
+        ("timeout", limits.LONGEST_TIMEOUT),
+        ("retry_backoff", limits.LONGEST_RETRY_BACKOFF),
+    ):
         if draw(st.booleans()):
             data[name] = f"{draw(durations_ms(longest))}ms"
     data["misfire"] = draw(st.sampled_from(list(MisfirePolicy)))
@@ -202,13 +248,19 @@ def schedule_inputs(draw: st.DrawFn) -> dict[str, Any]:
     data["dst_gap"] = draw(st.sampled_from(list(DstGapPolicy)))
     data["dst_repeat"] = draw(st.sampled_from(list(DstRepeatPolicy)))
     data["paused"] = draw(st.booleans())
-    data["job"] = {"kind": draw(mostly(st.sampled_from(["shell", "http", "noop"]), texts)),
-                   **draw(params)}
+    data["job"] = {
+        "kind": draw(mostly(st.sampled_from(["shell", "http", "noop"]), texts)),
+        **draw(params),
+    }
     data["owner"] = draw(st.none() | texts)
     data["description"] = draw(st.none() | texts)
     data["labels"] = draw(st.dictionaries(texts, texts, max_size=2))
-    data["max_attempts"] = draw(mostly(st.integers(1, limits.MAX_ATTEMPTS), st.sampled_from(
-        [0, limits.MAX_ATTEMPTS + 1, 2**31, 2**63])))
+    data["max_attempts"] = draw(
+        mostly(
+            st.integers(1, limits.MAX_ATTEMPTS),
+            st.sampled_from([0, limits.MAX_ATTEMPTS + 1, 2**31, 2**63]),
+        )
+    )
     return data
 
 
@@ -223,8 +275,9 @@ def _decided_without_error(outcome: Outcome) -> None:
     for decision in outcome.decisions:
         if decision.action is Action.FIRE:
             fired_at = decision.fire_at + timedelta(seconds=1)
-            record = run_requested_record(decision, state, fired_at=fired_at, partition=3,
-                                          ticker_instance="ticker-1")
+            record = run_requested_record(
+                decision, state, fired_at=fired_at, partition=3, ticker_instance="ticker-1"
+            )
             encoded = CODECS.run_requested.encode(record)
             assert encoder.encode(decision, state, fired_at=fired_at, partition=3) == encoded
 
@@ -232,9 +285,14 @@ def _decided_without_error(outcome: Outcome) -> None:
 def _round_trips(schedule: Schedule, state: ScheduleState) -> None:
     """Through the schedules topic and the changelog and back, unchanged."""
     event = {
-        "schedule_id": schedule.id, "event_id": uuid.UUID(int=7), "change": "upserted",
-        "definition": definition_record(schedule), "revision": 0, "changed_by": "probe",
-        "changed_at": limits.EARLIEST_INSTANT, "reason": None,
+        "schedule_id": schedule.id,
+        "event_id": uuid.UUID(int=7),
+        "change": "upserted",
+        "definition": definition_record(schedule),
+        "revision": 0,
+        "changed_by": "probe",
+        "changed_at": limits.EARLIEST_INSTANT,
+        "reason": None,
     }
     decoded = CODECS.schedule_event.decode(CODECS.schedule_event.encode(event))
     assert schedule_from_definition(decoded["definition"]) == schedule
@@ -251,8 +309,12 @@ def _read_everywhere(schedule: Schedule, changed_at: datetime, now: datetime) ->
     history = [HistoryEvent(schedule.id, 0, 0, "upserted", schedule, changed_at)]
     expected_occurrences(history, now, now + timedelta(seconds=90))
     for attempt in range(1, schedule.max_attempts + 1):
-        after_failure(attempt=attempt, max_attempts=schedule.max_attempts,
-                      backoff=schedule.retry_backoff, failed_at=now)
+        after_failure(
+            attempt=attempt,
+            max_attempts=schedule.max_attempts,
+            backoff=schedule.retry_backoff,
+            failed_at=now,
+        )
 
 
 def _decide_everywhere(schedule: Schedule, changed_at: datetime, now: datetime) -> None:
@@ -277,14 +339,24 @@ def _decide_everywhere(schedule: Schedule, changed_at: datetime, now: datetime) 
     fresh = upserted(None, schedule, version=0, changed_at=now, now=now).state
     assert fresh is not None
     soon = now + timedelta(seconds=90)
-    edited = upserted(fresh, schedule.model_copy(update={"paused": not schedule.paused}),
-                      version=1, changed_at=soon, now=soon)
+    edited = upserted(
+        fresh,
+        schedule.model_copy(update={"paused": not schedule.paused}),
+        version=1,
+        changed_at=soon,
+        now=soon,
+    )
     _decided_without_error(edited)
     _decided_without_error(deleted(fresh, changed_at=soon, now=soon))
 
 
-@settings(max_examples=600, deadline=None, derandomize=True, database=None,
-          suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=600,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 @given(
     data=schedule_inputs(),
     changed_at=st.one_of(in_range, out_of_range),
@@ -307,10 +379,26 @@ def test_every_schedule_is_refused_at_validation_or_decided_without_error(
 
 
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats() | texts
-    | st.sampled_from(["@daily", "1h", "P1D", "2027-01-01T00:00:00Z", "9999-12-31T23:59:59-14:00",
-                       "UTC", "localtime", "-1ms", "9" * 30 + "d"])
-    | st.datetimes(timezones=st.none() | st.timezones()) | st.timedeltas(),
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats()
+    | texts
+    | st.sampled_from(
+        [
+            "@daily",
+            "1h",
+            "P1D",
+            "2027-01-01T00:00:00Z",
+            "9999-12-31T23:59:59-14:00",
+            "UTC",
+            "localtime",
+            "-1ms",
+            "9" * 30 + "d",
+        ]
+    )
+    | st.datetimes(timezones=st.none() | st.timezones())
+    | st.timedeltas(),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(texts, inner, max_size=3),
     max_leaves=6,
 )
@@ -319,10 +407,16 @@ json_values = st.recursive(
 
 @settings(max_examples=400, deadline=None, derandomize=True, database=None)
 @given(
-    base=st.sampled_from([{"id": "a", "cron": "@daily"}, {"id": "a", "at": "2027-01-01T00:00:00Z"},
-                          {"id": "a", "every": "1m", "start_at": "2027-01-01T00:00:00Z"}]),
-    values=st.dictionaries(st.sampled_from([*Schedule.model_fields, "extra"]), json_values,
-                           min_size=1, max_size=4),
+    base=st.sampled_from(
+        [
+            {"id": "a", "cron": "@daily"},
+            {"id": "a", "at": "2027-01-01T00:00:00Z"},
+            {"id": "a", "every": "1m", "start_at": "2027-01-01T00:00:00Z"},
+        ]
+    ),
+    values=st.dictionaries(
+        st.sampled_from([*Schedule.model_fields, "extra"]), json_values, min_size=1, max_size=4
+    ),
 )
 def test_any_value_in_any_field_is_accepted_or_refused_with_the_field_named(
     base: dict[str, Any], values: dict[str, Any]
@@ -335,31 +429,56 @@ def test_any_value_in_any_field_is_accepted_or_refused_with_the_field_named(
 
 _LAST_DAY = limits.LATEST_INSTANT - DAY
 EDGE_TRIGGERS = [
-    pytest.param({"cron": "30 2 * * *", "timezone": "America/New_York",
-                  "start_at": _LAST_DAY.isoformat()}, id="fixed-time-cron-on-the-last-day"),
-    pytest.param({"cron": "*/30 1 * * *", "timezone": "Australia/Lord_Howe",
-                  "jitter": "1d"}, id="wildcard-cron-with-a-day-of-jitter"),
-    pytest.param({"every": "3650d", "jitter": "3650d", "timezone": "Pacific/Kiritimati",
-                  "start_at": limits.EARLIEST_INSTANT.isoformat()},
-                 id="every-ten-years-from-the-epoch"),
-    pytest.param({"every": "1s", "start_at": _LAST_DAY.isoformat(),
-                  "timezone": "Pacific/Chatham"}, id="every-second-on-the-last-day"),
-    pytest.param({"at": (limits.LATEST_INSTANT - MS).isoformat(), "jitter": "1d"},
-                 id="at-the-last-millisecond"),
+    pytest.param(
+        {"cron": "30 2 * * *", "timezone": "America/New_York", "start_at": _LAST_DAY.isoformat()},
+        id="fixed-time-cron-on-the-last-day",
+    ),
+    pytest.param(
+        {"cron": "*/30 1 * * *", "timezone": "Australia/Lord_Howe", "jitter": "1d"},
+        id="wildcard-cron-with-a-day-of-jitter",
+    ),
+    pytest.param(
+        {
+            "every": "3650d",
+            "jitter": "3650d",
+            "timezone": "Pacific/Kiritimati",
+            "start_at": limits.EARLIEST_INSTANT.isoformat(),
+        },
+        id="every-ten-years-from-the-epoch",
+    ),
+    pytest.param(
+        {"every": "1s", "start_at": _LAST_DAY.isoformat(), "timezone": "Pacific/Chatham"},
+        id="every-second-on-the-last-day",
+    ),
+    pytest.param(
+        {"at": (limits.LATEST_INSTANT - MS).isoformat(), "jitter": "1d"},
+        id="at-the-last-millisecond",
+    ),
 ]
 
 
 @pytest.mark.parametrize("trigger", EDGE_TRIGGERS)
 def test_every_policy_combination_is_decided_at_the_edges(trigger: dict[str, Any]) -> None:
     # Overlap is the executor's: it only travels, so it cycles instead of multiplying the rest.
-    combinations = itertools.product(MisfirePolicy, DstGapPolicy, DstRepeatPolicy,
-                                     [False, True], [None, "0s", "3650d"])
+    combinations = itertools.product(
+        MisfirePolicy, DstGapPolicy, DstRepeatPolicy, [False, True], [None, "0s", "3650d"]
+    )
     overlaps = itertools.cycle(OverlapPolicy)
-    for (misfire, gap, repeat, paused, window), overlap in zip(combinations, overlaps,
-                                                               strict=False):
-        data = {"id": "edge", **trigger, "misfire": misfire, "overlap": overlap, "dst_gap": gap,
-                "dst_repeat": repeat, "paused": paused, "max_attempts": limits.MAX_ATTEMPTS,
-                "retry_backoff": "1h", "timeout": "30d"}
+    for (misfire, gap, repeat, paused, window), overlap in zip(
+        combinations, overlaps, strict=False
+    ):
+        data = {
+            "id": "edge",
+            **trigger,
+            "misfire": misfire,
+            "overlap": overlap,
+            "dst_gap": gap,
+            "dst_repeat": repeat,
+            "paused": paused,
+            "max_attempts": limits.MAX_ATTEMPTS,
+            "retry_backoff": "1h",
+            "timeout": "30d",
+        }
         if window is not None:
             data["catchup_window"] = window
         schedule = parse_schedule(data)
