@@ -16,6 +16,7 @@ import argparse
 import json
 import random
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -28,7 +29,7 @@ from bench.reliability import scenario
 from bench.reliability.broker_faults import BROKER_SCENARIOS
 from bench.reliability.machine_faults import MACHINE_SCENARIOS
 from bench.reliability.scenario import Scenario, ScenarioResult
-from bench.reliability.system import System
+from bench.reliability.system import REPO, System
 
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in (*BROKER_SCENARIOS, *MACHINE_SCENARIOS)}
 WARMUP_S = 20
@@ -44,11 +45,22 @@ def _line(result: ScenarioResult) -> str:
     )
 
 
+def _commit() -> str:
+    """The commit the suite ran, `+dirty` when the work tree differed from it."""
+
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, check=False)
+        return done.stdout.strip()
+
+    return git("rev-parse", "HEAD") + ("+dirty" if git("status", "--porcelain") else "")
+
+
 def _write(path: Path | None, args: argparse.Namespace, results: list[ScenarioResult]) -> None:
     if path is None:
         return
     document = {
         "machine": machine(),
+        "commit": _commit(),
         "seed": args.seed,
         "size": args.size,
         "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),

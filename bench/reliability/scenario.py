@@ -71,6 +71,9 @@ class ScenarioResult:
     seconds_to_hold: float | None = None
     """From the window's end until the audit first held (the last due instants are up to a
     minute after it: the jitter)."""
+    heal_s: float = 0.0
+    """Starting again what the fault left down (a broker waits for its replicas to catch up),
+    after the window and before the first audit."""
     audits: list[str] = field(default_factory=list)
     """Each audit asked, in order: when, its verdict, and what kept it from holding."""
 
@@ -110,8 +113,11 @@ def run(system: System, scenario: Scenario, rng: random.Random) -> ScenarioResul
             print(f"  {step}", flush=True)
         sleep_until(end)
         restarted = system.supervisor.restarts[supervised:] if system.supervisor else []
+        healing = time.monotonic()
         restarted += system.heal()
+        heal_s = time.monotonic() - healing
         result = ScenarioResult(scenario.name, f"{start:%H:%M}–{end:%H:%M}Z", steps, restarted)
+        result.heal_s = heal_s
         _settle(system, result, start, end)
     finally:
         observer.stop()

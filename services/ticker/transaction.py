@@ -6,6 +6,7 @@ read_committed reader unless all of them commit.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -47,6 +48,8 @@ OffsetsFor = Callable[[dict[int, int]], list[TopicPartition]]
 
 _ANY_PARTITION = -1
 """librdkafka's RD_KAFKA_PARTITION_UA: let the configured partitioner choose."""
+FLUSH_SLICE_S = 1.0
+"""How long a flush waits before it asks for the metadata of the topics it writes again."""
 
 
 @dataclass(frozen=True)
@@ -208,7 +211,7 @@ class FiringTransactions:
         #    order, so the last one's offset is its end.
         sent_ms = self._clock_ms()
         self._produce_changelog(writes, checkpoints, on_changelog_delivery)
-        producer.flush(self.timeout_s)
+        self._flush()
         self._check_delivery(
             sent_ms, appended_ms, writes.keys() | checkpoints.keys(), changelog_ends
         )
@@ -220,6 +223,24 @@ class FiringTransactions:
         # 5. Commit.
         self._commit_with_retries()
         return changelog_ends
+
+    def _flush(self) -> None:
+        """Wait for every record's delivery, up to the timeout, asking for the topics' metadata
+        each second that records remain.
+
+        A producer whose partition leader dies keeps sending to it until its metadata names the
+        new one, and nothing makes it ask: its records time out with the transaction although
+        the cluster elected a new leader seconds before (measured: leaders moved 8 s after a
+        broker's SIGKILL, the ticker's records timed out at 10 s). Asking routes them there.
+        """
+        producer = self.producer
+        deadline = time.monotonic() + self.timeout_s
+        while producer.flush(max(0.0, min(FLUSH_SLICE_S, deadline - time.monotonic()))) > 0:
+            if time.monotonic() >= deadline:
+                return
+            for topic in (self.topics.runs, self.topics.changelog, self.topics.run_events):
+                with contextlib.suppress(KafkaException):
+                    producer.list_topics(topic, timeout=FLUSH_SLICE_S)
 
     def _check_delivery(
         self,
