@@ -124,8 +124,9 @@ class CompiledCron:
     threads: the caches only ever gain equal values.
     """
 
-    def __init__(self, expr: CronExpr, zone: ZoneInfo, dst_gap: DstGapPolicy,
-                 dst_repeat: DstRepeatPolicy) -> None:
+    def __init__(
+        self, expr: CronExpr, zone: ZoneInfo, dst_gap: DstGapPolicy, dst_repeat: DstRepeatPolicy
+    ) -> None:
         self.expr = expr
         self.zone = zone
         # Wildcard jobs follow real time, which is what the "skip" and "both" policies do.
@@ -175,10 +176,17 @@ class CompiledCron:
             ts, ordinal, hour, minute, moved, repeat_pass = entry
             nominal = datetime.fromtimestamp(ts, UTC)
             requested = datetime.combine(date.fromordinal(ordinal), datetime.min.time())
-            fire = _remember(self._fires, ts, Fire(
-                nominal=nominal, wall=nominal.astimezone(self.zone),
-                requested_wall=requested.replace(hour=hour, minute=minute),
-                moved_by_dst_gap=moved, repeated_hour_pass=repeat_pass or None))
+            fire = _remember(
+                self._fires,
+                ts,
+                Fire(
+                    nominal=nominal,
+                    wall=nominal.astimezone(self.zone),
+                    requested_wall=requested.replace(hour=hour, minute=minute),
+                    moved_by_dst_gap=moved,
+                    repeated_hour_pass=repeat_pass or None,
+                ),
+            )
         return fire
 
     def _next_matching_date(self, day: int) -> int:
@@ -216,8 +224,12 @@ class CompiledCron:
             return _NO_FIRES
         midnight = datetime(local.year, local.month, local.day, tzinfo=self.zone)
         next_midnight = midnight + _ONE_DAY
-        offsets = {midnight.utcoffset(), midnight.replace(fold=1).utcoffset(),
-                   next_midnight.utcoffset(), next_midnight.replace(fold=1).utcoffset()}
+        offsets = {
+            midnight.utcoffset(),
+            midnight.replace(fold=1).utcoffset(),
+            next_midnight.utcoffset(),
+            next_midnight.replace(fold=1).utcoffset(),
+        }
         if len(offsets) == 1:
             return _DayPlan(ordinal, day * DAY - _seconds(offsets.pop()), [])
         entries: list[_Entry] = []
@@ -244,8 +256,11 @@ class CompiledCron:
         # Several gap times move to one transition instant, and a moved fire can meet a regular
         # one; one fire per instant, the regular one first.
         entries.sort(key=lambda entry: (entry[0], entry[4]))
-        unique = [entry for position, entry in enumerate(entries)
-                  if position == 0 or entry[0] != entries[position - 1][0]]
+        unique = [
+            entry
+            for position, entry in enumerate(entries)
+            if position == 0 or entry[0] != entries[position - 1][0]
+        ]
         return _DayPlan(ordinal, None, unique)
 
 
@@ -276,17 +291,22 @@ def _remember(cache: dict[_K, _V], key: _K, value: _V) -> _V:
 
 
 @lru_cache(maxsize=4096)
-def compile_cron(cron: str, timezone: str,
-                 dst_gap: DstGapPolicy = DstGapPolicy.RUN_AT_TRANSITION,
-                 dst_repeat: DstRepeatPolicy = DstRepeatPolicy.FIRST) -> CompiledCron:
+def compile_cron(
+    cron: str,
+    timezone: str,
+    dst_gap: DstGapPolicy = DstGapPolicy.RUN_AT_TRANSITION,
+    dst_repeat: DstRepeatPolicy = DstRepeatPolicy.FIRST,
+) -> CompiledCron:
     """The shared compiled form of an expression in a zone; schedules with equal keys share it."""
     return CompiledCron(parse_cron(cron), ZoneInfo(timezone), dst_gap, dst_repeat)
 
 
 def _timestamp(instant: datetime, name: str) -> float:
     if instant.tzinfo is None or instant.utcoffset() is None:
-        raise CalendarError(f"{name} {instant.isoformat()} is naive; pass an aware datetime "
-                            "such as datetime(2027, 3, 14, tzinfo=UTC)")
+        raise CalendarError(
+            f"{name} {instant.isoformat()} is naive; pass an aware datetime "
+            "such as datetime(2027, 3, 14, tzinfo=UTC)"
+        )
     return instant.timestamp()
 
 
@@ -299,10 +319,14 @@ def next_fire(schedule: Schedule, after: datetime) -> Fire | None:
     start, end = schedule.start_at, schedule.end_at
     fire: Fire | None
     if schedule.cron is not None:
-        compiled = compile_cron(schedule.cron, schedule.timezone, schedule.dst_gap,
-                                schedule.dst_repeat)
-        fire = (compiled.next_after(start.timestamp(), inclusive=True)
-                if start is not None and after < start else compiled.next_after(ts))
+        compiled = compile_cron(
+            schedule.cron, schedule.timezone, schedule.dst_gap, schedule.dst_repeat
+        )
+        fire = (
+            compiled.next_after(start.timestamp(), inclusive=True)
+            if start is not None and after < start
+            else compiled.next_after(ts)
+        )
     elif schedule.every is not None:
         assert start is not None  # the model requires start_at with every
         if after < start:
@@ -328,9 +352,12 @@ def _real_time_fire(nominal: datetime, zone: ZoneInfo) -> Fire:
     other = wall.replace(fold=1 - wall.fold)
     # A real instant never shows a gap time, so a wall time with two readings occurs twice.
     repeat_pass = wall.fold + 1 if other.utcoffset() != wall.utcoffset() else None
-    return Fire(nominal=nominal.astimezone(UTC), wall=wall,
-                requested_wall=wall.replace(tzinfo=None, fold=0),
-                repeated_hour_pass=repeat_pass)
+    return Fire(
+        nominal=nominal.astimezone(UTC),
+        wall=wall,
+        requested_wall=wall.replace(tzinfo=None, fold=0),
+        repeated_hour_pass=repeat_pass,
+    )
 
 
 def iter_fires(schedule: Schedule, after: datetime) -> Iterator[Fire]:
@@ -364,8 +391,10 @@ def never_fires_reason(schedule: Schedule, after: datetime) -> str | None:
     if schedule.end_at is not None and schedule.end_at <= after:
         return f"it ended at {format_instant(schedule.end_at)}"
     if schedule.at is not None:
-        return (f"its one instant {format_instant(schedule.at)} is not after "
-                f"{format_instant(after)} or lies outside start_at/end_at")
+        return (
+            f"its one instant {format_instant(schedule.at)} is not after "
+            f"{format_instant(after)} or lies outside start_at/end_at"
+        )
     return "no occurrence falls between start_at and end_at"
 
 

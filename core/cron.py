@@ -24,8 +24,13 @@ MACROS = {
     "@hourly": "0 * * * *",
 }
 
-_MONTH_NAMES = {name: number for number, name in enumerate(
-    ("JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC"), start=1)}
+_MONTH_NAMES = {
+    name: number
+    for number, name in enumerate(
+        ("JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC"),
+        start=1,
+    )
+}
 _DAY_NAMES = {"SUN": 0, "MON": 1, "TUE": 2, "WED": 3, "THU": 4, "FRI": 5, "SAT": 6}
 
 
@@ -96,8 +101,13 @@ class CronExpr:
 
     def matches(self, wall: datetime) -> bool:
         """Whether a (naive) wall-clock time is one the expression names."""
-        return (wall.second == 0 and wall.microsecond == 0 and wall.minute in self.minutes
-                and wall.hour in self.hours and self.matches_date(wall.date()))
+        return (
+            wall.second == 0
+            and wall.microsecond == 0
+            and wall.minute in self.minutes
+            and wall.hour in self.hours
+            and self.matches_date(wall.date())
+        )
 
     @property
     def never_matches(self) -> bool:
@@ -108,8 +118,9 @@ class CronExpr:
         """
         if not (self.dom_star or self.dow_star):
             return False
-        return not any(day <= _longest_month(month) for month in self.months
-                       for day in self.days_of_month)
+        return not any(
+            day <= _longest_month(month) for month in self.months for day in self.days_of_month
+        )
 
 
 def _longest_month(month: int) -> int:
@@ -126,15 +137,16 @@ def parse_cron(expression: str) -> CronExpr:
     if text.startswith("@"):
         expanded = MACROS.get(text.lower())
         if expanded is None:
-            raise CronSyntaxError(expression, None,
-                                  f"unknown macro {text!r}; use one of {', '.join(MACROS)}")
+            raise CronSyntaxError(
+                expression, None, f"unknown macro {text!r}; use one of {', '.join(MACROS)}"
+            )
         text = expanded
     parts = text.split(" ")
     if len(parts) != len(_FIELDS):
-        hint = (" (Kairos cron has no seconds or year field)" if len(parts) > len(_FIELDS)
-                else "")
+        hint = " (Kairos cron has no seconds or year field)" if len(parts) > len(_FIELDS) else ""
         raise CronSyntaxError(
-            expression, None,
+            expression,
+            None,
             f"expected 5 fields (minute hour day-of-month month day-of-week), got "
             f"{len(parts) if text else 0}{hint}",
         )
@@ -151,8 +163,9 @@ def parse_cron(expression: str) -> CronExpr:
         dom_star=parts[2].startswith("*"),
         dow_star=parts[4].startswith("*"),
         wildcard=parts[0].startswith("*") or parts[1].startswith("*"),
-        day_seconds=tuple(sorted(hour * 3600 + minute * 60 for hour in hours
-                                 for minute in minutes)),
+        day_seconds=tuple(
+            sorted(hour * 3600 + minute * 60 for hour in hours for minute in minutes)
+        ),
     )
 
 
@@ -183,8 +196,9 @@ def _parse_item(expression: str, spec: _FieldSpec, item: str) -> range:
     low = _value(expression, spec, low_text)
     if not dash:
         if slash:
-            raise fail(f"{item!r}: a step needs a range; write '*/{step}' or "
-                       f"'{low}-{spec.high}/{step}'")
+            raise fail(
+                f"{item!r}: a step needs a range; write '*/{step}' or '{low}-{spec.high}/{step}'"
+            )
         return range(low, low + 1)
     high = _value(expression, spec, high_text)
     if high < low:
@@ -199,9 +213,9 @@ def _value(expression: str, spec: _FieldSpec, text: str) -> int:
         number = spec.names[text.upper()]
     else:
         names = f" or a name ({', '.join(spec.names)})" if spec.names else ""
-        raise CronSyntaxError(expression, spec.name,
-                              f"{text!r} is not a number{names}")
+        raise CronSyntaxError(expression, spec.name, f"{text!r} is not a number{names}")
     if not spec.low <= number <= spec.high:
-        raise CronSyntaxError(expression, spec.name,
-                              f"{number} is out of range {spec.low}–{spec.high}")
+        raise CronSyntaxError(
+            expression, spec.name, f"{number} is out of range {spec.low}–{spec.high}"
+        )
     return number

@@ -69,8 +69,11 @@ def parse_duration(value: object) -> timedelta:
         raise DurationError(
             value, "not a duration: use whole numbers with units w, d, h, m, s, ms, largest first"
         )
-    total_ms = sum(_amount(value, amount) * _MS_PER_UNIT[unit]
-                   for unit, amount in match.groupdict().items() if amount is not None)
+    total_ms = sum(
+        _amount(value, amount) * _MS_PER_UNIT[unit]
+        for unit, amount in match.groupdict().items()
+        if amount is not None
+    )
     return duration_from_ms(total_ms, original=value)
 
 
@@ -88,8 +91,9 @@ def duration_from_ms(total_ms: int, *, original: object = None) -> timedelta:
 
 
 def _too_long(original: object) -> DurationError:
-    return DurationError(original, f"longer than {format_duration(LONGEST)}, the longest "
-                                   "duration Kairos reads")
+    return DurationError(
+        original, f"longer than {format_duration(LONGEST)}, the longest duration Kairos reads"
+    )
 
 
 def _amount(original: object, digits: str) -> int:
@@ -106,11 +110,15 @@ def _parse_iso(original: str, text: str) -> timedelta:
             raise DurationError(
                 original, "years and months have no fixed length; give days instead (P30D)"
             )
-        raise DurationError(original, "not an ISO-8601 duration of weeks, days, hours, minutes "
-                                      "and seconds")
+        raise DurationError(
+            original, "not an ISO-8601 duration of weeks, days, hours, minutes and seconds"
+        )
     parts = match.groupdict()
-    total_ms = sum(_amount(original, parts[unit]) * _MS_PER_UNIT[unit]
-                   for unit in ("w", "d", "h", "m") if parts[unit] is not None)
+    total_ms = sum(
+        _amount(original, parts[unit]) * _MS_PER_UNIT[unit]
+        for unit in ("w", "d", "h", "m")
+        if parts[unit] is not None
+    )
     if parts["s"] is not None:
         _amount(original, parts["s"].partition(".")[0])
         try:

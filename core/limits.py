@@ -23,8 +23,10 @@ EARLIEST_INSTANT = datetime(1970, 1, 1, tzinfo=UTC)
 LATEST_INSTANT = datetime(9900, 1, 1, tzinfo=UTC)
 """Every instant of a schedule is before this one (99 years short of `datetime.max`)."""
 
-INSTANT_RANGE = (f"from {EARLIEST_INSTANT:%Y-%m-%dT%H:%M:%SZ} up to (not including) "
-                 f"{LATEST_INSTANT:%Y-%m-%dT%H:%M:%SZ}")
+INSTANT_RANGE = (
+    f"from {EARLIEST_INSTANT:%Y-%m-%dT%H:%M:%SZ} up to (not including) "
+    f"{LATEST_INSTANT:%Y-%m-%dT%H:%M:%SZ}"
+)
 """The range of instants, as messages state it."""
 
 SHORTEST_EVERY = timedelta(seconds=1)

@@ -21,9 +21,7 @@ from functools import lru_cache
 from kairos.core.errors import KairosError
 from kairos.core.schedule import SCHEDULE_ID_PATTERN
 
-_INSTANT = re.compile(
-    r"(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(?:\.(\d{3}(?:\d{3})?))?Z"
-)
+_INSTANT = re.compile(r"(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(?:\.(\d{3}(?:\d{3})?))?Z")
 
 
 class RunIdError(KairosError, ValueError):
@@ -32,8 +30,10 @@ class RunIdError(KairosError, ValueError):
     def __init__(self, run_id: str, problem: str) -> None:
         self.run_id = run_id
         self.problem = problem
-        super().__init__(f"invalid run id {run_id!r}: {problem}; run ids look like "
-                         "'settlement-report@2027-03-14T07:00:00Z'")
+        super().__init__(
+            f"invalid run id {run_id!r}: {problem}; run ids look like "
+            "'settlement-report@2027-03-14T07:00:00Z'"
+        )
 
 
 @lru_cache(maxsize=4096)
@@ -45,8 +45,7 @@ def format_instant(instant: datetime) -> str:
     if instant.tzinfo is None or instant.utcoffset() is None:
         raise ValueError(f"{instant.isoformat()} is naive; run ids need an aware instant")
     t = instant.astimezone(UTC)
-    text = (f"{t.year:04d}-{t.month:02d}-{t.day:02d}T"
-            f"{t.hour:02d}:{t.minute:02d}:{t.second:02d}")
+    text = f"{t.year:04d}-{t.month:02d}-{t.day:02d}T{t.hour:02d}:{t.minute:02d}:{t.second:02d}"
     if t.microsecond == 0:
         return text + "Z"
     if t.microsecond % 1000 == 0:
@@ -70,8 +69,9 @@ def parse_run_id(text: str) -> tuple[str, datetime]:
     year, month, day, hour, minute, second, fraction = match.groups()
     micro = int(fraction.ljust(6, "0")) if fraction else 0
     try:
-        nominal = datetime(int(year), int(month), int(day), int(hour), int(minute), int(second),
-                           micro, tzinfo=UTC)
+        nominal = datetime(
+            int(year), int(month), int(day), int(hour), int(minute), int(second), micro, tzinfo=UTC
+        )
     except ValueError as error:
         raise RunIdError(text, f"the instant does not exist ({error})") from None
     if format_instant(nominal) != instant:

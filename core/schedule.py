@@ -102,13 +102,17 @@ def _aware_utc(value: datetime) -> datetime:
     except OverflowError:
         utc = None
     if utc is None or not limits.EARLIEST_INSTANT <= utc < limits.LATEST_INSTANT:
-        raise ValueError(f"{value.isoformat()} is outside the instants a schedule may name, "
-                         f"{limits.INSTANT_RANGE}; pick an instant in that range")
+        raise ValueError(
+            f"{value.isoformat()} is outside the instants a schedule may name, "
+            f"{limits.INSTANT_RANGE}; pick an instant in that range"
+        )
     if utc.microsecond % 1000:
         # Instants travel as Avro timestamp-millis; a finer one would change on the way and
         # with it the run ids derived from it.
-        raise ValueError(f"{value.isoformat()} is more precise than a millisecond; "
-                         "round it to whole milliseconds")
+        raise ValueError(
+            f"{value.isoformat()} is more precise than a millisecond; "
+            "round it to whole milliseconds"
+        )
     return utc
 
 
@@ -128,9 +132,12 @@ def _positive(value: timedelta) -> timedelta:
 def _at_most(longest: timedelta, why: str) -> AfterValidator:
     def check(value: timedelta) -> timedelta:
         if value > longest:
-            raise ValueError(f"{format_duration(value)} is longer than the maximum, "
-                             f"{format_duration(longest)} ({why}); shorten it")
+            raise ValueError(
+                f"{format_duration(value)} is longer than the maximum, "
+                f"{format_duration(longest)} ({why}); shorten it"
+            )
         return value
+
     return AfterValidator(check)
 
 
@@ -152,20 +159,26 @@ Within `limits.EARLIEST_INSTANT` and `limits.LATEST_INSTANT`."""
 
 def _not_too_often(value: timedelta) -> timedelta:
     if value < limits.SHORTEST_EVERY:
-        raise ValueError(f"{format_duration(value)} is shorter than the minimum, "
-                         f"{format_duration(limits.SHORTEST_EVERY)}; lengthen it")
+        raise ValueError(
+            f"{format_duration(value)} is shorter than the minimum, "
+            f"{format_duration(limits.SHORTEST_EVERY)}; lengthen it"
+        )
     return value
 
 
-Interval = Annotated[PositiveDuration, AfterValidator(_not_too_often),
-                     _at_most(limits.LONGEST_EVERY, "about ten years; for a rarer occurrence "
-                                                    "use 'at'")]
+Interval = Annotated[
+    PositiveDuration,
+    AfterValidator(_not_too_often),
+    _at_most(limits.LONGEST_EVERY, "about ten years; for a rarer occurrence use 'at'"),
+]
 Jitter = Annotated[Duration, _at_most(limits.LONGEST_EVERY, "the longest 'every'")]
-CatchupWindow = Annotated[Duration, _at_most(limits.LONGEST_CATCHUP_WINDOW,
-                                             "a longer window is no limit: leave it unset")]
+CatchupWindow = Annotated[
+    Duration, _at_most(limits.LONGEST_CATCHUP_WINDOW, "a longer window is no limit: leave it unset")
+]
 Timeout = Annotated[PositiveDuration, _at_most(limits.LONGEST_TIMEOUT, "per attempt")]
-RetryBackoff = Annotated[Duration, _at_most(limits.LONGEST_RETRY_BACKOFF,
-                                            "waits between attempts are capped at it")]
+RetryBackoff = Annotated[
+    Duration, _at_most(limits.LONGEST_RETRY_BACKOFF, "waits between attempts are capped at it")
+]
 
 
 def _utf8(value: str) -> str:
@@ -174,8 +187,10 @@ def _utf8(value: str) -> str:
     except UnicodeEncodeError as error:
         # JSON's "\ud800" escape reads as a lone surrogate, which Avro's UTF-8 cannot carry.
         bad = value[error.start]
-        raise ValueError(f"contains {bad!r} at position {error.start}, half of a UTF-16 pair "
-                         "that UTF-8 cannot carry; remove it") from None
+        raise ValueError(
+            f"contains {bad!r} at position {error.start}, half of a UTF-16 pair "
+            "that UTF-8 cannot carry; remove it"
+        ) from None
     return value
 
 
@@ -186,8 +201,9 @@ Text = Annotated[str, AfterValidator(_utf8)]
 def _rule(field: str, problem: str) -> PydanticCustomError:
     # Cross-field rules are checked on the whole model, where pydantic has no field location;
     # the field travels in the context so that `_problems` can still name it.
-    return PydanticCustomError("schedule_rule", "{field}: {problem}",
-                               {"field": field, "problem": problem})
+    return PydanticCustomError(
+        "schedule_rule", "{field}: {problem}", {"field": field, "problem": problem}
+    )
 
 
 class JobSpec(BaseModel):
@@ -279,9 +295,11 @@ class Schedule(BaseModel):
     @classmethod
     def _bounded_attempts(cls, value: int) -> int:
         if value > limits.MAX_ATTEMPTS:
-            raise ValueError(f"{value} is more than the maximum, {limits.MAX_ATTEMPTS} "
-                             "(with waits capped at an hour, that many attempts retry for "
-                             "days); lower it")
+            raise ValueError(
+                f"{value} is more than the maximum, {limits.MAX_ATTEMPTS} "
+                "(with waits capped at an hour, that many attempts retry for "
+                "days); lower it"
+            )
         return value
 
     @model_validator(mode="after")
@@ -290,15 +308,24 @@ class Schedule(BaseModel):
         if not triggers:
             raise _rule("cron", "no trigger; set exactly one of 'cron', 'at' or 'every'")
         if len(triggers) > 1:
-            raise _rule(triggers[-1], f"a schedule has exactly one trigger, but "
-                                      f"{' and '.join(map(repr, triggers))} are set; keep one")
+            raise _rule(
+                triggers[-1],
+                f"a schedule has exactly one trigger, but "
+                f"{' and '.join(map(repr, triggers))} are set; keep one",
+            )
         if self.every is not None and self.start_at is None:
-            raise _rule("start_at", "'every' counts from start_at, so set start_at "
-                                    "(for example '2027-01-01T00:00:00Z')")
+            raise _rule(
+                "start_at",
+                "'every' counts from start_at, so set start_at "
+                "(for example '2027-01-01T00:00:00Z')",
+            )
         self._check_jitter()
         if self.start_at is not None and self.end_at is not None and self.end_at <= self.start_at:
-            raise _rule("end_at", f"end_at {self.end_at.isoformat()} is not after start_at "
-                                  f"{self.start_at.isoformat()}; move it later or drop it")
+            raise _rule(
+                "end_at",
+                f"end_at {self.end_at.isoformat()} is not after start_at "
+                f"{self.start_at.isoformat()}; move it later or drop it",
+            )
         return self
 
     def _check_jitter(self) -> None:
@@ -309,8 +336,11 @@ class Schedule(BaseModel):
         else:
             longest, why = limits.LONGEST_CALENDAR_JITTER, "for 'cron' and 'at' schedules"
         if self.jitter > longest:
-            raise _rule("jitter", f"{format_duration(self.jitter)} is longer than the maximum, "
-                                  f"{format_duration(longest)} ({why}); shorten it")
+            raise _rule(
+                "jitter",
+                f"{format_duration(self.jitter)} is longer than the maximum, "
+                f"{format_duration(longest)} ({why}); shorten it",
+            )
 
     @property
     def zone(self) -> ZoneInfo:
@@ -329,8 +359,9 @@ class ScheduleValidationError(KairosError):
     the file, from 0) identifies it. `field` is a dotted path such as `cron` or `job.kind`.
     """
 
-    def __init__(self, *, schedule_id: str | None, index: int | None, field: str,
-                 problem: str) -> None:
+    def __init__(
+        self, *, schedule_id: str | None, index: int | None, field: str, problem: str
+    ) -> None:
         self.schedule_id = schedule_id
         self.index = index
         self.field = field
@@ -385,7 +416,8 @@ def load_schedules(text: str, fmt: Literal["yaml", "json"]) -> list[Schedule]:
     document = _decode(text, fmt)
     if not isinstance(document, Mapping) or set(document) != {"schedules"}:
         raise SchedulesFileFormatError(
-            fmt, "the top level must be a mapping with exactly one key, 'schedules'")
+            fmt, "the top level must be a mapping with exactly one key, 'schedules'"
+        )
     entries = document["schedules"]
     if not isinstance(entries, list):
         raise SchedulesFileFormatError(fmt, "'schedules' must be a list of schedules")
@@ -399,10 +431,15 @@ def load_schedules(text: str, fmt: Literal["yaml", "json"]) -> list[Schedule]:
             errors.extend(invalid.errors)
             continue
         if schedule.id in first_index:
-            errors.append(ScheduleValidationError(
-                schedule_id=schedule.id, index=index, field="id",
-                problem=f"duplicate id, also used by schedules[{first_index[schedule.id]}]; "
-                        "ids must be unique"))
+            errors.append(
+                ScheduleValidationError(
+                    schedule_id=schedule.id,
+                    index=index,
+                    field="id",
+                    problem=f"duplicate id, also used by schedules[{first_index[schedule.id]}]; "
+                    "ids must be unique",
+                )
+            )
             continue
         first_index[schedule.id] = index
         schedules.append(schedule)
@@ -417,7 +454,8 @@ def _decode(text: str, fmt: str) -> Any:
             return json.loads(text)
         except json.JSONDecodeError as error:
             raise SchedulesFileFormatError(
-                fmt, f"{error.msg} at line {error.lineno}, column {error.colno}") from None
+                fmt, f"{error.msg} at line {error.lineno}, column {error.colno}"
+            ) from None
     if fmt == "yaml":
         try:
             return yaml.safe_load(text)
@@ -429,8 +467,9 @@ def _decode(text: str, fmt: str) -> Any:
     raise SchedulesFileFormatError(fmt, "the format must be 'yaml' or 'json'")
 
 
-def _problems(error: ValidationError, data: object, index: int | None
-              ) -> list[ScheduleValidationError]:
+def _problems(
+    error: ValidationError, data: object, index: int | None
+) -> list[ScheduleValidationError]:
     schedule_id = None
     if isinstance(data, Mapping):
         candidate = data.get("id")
@@ -444,8 +483,11 @@ def _problems(error: ValidationError, data: object, index: int | None
 
 def _describe(detail: ErrorDetails) -> tuple[str, str]:
     # A key can hold a lone surrogate (see `_utf8`); the path must still print.
-    field = ".".join(str(part) for part in detail["loc"]).encode(
-        "utf-8", "backslashreplace").decode("utf-8")
+    field = (
+        ".".join(str(part) for part in detail["loc"])
+        .encode("utf-8", "backslashreplace")
+        .decode("utf-8")
+    )
     context = detail.get("ctx") or {}
     kind = detail["type"]
     if kind == "schedule_rule":

@@ -43,8 +43,10 @@ def _iana_zones() -> frozenset[str]:
 def zone_problem(name: str) -> str | None:
     """Why `name` cannot be a schedule's `timezone` (and what to write instead), or `None`."""
     if name in HOST_ZONE_NAMES:
-        return (f"{name!r} {HOST_ZONE_NAMES[name]}, so hosts would disagree on when the "
-                f"schedule fires; name the zone, such as {_EXAMPLES}")
+        return (
+            f"{name!r} {HOST_ZONE_NAMES[name]}, so hosts would disagree on when the "
+            f"schedule fires; name the zone, such as {_EXAMPLES}"
+        )
     if name not in _iana_zones():
         return f"{name!r} is not a known IANA time zone; use a name such as {_EXAMPLES}"
     try:
@@ -59,5 +61,7 @@ def legacy_fixed_zone_warning(name: str) -> str | None:
     if name not in LEGACY_FIXED_ZONES:
         return None
     offset, instead = LEGACY_FIXED_ZONES[name]
-    return (f"timezone {name!r} is a fixed {offset} offset with no daylight-saving time; "
-            f"if the schedule follows a place's clock, use {instead}")
+    return (
+        f"timezone {name!r} is a fixed {offset} offset with no daylight-saving time; "
+        f"if the schedule follows a place's clock, use {instead}"
+    )

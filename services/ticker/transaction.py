@@ -235,12 +235,16 @@ class FiringTransactions:
         """
         producer = self.producer
         deadline = time.monotonic() + self.timeout_s
-        while producer.flush(max(0.0, min(FLUSH_SLICE_S, deadline - time.monotonic()))) > 0:
-            if time.monotonic() >= deadline:
-                return
+
+        def left_s() -> float:
+            return max(0.0, min(FLUSH_SLICE_S, deadline - time.monotonic()))
+
+        while producer.flush(left_s()) > 0:
             for topic in (self.topics.runs, self.topics.changelog, self.topics.run_events):
+                if left_s() == 0.0:
+                    return
                 with contextlib.suppress(KafkaException):
-                    producer.list_topics(topic, timeout=FLUSH_SLICE_S)
+                    producer.list_topics(topic, timeout=left_s())
 
     def _check_delivery(
         self,
