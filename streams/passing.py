@@ -21,6 +21,9 @@ LEADER_MOVING = frozenset(
         KafkaError.NOT_LEADER_FOR_PARTITION,
         KafkaError.LEADER_NOT_AVAILABLE,
         KafkaError.UNKNOWN_TOPIC_OR_PART,
+        # The client's own metadata lacks the partition for a moment: a metadata answer given
+        # during a leader election (seen 27 s after a broker's SIGKILL).
+        KafkaError._UNKNOWN_PARTITION,
     }
 )
 """A partition without a leader for a moment (just created, or its leader moving)."""

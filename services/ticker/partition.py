@@ -260,10 +260,12 @@ class OwnedPartition:
         if must_reach is not None and must_reach > end_offset:
             raise RestoreError(
                 self.partition,
-                f"the committed offsets say the changelog reached offset {must_reach}, but it "
-                f"ends at {end_offset}: the changelog topic was deleted or recreated, so the "
-                "fires it recorded are gone; restore the topic, or start a new deployment "
-                "(topic prefix) whose schedules are published again",
+                f"the committed offsets say the changelog reached offset {must_reach}, but its "
+                f"leader says it ends at {end_offset}: a leader that has just taken over and "
+                "not caught up yet (this passes within seconds), or the changelog topic was "
+                "deleted or recreated (this never passes: the fires it recorded are gone; "
+                "restore the topic, or start a new deployment, a topic prefix, whose schedules "
+                "are published again)",
             )
         stored = self._trusted_store_offset(low, end_offset)
         start = low if stored is None else stored
