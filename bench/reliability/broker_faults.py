@@ -41,9 +41,18 @@ def transaction_coordinator(system: System, instance: str) -> int:
 
 
 def group_coordinator(system: System) -> int:
+    """The broker coordinating the tickers' group, asked until it answers (a busy machine
+    answered a first DescribeGroups after more than 10 s)."""
     group = system.settings.deployment_id(TICKER_GROUP)
-    described = system.admin().describe_consumer_groups([group])[group].result(timeout=10)
-    return int(described.coordinator.id)
+    deadline = time.monotonic() + 60
+    while True:
+        future = system.admin().describe_consumer_groups([group], request_timeout=10)[group]
+        try:
+            return int(future.result(timeout=15).coordinator.id)
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1)
 
 
 def _kill_runs_leader(system: System, rng: random.Random) -> list[str]:
