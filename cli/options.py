@@ -36,7 +36,8 @@ def checked_log_level(value: str) -> str:
     not the ValueError `setLevel` raises before any other check."""
     level = value.strip().upper()
     if level not in LOG_LEVELS:
-        raise typer.BadParameter(f"{value!r} is not a log level; use one of {', '.join(LOG_LEVELS)}")
+        levels = ", ".join(LOG_LEVELS)
+        raise typer.BadParameter(f"{value!r} is not a log level; use one of {levels}")
     return level
 
 

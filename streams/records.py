@@ -29,8 +29,14 @@ def job_record(job: JobSpec) -> dict[str, Any]:
     return {"kind": job.kind, "params_json": json.dumps(params, sort_keys=True)}
 
 
-_JSON_TYPES = {list: "an array", str: "a string", bool: "a boolean", int: "a number",
-               float: "a number", type(None): "null"}
+_JSON_TYPES = {
+    list: "an array",
+    str: "a string",
+    bool: "a boolean",
+    int: "a number",
+    float: "a number",
+    type(None): "null",
+}
 
 
 class JobParamsRecordError(ValueError):

@@ -25,8 +25,17 @@ def test_a_badchecked_log_level_is_refused_in_one_message_exit_2(
     result = CliRunner().invoke(
         app,
         # A closed port: had the level passed, the service would have started, not exited.
-        ["--bootstrap-servers", "127.0.0.1:1", service, "--instance", "fuzz",
-         "--state-dir", str(tmp_path), "--log-level", level],
+        [
+            "--bootstrap-servers",
+            "127.0.0.1:1",
+            service,
+            "--instance",
+            "fuzz",
+            "--state-dir",
+            str(tmp_path),
+            "--log-level",
+            level,
+        ],
         env={"KAIROS_LOG_LEVEL": None},
     )
     assert result.exit_code == 2
