@@ -14,6 +14,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import asdict
 from datetime import UTC, datetime
@@ -23,7 +24,7 @@ from typing import Any
 from bench.common import deployment, local_broker
 from bench.fuzz import accounting, report
 from bench.fuzz.cli_fuzz import SERVICES, CliTally, fuzz_cli
-from bench.fuzz.records import by_topic
+from bench.fuzz.records import by_topic, must_run
 from bench.fuzz.storm import StormResult, run_storm
 
 
@@ -35,10 +36,16 @@ def main() -> int:
         with _broker(options.bootstrap, workdir) as bootstrap:
             tag = uuid.uuid4().hex[:6]
             settings = deployment(bootstrap, f"fuzz-{tag}.")
-            storm = run_storm(settings, workdir / "storm", options.seed, options.events)
+            cli_prefix = deployment(bootstrap, f"fuzzcli-{tag}.").topic_prefix
+            # The command lines run while the storm mostly waits for its fires: a deployment
+            # of their own, so neither sees the other's records.
+            with ThreadPoolExecutor(1) as background:
+                cli_run = background.submit(
+                    fuzz_cli, bootstrap, cli_prefix, workdir, options.seed, options.cli_cases
+                )
+                storm = run_storm(settings, workdir / "storm", options.seed, options.events)
+                cli = cli_run.result()
             judged = accounting.judge_all(storm.plan.records, storm.seen, settings)
-            deployment(bootstrap, f"fuzzcli-{tag}.")
-            cli = fuzz_cli(bootstrap, f"fuzzcli-{tag}.", workdir, options.seed, options.cli_cases)
     result = {
         "command": _command_line(options),
         "seed": options.seed,
@@ -93,7 +100,7 @@ def _storm_figures(
     letters = Counter(
         letter["dead_lettered_by"].split(":")[0] for letter in storm.seen.dead_letters.values()
     )
-    owed = [r.owed_run for r in storm.plan.records if r.owed_run is not None and r.cls == "valid"]
+    owed = [r.owed_run for r in storm.plan.records if r.owed_run is not None and must_run(r)]
     crashes = sum(not up for up in storm.alive_after.values()) + sum(
         figures["tracebacks"] for figures in storm.logs.values()
     )

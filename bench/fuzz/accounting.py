@@ -114,7 +114,7 @@ def _expected(record: FuzzRecord, service: str, readers: str) -> bool:
         }.get(cls, ("dead-lettered", "skipped"))
         return service.startswith(wanted[0]) and readers.startswith(wanted[1])
     if record.topic is TopicRole.RUNS:
-        if cls == "valid":
+        if cls in ("valid", "oversized"):
             return service == "ran" and readers == "read"
         refused = service.startswith("dead-lettered")
         return refused and (readers.startswith("skipped") or cls not in UNDECODABLE)

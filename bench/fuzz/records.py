@@ -167,7 +167,8 @@ class StormBuilder:
         key = str(record.get("run_id", ident)).encode()
         value = codec.encode(record)
         place = partition_for(key, self.counts[topic])
-        owed = record["run_id"] if topic is TopicRole.RUNS and cls == "valid" else None
+        owes = topic is TopicRole.RUNS and cls in ("valid", "oversized")
+        owed = record["run_id"] if owes else None
         if cls in ("valid", "invalid_content", "oversized"):
             return FuzzRecord(topic, cls, variant, key, value, place, owed)
         return self._mutated(topic, cls, key, value, codec)
@@ -182,8 +183,9 @@ class StormBuilder:
     def _padded(self, topic: TopicRole, record: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         size = self._oversize()
         if topic is TopicRole.RUNS:
-            params = json.dumps({"padding": "x" * size})
-            return "job params", {**record, "job": {"kind": "noop", "params_json": params}}
+            # No contract bounds a run (a ticker's are bounded by their schedule event): a
+            # large but valid one must run.
+            return "owner", {**record, "owner": "x" * size}
         if topic is TopicRole.RUN_EVENTS:
             return "reason", {**record, "reason": "x" * size}
         return "value copy", {**record, "value": b"x" * size, "value_size": size}
@@ -262,6 +264,11 @@ class StormBuilder:
             TopicRole.RUN_EVENTS: self.codecs.run_event,
             TopicRole.DEAD_LETTERS: self.codecs.dead_letter,
         }[topic]
+
+
+def must_run(record: FuzzRecord) -> bool:
+    """The record owes a run that must succeed (an unknown job kind owes one to be refused)."""
+    return record.owed_run is not None and record.cls != "unknown_job_kind"
 
 
 def by_topic(records: list[FuzzRecord]) -> Iterator[tuple[TopicRole, list[FuzzRecord]]]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from bench.fuzz.cli_fuzz import SERVICE_RUN_S
+
 FIXED = (
     "A `RunRequested` whose job `params_json` is JSON but not an object (`[1, 2]`, `null`, "
     '`"text"`) raised `TypeError` out of the executor\'s admission check, which never raises '
@@ -139,9 +141,12 @@ def _cli_lines(cli: dict[str, Any]) -> list[str]:
         "traceback; exit 0, or exit 2 with a usage message, or a non-zero exit with an "
         "`error:` line saying what was wrong, or a command's documented verdict exit with its "
         "report. `ticker` and `executor` cases run as processes for up to "
-        f"12 s ({cli['services']} cases).",
+        f"{SERVICE_RUN_S:.0f} s ({cli['services']} cases), in parallel with the others.",
         "",
         f"Outcomes: {outcomes}. **Failures: {len(cli['failures'])}.**",
+        "",
+        "Service cases still running when stopped had their arguments accepted; what had been "
+        f"broken in them: {_counts(cli['accepted_services'], 8) or 'nothing'}.",
         "",
         "| command | outcomes |",
         "|---|---|",

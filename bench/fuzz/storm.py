@@ -19,7 +19,7 @@ from typing import Any
 
 from bench.common import wait_for, wait_until_held
 from bench.fuzz import services
-from bench.fuzz.records import FuzzRecord, Plan, StormBuilder
+from bench.fuzz.records import Plan, StormBuilder, must_run
 from kairos.core.run_id import run_id
 from kairos.core.schedule import Schedule
 from kairos.streams.codec import DecodeError, make_codecs
@@ -102,7 +102,7 @@ def run_storm(settings: KafkaSettings, workdir: Path, seed: int, events: int) ->
 
 
 def _owed(plan: Plan) -> set[str]:
-    return {r.owed_run for r in plan.records if r.owed_run is not None and r.cls == "valid"}
+    return {r.owed_run for r in plan.records if r.owed_run is not None and must_run(r)}
 
 
 def _wait_for_owed(settings: KafkaSettings, plan: Plan) -> float:
@@ -225,7 +225,3 @@ def _log_figures(text: str) -> dict[str, int]:
         "error_lines": text.count(" ERROR "),
         "critical_lines": text.count(" CRITICAL "),
     }
-
-
-def owed_records(plan: Plan) -> list[FuzzRecord]:
-    return [r for r in plan.records if r.owed_run is not None]
