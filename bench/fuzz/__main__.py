@@ -16,7 +16,6 @@ from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -124,11 +123,16 @@ def _storm_figures(
 
 
 def _cli_figures(cli: CliTally) -> dict[str, Any]:
-    figures = asdict(cli)
-    figures["by_outcome"] = dict(cli.by_outcome.most_common())
-    figures["by_command"] = {c: dict(n.most_common()) for c, n in sorted(cli.by_command.items())}
-    figures["services"] = sum(sum(cli.by_command.get(s, {}).values()) for s in SERVICES)
-    return figures
+    # Not dataclasses.asdict: it rebuilds a Counter from its items, counting the pairs.
+    return {
+        "cases": cli.cases,
+        "seconds": cli.seconds,
+        "by_outcome": dict(cli.by_outcome.most_common()),
+        "by_command": {c: dict(n.most_common()) for c, n in sorted(cli.by_command.items())},
+        "services": sum(sum(cli.by_command.get(s, {}).values()) for s in SERVICES),
+        "accepted_services": dict(cli.accepted_services.most_common()),
+        "failures": cli.failures,
+    }
 
 
 def _passed(result: dict[str, Any]) -> bool:

@@ -8,22 +8,31 @@ from typing import Any
 from bench.fuzz.cli_fuzz import SERVICE_RUN_S
 
 FIXED = (
-    "A `RunRequested` whose job `params_json` is JSON but not an object (`[1, 2]`, `null`, "
-    '`"text"`) raised `TypeError` out of the executor\'s admission check, which never raises '
-    "for bad input: the executor process exited, and on restart met the same uncommitted "
-    "record again (a poison pill stopping every run of the deployment). Found by the runs "
-    "topic's `invalid_content/params_not_object`; fixed in `streams/records.py` "
-    "(`job_from_record` names the problem) and `services/executor/admission.py` (every invalid "
-    "job is a dead letter); test `tests/unit/test_job_params_record.py`.",
-    "The same definitions on the schedules topic were dead-lettered, but with the reason "
-    "`invalid definition: 'list' object is not a mapping`, which says neither the field nor the "
-    "fix; the reason now names `job.params_json` and what it must be (same fix).",
-    "`kairos apply -f` / `kairos preview -f` of a deeply nested YAML file crashed with a "
-    "`RecursionError` traceback after 5 s; it is now refused as a file that cannot be read, "
-    "exit 1 (`core/schedule.py`, test in `tests/unit/test_schedule_model.py`).",
-    "`kairos ticker` / `kairos executor --log-level LOUD` crashed with a `ValueError` "
-    "traceback before any check; the level is now checked with the other settings and refused "
-    "in one line, exit 2 (`cli/options.py`, test `tests/unit/test_cli_log_level.py`).",
+    "**The executor crashed on a run whose job `params_json` is JSON but not an object** "
+    '(`[1, 2]`, `null`, `"text"`, `3`): the admission check, which must never raise for bad '
+    "input, raised `TypeError`, the executor process exited, and after a restart it would meet "
+    "the same uncommitted record again: one such record stops every run of the deployment. "
+    "Found by the runs topic's `invalid_content` (variant `params_not_object`); before the fix a "
+    "2,000-record run of the same seed ended with the executor dead, 0 of 195 owed runs run and "
+    "the canary not run. Fixed in `streams/records.py` (`job_from_record` raises a clear "
+    "`JobParamsRecordError`) and `services/executor/admission.py` (it is a dead letter, "
+    "`RunRequestInvalidError`); test `tests/unit/test_job_params_record.py`.",
+    "**An unclear dead-letter reason** for the same definitions on the schedules topic: `invalid "
+    "definition: 'list' object is not a mapping` named neither the field nor the fix; it is now "
+    "`invalid definition: job.params_json is an array; it must be a JSON object of the job's "
+    'fields, such as {"command": "echo hi"}` (same fix, same test).',
+    "**`kairos apply -f` and `kairos preview -f` crashed on a deeply nested file** (5,000 `[`): a "
+    "`RecursionError` traceback, after 5 s; the file is now refused as unreadable, exit 1, one "
+    "line (`core/schedule.py`; tests `deep-yaml`, `deep-json` in "
+    "`tests/unit/test_schedule_model.py`).",
+    "**`kairos ticker` / `kairos executor --log-level LOUD` crashed** with `logging`'s "
+    "`ValueError` traceback before any other check; an unknown level is now a usage error, exit "
+    "2, naming the levels (`cli/options.py`; test `tests/unit/test_cli_log_level.py`).",
+    "**A state directory that cannot be created** (`--state-dir /dev/null/state`): the executor "
+    "ended in a `NotADirectoryError` traceback from its SQLite store; the ticker logged one at "
+    "every partition assignment and retried forever. Both now exit 1 at start with one line "
+    "naming the directory (`streams/dedupe/sqlite.py`, `services/ticker/settings.py`; test "
+    "`tests/local/test_state_dir_errors.py`).",
 )
 
 
@@ -133,6 +142,8 @@ def _cli_lines(cli: dict[str, Any]) -> list[str]:
     return [
         f"### Command lines: {cli['cases']:,} generated cases in {cli['seconds']:.0f} s",
         "",
+        "They ran while the storm did, on the same broker but a deployment (topic prefix) of "
+        "their own, two processes in parallel. "
         "Every `kairos` command but `dev` (it starts and stops brokers here), with random flags "
         "and values: bad durations and instants, counts and ports out of range, unicode and "
         "5,000-character text, bad schedules files (garbage bytes, invalid YAML, wrong types, "
@@ -165,5 +176,9 @@ def _left_lines(storm: dict[str, Any], cli: dict[str, Any]) -> list[str]:
         "- The run-events and dead-letters topics have no service consumer: a decodable record "
         "there with odd content (a run event of kind `unknown`, a dead letter with a negative "
         "partition) is read, and only the reading commands' survival is checked for it.",
+        "- Seen, not fixed: a `ticker` or `executor` given an address that can never work "
+        "(`--bootstrap-servers 127.0.0.1:99999`, `::`) runs and retries, as it does for a broker "
+        "that is down, instead of refusing it at start; and without a broker a ticker took 15 s "
+        "to act on SIGTERM (a blocking client call of up to 30 s).",
         "- One seed per run; another seed draws other variants of the same classes.",
     ]
