@@ -22,7 +22,14 @@ from typing import Any
 
 from bench.common import deployment, local_broker
 from bench.fuzz import accounting, report
-from bench.fuzz.cli_fuzz import SERVICES, CliTally, fuzz_cli
+from bench.fuzz.cli_fuzz import (
+    SERVICES,
+    CliTally,
+    build_cases,
+    run_in_process,
+    run_services,
+    tally,
+)
 from bench.fuzz.records import by_topic, must_run
 from bench.fuzz.storm import StormResult, run_storm
 
@@ -38,12 +45,15 @@ def main() -> int:
             cli_prefix = deployment(bootstrap, f"fuzzcli-{tag}.").topic_prefix
             # The command lines run while the storm mostly waits for its fires: a deployment
             # of their own, so neither sees the other's records.
+            cases = build_cases(bootstrap, cli_prefix, workdir, options.seed, options.cli_cases)
             with ThreadPoolExecutor(1) as background:
-                cli_run = background.submit(
-                    fuzz_cli, bootstrap, cli_prefix, workdir, options.seed, options.cli_cases
-                )
+                cli_started = time.monotonic()
+                in_process = background.submit(run_in_process, cases)
                 storm = run_storm(settings, workdir / "storm", options.seed, options.events)
-                cli = cli_run.result()
+                outcomes = in_process.result()
+            # After the storm, on a quiet machine (see run_services).
+            outcomes += run_services(cases)
+            cli = tally(outcomes, time.monotonic() - cli_started)
             judged = accounting.judge_all(storm.plan.records, storm.seen, settings)
     result = {
         "command": _command_line(options),

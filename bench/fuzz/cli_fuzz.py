@@ -16,7 +16,6 @@ import os
 import random
 import subprocess
 import sys
-import time
 from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
@@ -231,20 +230,22 @@ class CaseBuilder:
 # -- running and judging -----------------------------------------------------------------------
 
 
-def run_cases(cases: list[Case], workers: int = 2) -> list[CliOutcome]:
-    """In-process cases in `workers` fresh processes (each case swaps its process's streams, so
-    one at a time per process) while the service cases run as processes of their own, two at a
-    time: those mostly wait."""
+def run_in_process(cases: list[Case], workers: int = 2) -> list[CliOutcome]:
+    """The cases of commands that end by themselves, in `workers` fresh processes (each case
+    swaps its process's streams, so one at a time per process)."""
     in_process = [c for c in cases if c.command not in SERVICES]
     chunks = [in_process[n::workers] for n in range(workers)]
     # Spawned, not forked: this process has Kafka clients whose threads a fork would not copy.
-    with (
-        ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as processes,
-        ThreadPoolExecutor(2) as threads,
-    ):
-        services = threads.map(_as_process, [c for c in cases if c.command in SERVICES])
-        outcomes = [o for chunk in processes.map(_run_in_process, chunks) for o in chunk]
-        return outcomes + list(services)
+    with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as processes:
+        return [o for chunk in processes.map(_run_in_process, chunks) for o in chunk]
+
+
+def run_services(cases: list[Case]) -> list[CliOutcome]:
+    """The `ticker` and `executor` cases as processes, two at a time. Run them on a quiet
+    machine: one still starting after `SERVICE_RUN_S` would count as having accepted its
+    arguments."""
+    with ThreadPoolExecutor(2) as threads:
+        return list(threads.map(_as_process, [c for c in cases if c.command in SERVICES]))
 
 
 def _run_in_process(cases: list[Case]) -> list[CliOutcome]:
@@ -335,8 +336,6 @@ def tally(outcomes: list[CliOutcome], seconds: float) -> CliTally:
     return result
 
 
-def fuzz_cli(bootstrap: str, prefix: str, workdir: Path, seed: int, count: int) -> CliTally:
-    started = time.monotonic()
+def build_cases(bootstrap: str, prefix: str, workdir: Path, seed: int, count: int) -> list[Case]:
     builder = CaseBuilder(random.Random(seed), bootstrap, prefix, workdir / "cli-files")
-    outcomes = run_cases(list(builder.cases(count)))
-    return tally(outcomes, time.monotonic() - started)
+    return list(builder.cases(count))
