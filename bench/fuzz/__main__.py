@@ -141,6 +141,7 @@ def _cli_figures(cli: CliTally) -> dict[str, Any]:
         "by_command": {c: dict(n.most_common()) for c, n in sorted(cli.by_command.items())},
         "services": sum(sum(cli.by_command.get(s, {}).values()) for s in SERVICES),
         "accepted_services": dict(cli.accepted_services.most_common()),
+        "accepted_examples": cli.accepted_examples,
         "failures": cli.failures,
     }
 

@@ -37,8 +37,9 @@ _NOT_FUZZED_OPTIONS = ("--install-completion", "--show-completion", "--help")
 SERVICES = ("ticker", "executor")
 SERVICE_SHARE = 0.03
 """Service cases are processes of a few seconds each: a small share of the cases."""
-SERVICE_RUN_S = 8.0
-"""A service still running after this long accepted its arguments (and waits for its broker)."""
+SERVICE_RUN_S = 20.0
+"""A service still running after this long accepted its arguments (and waits for its broker).
+Generous: on this shared machine a refusal took 4 s of start-up at a load average of 11."""
 VERDICT_EXITS = {
     "partitions": {1},
     "audit verify": {1, 3},
@@ -83,6 +84,7 @@ class CliTally:
     failures: list[dict[str, Any]] = field(default_factory=list)
     accepted_services: Counter[str] = field(default_factory=Counter)
     """For service cases that ran until stopped: what had been broken in them."""
+    accepted_examples: list[list[str]] = field(default_factory=list)
     seconds: float = 0.0
 
 
@@ -241,10 +243,10 @@ def run_in_process(cases: list[Case], workers: int = 2) -> list[CliOutcome]:
 
 
 def run_services(cases: list[Case]) -> list[CliOutcome]:
-    """The `ticker` and `executor` cases as processes, two at a time. Run them on a quiet
-    machine: one still starting after `SERVICE_RUN_S` would count as having accepted its
-    arguments."""
-    with ThreadPoolExecutor(2) as threads:
+    """The `ticker` and `executor` cases as processes, four at a time (most wait). Run them on
+    a quiet machine: one still starting after `SERVICE_RUN_S` would count as having accepted
+    its arguments."""
+    with ThreadPoolExecutor(4) as threads:
         return list(threads.map(_as_process, [c for c in cases if c.command in SERVICES]))
 
 
@@ -322,6 +324,8 @@ def tally(outcomes: list[CliOutcome], seconds: float) -> CliTally:
         result.by_command.setdefault(item.case.command, Counter())[item.outcome.split(":")[0]] += 1
         if item.outcome.startswith("ran until stopped"):
             result.accepted_services.update(item.case.broken)
+            if len(result.accepted_examples) < 12:
+                result.accepted_examples.append(item.case.argv)
         if not item.passed:
             result.failures.append(
                 {

@@ -158,7 +158,8 @@ def _cli_lines(cli: dict[str, Any]) -> list[str]:
         f"Outcomes: {outcomes}. **Failures: {len(cli['failures'])}.**",
         "",
         "Service cases still running when stopped had their arguments accepted; what had been "
-        f"broken in them: {_counts(cli['accepted_services'], 8) or 'nothing'}.",
+        f"broken in them: {_counts(cli['accepted_services'], 8) or 'nothing'} (their command "
+        "lines: `cli.accepted_examples` in the JSON).",
         "",
         "| command | outcomes |",
         "|---|---|",
