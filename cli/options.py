@@ -28,8 +28,24 @@ MetricsPortOption = Annotated[
     int | None,
     typer.Option(envvar="KAIROS_METRICS_PORT", help="Serve Prometheus metrics on this port."),
 ]
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def checked_log_level(value: str) -> str:
+    """A level `logging` knows, checked as the option is read: a bad one is a usage error,
+    not the ValueError `setLevel` raises before any other check."""
+    level = value.strip().upper()
+    if level not in LOG_LEVELS:
+        levels = ", ".join(LOG_LEVELS)
+        raise typer.BadParameter(f"{value!r} is not a log level; use one of {levels}")
+    return level
+
+
 LogLevelOption = Annotated[
-    str, typer.Option(envvar="KAIROS_LOG_LEVEL", help="DEBUG, INFO, WARNING or ERROR.")
+    str,
+    typer.Option(
+        envvar="KAIROS_LOG_LEVEL", help="DEBUG, INFO, WARNING or ERROR.", callback=checked_log_level
+    ),
 ]
 
 _RESOLVED = "kairos.connection"

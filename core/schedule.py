@@ -449,6 +449,16 @@ def load_schedules(text: str, fmt: Literal["yaml", "json"]) -> list[Schedule]:
 
 
 def _decode(text: str, fmt: str) -> Any:
+    try:
+        return _parse(text, fmt)
+    except RecursionError:
+        # Both parsers recurse per level of nesting: thousands of `[` exhaust the stack.
+        raise SchedulesFileFormatError(
+            fmt, "it is nested too deeply to read; a schedules file needs only a few levels"
+        ) from None
+
+
+def _parse(text: str, fmt: str) -> Any:
     if fmt == "json":
         try:
             return json.loads(text)

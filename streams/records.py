@@ -29,8 +29,36 @@ def job_record(job: JobSpec) -> dict[str, Any]:
     return {"kind": job.kind, "params_json": json.dumps(params, sort_keys=True)}
 
 
+_JSON_TYPES = {
+    list: "an array",
+    str: "a string",
+    bool: "a boolean",
+    int: "a number",
+    float: "a number",
+    type(None): "null",
+}
+
+
+class JobParamsRecordError(ValueError):
+    """A job's `params_json` is not a JSON object: the record's bytes are untrusted."""
+
+
 def job_from_record(record: dict[str, Any]) -> JobSpec:
-    return JobSpec.model_validate({**json.loads(record["params_json"]), "kind": record["kind"]})
+    """The job a `JobSpec` record describes; `JobParamsRecordError` when its parameters are not
+    a JSON object, pydantic's `ValidationError` when they are not a valid job."""
+    try:
+        params = json.loads(record["params_json"])
+    except json.JSONDecodeError as error:
+        raise JobParamsRecordError(
+            f"job.params_json is not JSON ({error}); it must be a JSON object of the job's "
+            'fields, such as {"command": "echo hi"}'
+        ) from None
+    if not isinstance(params, dict):
+        raise JobParamsRecordError(
+            f"job.params_json is {_JSON_TYPES.get(type(params), 'not an object')}; it must be a "
+            'JSON object of the job\'s fields, such as {"command": "echo hi"}'
+        )
+    return JobSpec.model_validate({**params, "kind": record["kind"]})
 
 
 def definition_record(schedule: Schedule) -> dict[str, Any]:

@@ -250,5 +250,6 @@ def _schedule_of(definition: dict[str, Any]) -> Schedule:
         )
         raise InvalidScheduleEventError(f"invalid definition: {problems}") from invalid
     except (ValueError, TypeError, KeyError, ArithmeticError) as invalid:
-        # Job params_json that is not a JSON object, for example: the bytes are untrusted.
+        # Whatever else untrusted bytes make the model raise; job_from_record's own errors
+        # (params_json that is not a JSON object) already name the field.
         raise InvalidScheduleEventError(f"invalid definition: {invalid}") from invalid

@@ -8,7 +8,6 @@ another consumer group) that do.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from datetime import timedelta
 from functools import cached_property
@@ -23,7 +22,7 @@ from kairos.services.executor.handlers import Handlers
 from kairos.services.executor.jobs import JobParams, JobParamsError, PythonJob, job_params
 from kairos.streams.codec import Codec, DecodeError
 from kairos.streams.dedupe.base import RunRequest, SourceRecord
-from kairos.streams.records import job_from_record
+from kairos.streams.records import JobParamsRecordError, job_from_record
 
 
 class RunRequestInvalidError(KairosError):
@@ -134,7 +133,7 @@ def _valid_request(
         )
     try:
         job = job_from_record(record["job"])
-    except (json.JSONDecodeError, ValidationError) as error:
+    except (JobParamsRecordError, ValidationError) as error:
         raise invalid(f"its job is not valid: {error}") from None
     request = RunRequest(
         run_id=run_id,

@@ -26,7 +26,7 @@ from kairos.services.ticker.metrics import TickerMetrics
 from kairos.services.ticker.partition import OwnedPartition, to_ms
 from kairos.services.ticker.quarantine import PoisonedScheduleError, Quarantine
 from kairos.services.ticker.rebuild import RebuildError, abandon
-from kairos.services.ticker.settings import TickerSettings
+from kairos.services.ticker.settings import TickerSettings, ensure_state_dir
 from kairos.services.ticker.state_room import CHECK_EVERY_S, StateRoom
 from kairos.services.ticker.takeover import PartitionTopics, TakeOver
 from kairos.services.ticker.transaction import FiringTransactions, Topics
@@ -66,6 +66,7 @@ class Ticker:
         clock: Clock = utc_now,
         codecs: Codecs | None = None,
     ) -> None:
+        ensure_state_dir(settings.state_dir)
         self.kafka = kafka
         self.settings = settings
         self.clock = clock

@@ -7,6 +7,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from kairos.core.clock import DEFAULT_MAX_CLOCK_AHEAD_MS
+from kairos.core.errors import KairosError
 from kairos.streams.settings import TICKER_GROUP, KafkaSettings
 
 
@@ -28,3 +29,19 @@ class TickerSettings(BaseModel):
 
     def group(self, kafka: KafkaSettings) -> str:
         return self.group_id or kafka.deployment_id(TICKER_GROUP)
+
+
+class StateDirError(KairosError):
+    """The ticker cannot keep its stores where it was told to."""
+
+
+def ensure_state_dir(state_dir: Path) -> None:
+    """Create the state directory before joining the group: one that cannot be created would
+    otherwise fail every partition assignment, retried forever."""
+    try:
+        state_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise StateDirError(
+            f"--state-dir {state_dir}: cannot create it ({error.strerror}: {error.filename}); "
+            "give the ticker a directory it can write"
+        ) from None

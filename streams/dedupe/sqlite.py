@@ -13,6 +13,7 @@ import sqlite3
 from pathlib import Path
 from typing import ClassVar
 
+from kairos.streams.dedupe.base import DedupeStoreError
 from kairos.streams.dedupe.database import Connection, schema_statements
 from kairos.streams.dedupe.sql import SqlDedupeStore
 
@@ -30,7 +31,14 @@ class SqliteDedupeStore(SqlDedupeStore):
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise DedupeStoreError(
+                str(path),
+                f"cannot create its directory ({error.strerror}: {error.filename}); give the "
+                "executor a --state-dir it can write, or a --dedupe-url",
+            ) from None
         super().__init__(str(path))
 
     def _connect(self) -> Connection:

@@ -311,6 +311,14 @@ schedules:
         pytest.param("schedules: []\nextra: 1\n", "yaml", "exactly one key", id="extra-top-key"),
         pytest.param("schedules: {id: a}\n", "yaml", "must be a list", id="schedules-not-list"),
         pytest.param("", "yaml", "exactly one key", id="empty-file"),
+        # Found by bench.fuzz: both parsers recursed out of the stack, a RecursionError traceback.
+        pytest.param(
+            "schedules: " + "[" * 5000 + "]" * 5000, "yaml", "nested too deeply", id="deep-yaml"
+        ),
+        pytest.param(
+            '{"schedules": ' + "[" * 5000 + "]" * 5000 + "}", "json", "nested too deeply",
+            id="deep-json",
+        ),
     ],
 )
 def test_malformed_files(text: str, fmt: str, problem: str) -> None:
