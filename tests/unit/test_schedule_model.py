@@ -316,7 +316,9 @@ schedules:
             "schedules: " + "[" * 5000 + "]" * 5000, "yaml", "nested too deeply", id="deep-yaml"
         ),
         pytest.param(
-            '{"schedules": ' + "[" * 5000 + "]" * 5000 + "}", "json", "nested too deeply",
+            '{"schedules": ' + "[" * 5000 + "]" * 5000 + "}",
+            "json",
+            "nested too deeply",
             id="deep-json",
         ),
     ],
