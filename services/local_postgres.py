@@ -148,7 +148,12 @@ class LocalPostgres:
     def restart(self, mode: str = "fast") -> None:
         """`pg_ctl restart` with the options it was started with: `fast` rolls back open
         transactions and closes every connection; `immediate` is a crash (recovery on start)."""
-        self._run("pg_ctl", "-D", str(self.data_dir), "-m", mode, "-w", "-t", "60", "restart")
+        # -l as at the start: without it the server's output is the caller's pipe, which then
+        # never closes (the restart's own wait hung until its timeout).
+        self._run(
+            "pg_ctl", "-D", str(self.data_dir), "-l", str(self.log_file),
+            "-m", mode, "-w", "-t", "60", "restart",
+        )  # fmt: skip
 
     def server_pid(self) -> int:
         """The postmaster's pid; its children are the server's other processes."""
