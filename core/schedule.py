@@ -6,15 +6,13 @@ semantics of each field are stated in docs/defaults.md.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 from zoneinfo import ZoneInfo
 
-import yaml
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -33,6 +31,7 @@ from kairos.core import limits
 from kairos.core.cron import parse_cron
 from kairos.core.durations import duration_from_ms, format_duration, parse_duration
 from kairos.core.errors import KairosError
+from kairos.core.schedule_text import SchedulesFileFormatError, decode_schedules_text
 from kairos.core.zones import legacy_fixed_zone_warning, zone_problem
 
 SCHEDULE_ID_PATTERN = re.compile(r"[A-Za-z0-9._:/-]{1,200}")
@@ -386,15 +385,6 @@ class SchedulesInvalidError(KairosError):
         super().__init__(f"{count} in the schedules; fix each and try again:\n{lines}")
 
 
-class SchedulesFileFormatError(KairosError):
-    """A schedules file is not YAML/JSON of the shape `{"schedules": [...]}`."""
-
-    def __init__(self, fmt: str, problem: str) -> None:
-        self.fmt = fmt
-        self.problem = problem
-        super().__init__(f"not a valid {fmt.upper()} schedules file: {problem}")
-
-
 def parse_schedule(data: object, *, index: int | None = None) -> Schedule:
     """Validate one schedule given as a mapping.
 
@@ -413,7 +403,7 @@ def load_schedules(text: str, fmt: Literal["yaml", "json"]) -> list[Schedule]:
     included. A file that cannot be read as YAML/JSON of that shape raises
     `SchedulesFileFormatError`. Reading the file is the caller's job, so this stays pure.
     """
-    document = _decode(text, fmt)
+    document = decode_schedules_text(text, fmt)
     if not isinstance(document, Mapping) or set(document) != {"schedules"}:
         raise SchedulesFileFormatError(
             fmt, "the top level must be a mapping with exactly one key, 'schedules'"
@@ -446,35 +436,6 @@ def load_schedules(text: str, fmt: Literal["yaml", "json"]) -> list[Schedule]:
     if errors:
         raise SchedulesInvalidError(errors)
     return schedules
-
-
-def _decode(text: str, fmt: str) -> Any:
-    try:
-        return _parse(text, fmt)
-    except RecursionError:
-        # Both parsers recurse per level of nesting: thousands of `[` exhaust the stack.
-        raise SchedulesFileFormatError(
-            fmt, "it is nested too deeply to read; a schedules file needs only a few levels"
-        ) from None
-
-
-def _parse(text: str, fmt: str) -> Any:
-    if fmt == "json":
-        try:
-            return json.loads(text)
-        except json.JSONDecodeError as error:
-            raise SchedulesFileFormatError(
-                fmt, f"{error.msg} at line {error.lineno}, column {error.colno}"
-            ) from None
-    if fmt == "yaml":
-        try:
-            return yaml.safe_load(text)
-        except yaml.YAMLError as error:
-            mark = getattr(error, "problem_mark", None)
-            where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-            problem = getattr(error, "problem", None) or str(error)
-            raise SchedulesFileFormatError(fmt, f"{problem}{where}") from None
-    raise SchedulesFileFormatError(fmt, "the format must be 'yaml' or 'json'")
 
 
 def _problems(
