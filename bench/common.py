@@ -175,13 +175,19 @@ class TickerProcess:
 
     def stop(self) -> None:
         """SIGTERM (finish the open transaction, leave the group); SIGKILL if it hangs."""
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=120)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process)
+
+
+def stop_process(process: subprocess.Popen[bytes], timeout_s: float = 120) -> int:
+    """SIGTERM, as a supervisor stops a service; SIGKILL after `timeout_s`. The exit code."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    return int(process.returncode)
 
 
 def start_ticker(

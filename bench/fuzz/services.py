@@ -23,7 +23,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from bench.common import TickerProcess, start_ticker, wait_for
+from bench.common import TickerProcess, start_ticker, stop_process, wait_for
 from bench.fuzz.records import FuzzRecord
 from kairos.cli.executor import executor_arguments
 from kairos.streams.settings import KafkaSettings
@@ -50,14 +50,7 @@ class Service:
 
     def stop(self) -> int:
         """SIGTERM, as a supervisor stops it; SIGKILL after two minutes. The exit code."""
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=120)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        return int(self.process.returncode)
+        return stop_process(self.process)
 
 
 def ticker(settings: KafkaSettings, workdir: Path) -> tuple[Service, TickerProcess]:

@@ -24,7 +24,7 @@ from pathlib import Path
 import psycopg
 from confluent_kafka.admin import AdminClient
 
-from bench.common import free_port, metric, publish
+from bench.common import free_port, metric, publish, stop_process
 from bench.reliability.effects import CREATE_EFFECTS, EXECUTED_TWICE
 from bench.reliability.load import schedules
 from kairos.cli.executor import executor_arguments
@@ -99,11 +99,7 @@ class Service:
             return
         assert self.process is not None
         self.send(signal.SIGCONT)
-        self.send(signal.SIGTERM)
-        try:
-            self.process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            self.kill()
+        stop_process(self.process, timeout_s=60)
 
     def ensure_running(self) -> bool:
         """Start it if it is not running (after SIGCONT, if stopped); True if it was started."""
