@@ -87,6 +87,14 @@ def wait_for_last_step(runs_topic: RunsTopic, run_id: str, kind: str) -> list[tu
     return eventually(ended, timeout_s=60, interval_s=0.5, message=f"{run_id} never {kind}")
 
 
+def without_republished(steps: list[tuple[str, int]]) -> list[tuple[str, int]]:
+    """The steps with an event seen twice in a row counted once: run events are published at
+    least once (docs/executors.md), and e1, killed after the broker took its `started` and
+    before it deleted it from the outbox, leaves it for e2 to publish again (seen in CI under
+    load: ('started', 1) twice)."""
+    return [step for index, step in enumerate(steps) if index == 0 or steps[index - 1] != step]
+
+
 def test_redelivered_and_republished_runs_take_effect_once_and_count_as_duplicates(
     runs_topic: RunsTopic, launch_executor: Launcher, store_url: str, tmp_path: Path
 ) -> None:
@@ -222,7 +230,8 @@ def test_runs_cut_short_by_sigkill_are_retried_elsewhere_and_take_effect_once(
     )
     try:
         for run in (payment, transfer):
-            assert wait_for_last_step(runs_topic, run["run_id"], "succeeded") == [
+            steps = wait_for_last_step(runs_topic, run["run_id"], "succeeded")
+            assert without_republished(steps) == [
                 ("started", 1),
                 ("failed", 1),
                 ("retrying", 1),
