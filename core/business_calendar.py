@@ -24,6 +24,7 @@ from pydantic import (
     Field,
     PrivateAttr,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -159,18 +160,31 @@ class BusinessCalendar(BaseModel):
             first[holiday.date] = index
         return tuple(sorted(value, key=lambda holiday: holiday.date))
 
-    @model_validator(mode="after")
-    def _windows_on_the_clock(self) -> BusinessCalendar:
-        zone = ZoneInfo(self.timezone)
-        fixed = []
-        for index, window in enumerate(self.windows):
-            if window.recurring:
-                continue
-            problem = fixed_window_problem(window, zone)
+    @field_validator("windows")
+    @classmethod
+    def _windows_on_the_clock(
+        cls, value: tuple[BlackoutWindow, ...], info: ValidationInfo
+    ) -> tuple[BlackoutWindow, ...]:
+        # Checked here rather than on the whole model, so that a problem elsewhere does not
+        # hide this one; fields validate in order, and an invalid timezone is reported itself.
+        timezone = info.data.get("timezone")
+        if timezone is None:
+            return value
+        zone = ZoneInfo(timezone)
+        for index, window in enumerate(value):
+            problem = None if window.recurring else fixed_window_problem(window, zone)
             if problem is not None:
-                raise calendar_rule(f"windows.{index}.end", problem)
-            fixed.append(fixed_occurrence(window, index, zone))
-        self._fixed = tuple(fixed)
+                raise calendar_rule(f"{index}.end", problem)
+        return value
+
+    @model_validator(mode="after")
+    def _indexed(self) -> BusinessCalendar:
+        zone = ZoneInfo(self.timezone)
+        self._fixed = tuple(
+            fixed_occurrence(window, index, zone)
+            for index, window in enumerate(self.windows)
+            if not window.recurring
+        )
         self._holiday_names = {holiday.date: holiday.name for holiday in self.holidays}
         self._weekdays = frozenset(day.number for day in self.business_days)
         return self

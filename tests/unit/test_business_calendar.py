@@ -175,11 +175,15 @@ def test_a_problem_names_the_calendar_the_field_and_the_fix(
     assert "calendars[0]" in str(error)
 
 
+BACKWARDS = {"start": "2026-12-20T00:00", "end": "2026-12-19T00:00"}
+
+
 def test_every_problem_of_every_calendar_is_reported_at_once() -> None:
     document = {
         "calendars": [
             entry(owner="", timezone="Nowhere/Place"),
             {"owner": OWNER},
+            entry(id="freeze", owner="", windows=[{**BACKWARDS, "name": "w"}]),
             entry(),
             entry(),
             "a string",
@@ -190,8 +194,10 @@ def test_every_problem_of_every_calendar_is_reported_at_once() -> None:
         ("calendar 'us-federal' (calendars[0])", "owner"),
         ("calendar 'us-federal' (calendars[0])", "timezone"),
         ("calendar calendars[1]", "id"),
-        ("calendar 'us-federal' (calendars[3])", "id"),
-        ("calendar calendars[4]", ""),
+        ("calendar 'freeze' (calendars[2])", "owner"),
+        ("calendar 'freeze' (calendars[2])", "windows.0.end"),
+        ("calendar 'us-federal' (calendars[4])", "id"),
+        ("calendar calendars[5]", ""),
     ]
 
 
