@@ -14,7 +14,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from enum import StrEnum
-from typing import Annotated, Any, Literal
+from functools import cached_property
+from typing import Annotated, Any, Literal, Self
 from zoneinfo import ZoneInfo
 
 from pydantic import (
@@ -22,13 +23,17 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
-    PrivateAttr,
     ValidationError,
     ValidationInfo,
     field_validator,
-    model_validator,
 )
 
+from kairos.core.calendar_problems import (
+    CalendarsFileFormatError,
+    CalendarsInvalidError,
+    CalendarValidationError,
+    calendar_problems,
+)
 from kairos.core.calendar_windows import (
     BlackoutWindow,
     Name,
@@ -43,6 +48,28 @@ from kairos.core.schedule import SCHEDULE_ID_PATTERN, Text
 from kairos.core.schedule_text import SchedulesFileFormatError, decode_schedules_text
 from kairos.core.zones import zone_problem
 
+__all__ = [
+    "CALENDAR_ID_PATTERN",
+    "MAX_HOLIDAYS",
+    "MAX_WINDOWS",
+    "WORK_WEEK",
+    "BlackoutWindow",
+    "BusinessCalendar",
+    "CalendarBook",
+    "CalendarChange",
+    "CalendarQueryError",
+    "CalendarValidationError",
+    "CalendarVersion",
+    "CalendarsFileFormatError",
+    "CalendarsInvalidError",
+    "Holiday",
+    "SkippedCalendarRecord",
+    "Weekday",
+    "Window",
+    "load_calendars",
+    "parse_calendar",
+]
+
 CALENDAR_ID_PATTERN = SCHEDULE_ID_PATTERN
 """Calendar ids follow the schedule id rule: 1–200 characters of `[A-Za-z0-9._:/-]`."""
 
@@ -53,6 +80,7 @@ MAX_WINDOWS = 200
 
 _ID_RULE = "1–200 characters of letters, digits and . _ : / -"
 _ONE_DAY = timedelta(days=1)
+_MONTHS_KEPT = 240
 
 
 class Weekday(StrEnum):
@@ -88,6 +116,18 @@ class Holiday(BaseModel):
     name: Name
 
 
+@dataclass(frozen=True, slots=True)
+class _Lookup:
+    """What the queries read, derived once from a calendar's fields."""
+
+    weekdays: frozenset[int]
+    holiday_names: dict[date, str]
+    fixed: tuple[Window, ...]
+    """The fixed windows' occurrences, resolved on the calendar's clock."""
+    months: dict[tuple[int, int], tuple[date, ...]] = field(default_factory=dict)
+    """Recently asked months' business days."""
+
+
 class CalendarQueryError(KairosError, ValueError):
     """A calendar query was asked with an unusable argument, such as a naive instant."""
 
@@ -106,10 +146,6 @@ class BusinessCalendar(BaseModel):
     business_days: tuple[Annotated[Weekday, BeforeValidator(_upper)], ...] = WORK_WEEK
     holidays: tuple[Holiday, ...] = Field(default=(), max_length=MAX_HOLIDAYS)
     windows: tuple[BlackoutWindow, ...] = Field(default=(), max_length=MAX_WINDOWS)
-
-    _holiday_names: dict[date, str] = PrivateAttr(default_factory=dict)
-    _weekdays: frozenset[int] = PrivateAttr(default=frozenset())
-    _fixed: tuple[Window, ...] = PrivateAttr(default=())
 
     @field_validator("id")
     @classmethod
@@ -177,27 +213,37 @@ class BusinessCalendar(BaseModel):
                 raise calendar_rule(f"{index}.end", problem)
         return value
 
-    @model_validator(mode="after")
-    def _indexed(self) -> BusinessCalendar:
+    @cached_property
+    def _lookup(self) -> _Lookup:
+        # Built on first use and kept: a ticker asks about the same calendar for every fire.
         zone = ZoneInfo(self.timezone)
-        self._fixed = tuple(
-            fixed_occurrence(window, index, zone)
-            for index, window in enumerate(self.windows)
-            if not window.recurring
+        return _Lookup(
+            weekdays=frozenset(day.number for day in self.business_days),
+            holiday_names={holiday.date: holiday.name for holiday in self.holidays},
+            fixed=tuple(
+                fixed_occurrence(window, index, zone)
+                for index, window in enumerate(self.windows)
+                if not window.recurring
+            ),
         )
-        self._holiday_names = {holiday.date: holiday.name for holiday in self.holidays}
-        self._weekdays = frozenset(day.number for day in self.business_days)
-        return self
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        """A copy; like every pydantic copy, `update` is not validated (use `parse_calendar`)."""
+        copy = super().model_copy(update=update, deep=deep)
+        # The lookup cached on this calendar describes its fields, not the updated ones.
+        copy.__dict__.pop("_lookup", None)
+        return copy
 
     def is_business_day(self, day: date) -> bool:
         """Whether `day` is a day of the business week and not a holiday."""
         _check_date(day)
-        return day.weekday() in self._weekdays and day not in self._holiday_names
+        lookup = self._lookup
+        return day.weekday() in lookup.weekdays and day not in lookup.holiday_names
 
     def holiday_name(self, day: date) -> str | None:
         """The holiday's name when `day` is one of the calendar's holidays, else `None`."""
         _check_date(day)
-        return self._holiday_names.get(day)
+        return self._lookup.holiday_names.get(day)
 
     def next_business_day(self, day: date) -> date:
         """The first business day strictly after `day`."""
@@ -210,9 +256,21 @@ class BusinessCalendar(BaseModel):
     def business_days_in(self, year: int, month: int) -> list[date]:
         """Every business day of the month, in order."""
         _check_month(year, month)
-        last = month_days.monthrange(year, month)[1]
-        days = (date(year, month, number) for number in range(1, last + 1))
-        return [day for day in days if self.is_business_day(day)]
+        lookup = self._lookup
+        found = lookup.months.get((year, month))
+        if found is None:
+            last = month_days.monthrange(year, month)[1]
+            days = (date(year, month, number) for number in range(1, last + 1))
+            found = tuple(
+                day
+                for day in days
+                if day.weekday() in lookup.weekdays and day not in lookup.holiday_names
+            )
+            if len(lookup.months) >= _MONTHS_KEPT:
+                # Starting afresh keeps this one atomic step for threads sharing the calendar.
+                lookup.months.clear()
+            lookup.months[year, month] = found
+        return list(found)
 
     def nth_business_day(self, year: int, month: int, n: int) -> date | None:
         """The `n`th business day of the month (1: the first), or from its end when `n` is
@@ -236,7 +294,7 @@ class BusinessCalendar(BaseModel):
                 f"instant {instant.isoformat()} is naive; pass an aware datetime "
                 "such as datetime(2026, 12, 24, 18, 0, tzinfo=UTC)"
             )
-        found = [window for window in self._fixed if window.contains(instant)]
+        found = [window for window in self._lookup.fixed if window.contains(instant)]
         for index, window in enumerate(self.windows):
             if window.recurring:
                 occurrence = recurring_occurrence_at(window, index, self.timezone, instant)
@@ -246,6 +304,7 @@ class BusinessCalendar(BaseModel):
 
     def _step(self, day: date, step: timedelta) -> date:
         _check_date(day)
+        lookup = self._lookup
         # Every week holds a business weekday, and each holiday takes at most one of them: a
         # business day lies within that many weeks.
         for _ in range(7 * (len(self.holidays) + 1)):
@@ -253,7 +312,7 @@ class BusinessCalendar(BaseModel):
                 day += step
             except OverflowError:
                 break
-            if day.weekday() in self._weekdays and day not in self._holiday_names:
+            if day.weekday() in lookup.weekdays and day not in lookup.holiday_names:
                 return day
         direction = "after" if step > timedelta(0) else "before"
         raise CalendarQueryError(
@@ -355,47 +414,11 @@ class CalendarBook:
         return book
 
 
-class CalendarValidationError(KairosError):
-    """One problem with one calendar: which calendar, which field, what is wrong.
-
-    `calendar_id` is `None` when the calendar has no usable id; then `index` (its position in
-    the file, from 0) identifies it. `field` is a dotted path such as `holidays.3.date`.
-    """
-
-    def __init__(
-        self, *, calendar_id: str | None, index: int | None, field: str, problem: str
-    ) -> None:
-        self.calendar_id = calendar_id
-        self.index = index
-        self.field = field
-        self.problem = problem
-        super().__init__(f"{self.where}: field '{field}': {problem}")
-
-    @property
-    def where(self) -> str:
-        position = f"calendars[{self.index}]" if self.index is not None else None
-        if self.calendar_id is None:
-            return f"calendar {position or '(without id)'}"
-        return f"calendar '{self.calendar_id}'" + (f" ({position})" if position else "")
-
-
-class CalendarsInvalidError(KairosError):
-    """Every problem found in one or more calendars; `errors` lists them all."""
-
-    def __init__(self, errors: list[CalendarValidationError]) -> None:
-        self.errors = tuple(errors)
-        lines = "\n".join(f"  - {error}" for error in self.errors)
-        count = f"{len(self.errors)} problem{'s' if len(self.errors) != 1 else ''}"
-        super().__init__(f"{count} in the calendars; fix each and try again:\n{lines}")
-
-
-class CalendarsFileFormatError(KairosError):
-    """A calendars file is not YAML/JSON of the shape `{"calendars": [...]}`."""
-
-    def __init__(self, fmt: str, problem: str) -> None:
-        self.fmt = fmt
-        self.problem = problem
-        super().__init__(f"not a valid {fmt.upper()} calendars file: {problem}")
+_FIELDS = {
+    "": BusinessCalendar.model_fields,
+    "holidays": Holiday.model_fields,
+    "windows": BlackoutWindow.model_fields,
+}
 
 
 def parse_calendar(data: object, *, index: int | None = None) -> BusinessCalendar:
@@ -403,7 +426,7 @@ def parse_calendar(data: object, *, index: int | None = None) -> BusinessCalenda
     try:
         return BusinessCalendar.model_validate(data)
     except ValidationError as error:
-        raise CalendarsInvalidError(_problems(error, data, index)) from None
+        raise CalendarsInvalidError(calendar_problems(error, data, index, _FIELDS)) from None
 
 
 def load_calendars(text: str, fmt: Literal["yaml", "json"]) -> list[BusinessCalendar]:
@@ -448,58 +471,3 @@ def load_calendars(text: str, fmt: Literal["yaml", "json"]) -> list[BusinessCale
     if errors:
         raise CalendarsInvalidError(errors)
     return calendars
-
-
-def _problems(
-    error: ValidationError, data: object, index: int | None
-) -> list[CalendarValidationError]:
-    calendar_id = None
-    if isinstance(data, Mapping):
-        candidate = data.get("id")
-        if isinstance(candidate, str) and CALENDAR_ID_PATTERN.fullmatch(candidate):
-            calendar_id = candidate
-    return [
-        CalendarValidationError(calendar_id=calendar_id, index=index, field=field, problem=problem)
-        for field, problem in (_describe(detail) for detail in error.errors(include_url=False))
-    ]
-
-
-def _describe(detail: Any) -> tuple[str, str]:
-    # A key can hold a lone surrogate; the path must still print.
-    loc = detail["loc"]
-    field = ".".join(str(part) for part in loc).encode("utf-8", "backslashreplace").decode()
-    context = detail.get("ctx") or {}
-    kind = detail["type"]
-    if kind == "calendar_rule":
-        inner = str(context["field"])
-        return (f"{field}.{inner}" if field else inner), str(context["problem"])
-    if kind == "value_error" and "error" in context:
-        return field, str(context["error"])
-    if kind == "missing":
-        return field, "is required"
-    if kind == "extra_forbidden":
-        return field, "unknown field" + _known_fields(loc)
-    if kind == "too_long":
-        return field, (
-            f"has {context.get('actual_length')} entries, more than the maximum, "
-            f"{context.get('max_length')}; split the calendar into several"
-        )
-    if kind == "enum":
-        return field, f"is not a day; use one of {', '.join(Weekday)}"
-    if kind == "model_type" and not loc:
-        return "", "each calendar must be a mapping of fields"
-    shown = detail.get("input")
-    got = f" (got {shown!r})" if isinstance(shown, str | int | float | bool) else ""
-    return field, f"{detail['msg']}{got}"
-
-
-def _known_fields(loc: tuple[Any, ...]) -> str:
-    if len(loc) == 1:
-        known: Any = BusinessCalendar.model_fields
-    elif loc[0] == "windows":
-        known = BlackoutWindow.model_fields
-    elif loc[0] == "holidays":
-        known = Holiday.model_fields
-    else:
-        return ""
-    return f"; the fields are {', '.join(known)}"
