@@ -12,6 +12,7 @@ from kairos.cli import (
     acls,
     apply,
     audit,
+    calendars,
     dev,
     executor,
     partitions,
@@ -103,6 +104,7 @@ app.command("executor")(executor.executor)
 app.command("apply")(apply.apply)
 app.command("acls")(acls.acls)
 app.add_typer(schedules.app, name="schedules")
+app.add_typer(calendars.app, name="calendars")
 app.command("partitions")(partitions.partitions)
 app.command("replay")(replay.replay)
 app.add_typer(audit.app, name="audit")

@@ -47,4 +47,9 @@ def _parse(text: str, fmt: str) -> Any:
             where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
             problem = getattr(error, "problem", None) or str(error)
             raise SchedulesFileFormatError(fmt, f"{problem}{where}") from None
+        except ValueError as error:
+            # PyYAML builds dates and times as it reads them: `2026-13-01` fails in datetime.
+            raise SchedulesFileFormatError(
+                fmt, f"a date or time that does not exist: {error}; correct it"
+            ) from None
     raise SchedulesFileFormatError(fmt, "the format must be 'yaml' or 'json'")

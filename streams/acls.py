@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from kairos.streams.settings import (
+    CALENDAR_READERS_GROUP,
     EXECUTOR_GROUP,
     HISTORY_READERS_GROUP,
     RESTORE_GROUP,
@@ -77,6 +78,7 @@ class DeploymentNames:
     transactional_id_prefix: str
     schedule_readers_group: str
     history_readers_group: str
+    calendar_readers_group: str
 
     @classmethod
     def of(
@@ -94,6 +96,7 @@ class DeploymentNames:
             transactional_id_prefix=kafka.deployment_id(TICKER_TRANSACTIONAL_ID),
             schedule_readers_group=kafka.deployment_id(SCHEDULE_READERS_GROUP),
             history_readers_group=kafka.deployment_id(HISTORY_READERS_GROUP),
+            calendar_readers_group=kafka.deployment_id(CALENDAR_READERS_GROUP),
         )
 
 
@@ -113,6 +116,8 @@ def _ticker(names: DeploymentNames) -> list[Grant]:
         _topic(names, TopicRole.CHANGELOG, Operation.WRITE, "record state in each transaction"),
         _topic(names, TopicRole.RUNS, Operation.WRITE, "fire RunRequested records"),
         _topic(names, TopicRole.DEAD_LETTERS, Operation.WRITE, "dead-letter refused schedules"),
+        _topic(names, TopicRole.CALENDARS, Operation.READ, "read the shared business calendars"),
+        _reader_group(names.calendar_readers_group),
         Grant(
             Resource.GROUP,
             names.ticker_group,
@@ -169,6 +174,14 @@ def _producer(names: DeploymentNames) -> list[Grant]:
             "`kairos apply` and `kairos schedules` read the current schedules",
         ),
         _reader_group(names.schedule_readers_group),
+        _topic(names, TopicRole.CALENDARS, Operation.WRITE, "publish calendar changes"),
+        _topic(
+            names,
+            TopicRole.CALENDARS,
+            Operation.READ,
+            "`kairos calendars` reads the current calendars",
+        ),
+        _reader_group(names.calendar_readers_group),
     ]
 
 
@@ -177,6 +190,7 @@ def _auditor(names: DeploymentNames) -> list[Grant]:
         (TopicRole.SCHEDULES, "replay schedule history"),
         (TopicRole.RUNS, "read what was fired"),
         (TopicRole.RUN_EVENTS, "read what was executed"),
+        (TopicRole.CALENDARS, "replay the calendar versions in force at each decision"),
     ]
     return [
         *(_topic(names, role, Operation.READ, why) for role, why in read),
@@ -185,6 +199,7 @@ def _auditor(names: DeploymentNames) -> list[Grant]:
             for role, _ in read
         ),
         _reader_group(names.history_readers_group),
+        _reader_group(names.calendar_readers_group),
     ]
 
 

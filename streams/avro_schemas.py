@@ -38,6 +38,7 @@ class RecordType(StrEnum):
     TICKER_STATE = "io.kairos.v1.TickerStateRecord"
     TICKER_PROGRESS = "io.kairos.v1.TickerProgress"
     DEAD_LETTER = "io.kairos.v1.DeadLetter"
+    CALENDAR_EVENT = "io.kairos.v1.CalendarEvent"
 
 
 class SchemaDefinitionError(KairosError):

@@ -242,6 +242,7 @@ class Codecs:
     ticker_state: Codec
     ticker_progress: Codec
     dead_letter: Codec
+    calendar_event: Codec
 
 
 def make_codecs() -> Codecs:
@@ -253,6 +254,7 @@ def make_codecs() -> Codecs:
         ticker_state=SingleObjectCodec(RecordType.TICKER_STATE),
         ticker_progress=SingleObjectCodec(RecordType.TICKER_PROGRESS),
         dead_letter=SingleObjectCodec(RecordType.DEAD_LETTER),
+        calendar_event=SingleObjectCodec(RecordType.CALENDAR_EVENT),
     )
 
 

@@ -108,6 +108,7 @@ def _names_under(grant: Grant, names: DeploymentNames) -> list[str]:
             names.executor_group,
             names.schedule_readers_group,
             names.history_readers_group,
+            names.calendar_readers_group,
         ]
     else:
         return []

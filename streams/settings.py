@@ -31,8 +31,10 @@ RESTORE_GROUP = "restore-"
 """Followed by the ticker's instance name: its restore consumer's group id (never joined)."""
 SCHEDULE_READERS_GROUP = "schedule-readers"
 HISTORY_READERS_GROUP = "history-readers"
-"""The group ids of the assigned (never joined) consumers of `kairos apply`, `kairos schedules`
-and the audit: confluent-kafka requires one, and librdkafka looks its coordinator up."""
+CALENDAR_READERS_GROUP = "calendar-readers"
+"""The group ids of the assigned (never joined) consumers of `kairos apply`, `kairos schedules`,
+the audit and the calendars readers (tickers, `kairos calendars`, the audit): confluent-kafka
+requires one, and librdkafka looks its coordinator up."""
 
 client_log = logging.getLogger("kairos.kafka")
 

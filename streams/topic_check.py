@@ -14,6 +14,7 @@ from enum import StrEnum
 
 from kairos.core.durations import format_duration
 from kairos.streams.topics import (
+    CALENDARS_PARTITIONS,
     ClusterView,
     PartitionView,
     Replication,
@@ -94,6 +95,20 @@ def changelog_partition_problem(layout: TopicLayout, count: int) -> TopicProblem
     )
 
 
+def calendars_partition_problem(layout: TopicLayout, count: int) -> TopicProblem | None:
+    """Why a calendars topic of `count` partitions is unusable, or None when it has one."""
+    if count == CALENDARS_PARTITIONS:
+        return None
+    return TopicProblem(
+        layout.name(TopicRole.CALENDARS),
+        ProblemKind.PARTITIONS,
+        f"{count} partitions, Kairos declares {CALENDARS_PARTITIONS}",
+        "a calendar's version is its record's offset, which orders changes only within one "
+        "partition; delete the topic and run `kairos topics create`, then apply the calendars "
+        "files again (docs/calendars.md)",
+    )
+
+
 def check_topics(
     view: ClusterView, layout: TopicLayout, replication: Replication
 ) -> list[TopicProblem]:
@@ -126,6 +141,9 @@ def _partition_count(spec: TopicSpec, topic: TopicView, layout: TopicLayout) -> 
         return [] if problem is None else [problem]
     if spec.name == layout.name(TopicRole.CHANGELOG):
         problem = changelog_partition_problem(layout, count)
+        return [] if problem is None else [problem]
+    if spec.name == layout.name(TopicRole.CALENDARS):
+        problem = calendars_partition_problem(layout, count)
         return [] if problem is None else [problem]
     keyed = {layout.name(role) for role in _KEYED_LOOKUP}
     if count == spec.partitions or spec.name not in keyed:

@@ -24,6 +24,9 @@ CHANGELOG_DELETE_RETENTION_MS = DAY_MS
 """How long a compacted-away deletion stays readable on the changelog: a ticker store last
 written longer ago than this may have missed it, so it restores cold (services/ticker)."""
 
+CALENDARS_PARTITIONS = 1
+"""The calendars topic's partitions: offsets are calendar versions only on a single partition."""
+
 PRODUCTION_REPLICATION_FACTOR = 3
 PRODUCTION_MIN_INSYNC_REPLICAS = 2
 """Three copies, two of which acknowledge every write (producers use acks=all): one broker may
@@ -36,6 +39,7 @@ class TopicRole(StrEnum):
     RUNS = "runs"
     RUN_EVENTS = "run-events"
     DEAD_LETTERS = "dead-letters"
+    CALENDARS = "calendars"
 
 
 @dataclass(frozen=True)
@@ -101,6 +105,9 @@ class TopicLayout:
             ),
             TopicSpec(self.name(TopicRole.RUN_EVENTS), self.runs_partitions, timed),
             TopicSpec(self.name(TopicRole.DEAD_LETTERS), 1, timed),
+            # One partition: every ticker reads all of it as a table, and a record's offset is
+            # the version of the calendar it sets (docs/calendars.md).
+            TopicSpec(self.name(TopicRole.CALENDARS), CALENDARS_PARTITIONS, compacted_history),
         ]
 
 

@@ -35,6 +35,7 @@ def test_create_is_idempotent_and_describe_flags_drift(
     assert first.exit_code == 0, first.output
     assert f"created {prefix}schedules" in first.output
     assert f"created {prefix}ticker-changelog" in first.output
+    assert f"created {prefix}calendars" in first.output
 
     second = runner.invoke(app, [*args, "topics", "create"])
     assert second.exit_code == 0
@@ -45,6 +46,7 @@ def test_create_is_idempotent_and_describe_flags_drift(
     described = {entry["name"]: entry for entry in json.loads(clean.output)}
     assert described[f"{prefix}schedules"]["partitions"] == 4
     assert described[f"{prefix}ticker-changelog"]["partitions"] == 4
+    assert described[f"{prefix}calendars"]["partitions"] == 1
     assert all(entry["drift"] == [] for entry in described.values())
 
     resource = ConfigResource(
@@ -128,7 +130,10 @@ def test_check_passes_a_healthy_layout_and_reports_each_misconfiguration(
     admin.delete_topics([dead_letters])[dead_letters].result(timeout=30)
     runs = layout.name(TopicRole.RUNS)
     admin.create_partitions([NewPartitions(runs, 14)])[runs].result(timeout=30)
+    calendars = layout.name(TopicRole.CALENDARS)
+    admin.create_partitions([NewPartitions(calendars, 2)])[calendars].result(timeout=30)
     expected = {
+        (calendars, "partitions"),
         (layout.name(TopicRole.SCHEDULES), "min-insync-replicas"),
         (layout.name(TopicRole.CHANGELOG), "config"),
         (runs, "config"),
@@ -154,7 +159,7 @@ def test_check_passes_a_healthy_layout_and_reports_each_misconfiguration(
         f"{runs}: message.timestamp.type is CreateTime, Kairos needs LogAppendTime; fix: "
         in text.stdout
     )
-    assert "6 problems" in text.stdout
+    assert "7 problems" in text.stdout
 
 
 def test_create_refuses_replication_the_cluster_cannot_hold(

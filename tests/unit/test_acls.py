@@ -24,10 +24,26 @@ def test_the_ticker_reads_schedules_writes_runs_and_owns_its_transactional_ids()
         "WRITE on topic prod.ticker-changelog",
         "WRITE on topic prod.runs",
         "WRITE on topic prod.dead-letters",
+        "READ on topic prod.calendars",
+        "DESCRIBE on group prod.calendar-readers",
         "READ on group prod.tickers",
         "DESCRIBE on group prod.restore- (prefixed)",
         "WRITE on transactional-id prod.ticker- (prefixed)",
     }
+
+
+def test_producers_publish_calendars_and_the_audit_replays_them() -> None:
+    assert {
+        "WRITE on topic prod.calendars",
+        "READ on topic prod.calendars",
+        "DESCRIBE on group prod.calendar-readers",
+    } <= _described(Role.PRODUCER)
+    assert {
+        "READ on topic prod.calendars",
+        "DESCRIBE_CONFIGS on topic prod.calendars",
+        "DESCRIBE on group prod.calendar-readers",
+    } <= _described(Role.AUDITOR)
+    assert not any("calendars" in g.name for g in role_grants(Role.EXECUTOR, NAMES))
 
 
 def test_no_role_but_the_operator_may_create_topics_and_only_within_its_deployment() -> None:

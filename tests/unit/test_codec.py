@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import io
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
 
@@ -198,6 +198,35 @@ SAMPLES: list[tuple[RecordType, str, dict[str, Any]]] = [
             "truncated": True,
             "key_size": 23,
             "value_size": 1_200_000,
+        },
+    ),
+    (
+        RecordType.CALENDAR_EVENT,
+        "calendar-upserted",
+        {
+            "calendar_id": "nyse",
+            "event_id": uuid.UUID("6f1c1c4e-6a1b-4c38-9d2e-0c8a7b1e2f30"),
+            "change": "upserted",
+            "definition": {
+                "id": "nyse",
+                "owner": "markets",
+                "description": None,
+                "timezone": "America/New_York",
+                "business_days": [1, 2, 3, 4, 5],
+                "holidays": [{"date": date(2026, 4, 3), "name": "Good Friday"}],
+                "windows": [
+                    {
+                        "name": "market hours",
+                        "start": None,
+                        "end": None,
+                        "cron": "30 9 * * MON-FRI",
+                        "duration_ms": 23_400_000,
+                    }
+                ],
+            },
+            "changed_by": "treasury",
+            "changed_at": T1,
+            "reason": None,
         },
     ),
 ]

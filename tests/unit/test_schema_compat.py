@@ -61,6 +61,8 @@ def records(schema: Any, named: dict[str, st.SearchStrategy[Any]] | None = None)
     strategy: st.SearchStrategy[Any]
     if logical == "timestamp-millis":
         strategy = st.integers(0, _MAX_TIMESTAMP_MS)
+    elif logical == "date":
+        strategy = st.integers(0, _MAX_TIMESTAMP_MS // 86_400_000)
     elif logical == "uuid":
         strategy = st.uuids()
     elif kind == "record":

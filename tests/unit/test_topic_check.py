@@ -267,6 +267,22 @@ def test_partition_counts_of_the_keyed_topics() -> None:
     assert "16 partitions, Kairos declares 12" in problems[LAYOUT.name(TopicRole.RUNS)].message
 
 
+def test_a_calendars_topic_of_more_than_one_partition_is_refused() -> None:
+    extra = PartitionView(1, leader=2, replicas=(1, 2, 3), in_sync=(1, 2, 3))
+    calendars = healthy_view().topics[LAYOUT.name(TopicRole.CALENDARS)]
+    view = with_topic(
+        healthy_view(), TopicRole.CALENDARS, partitions=(*calendars.partitions, extra)
+    )
+
+    problem = only(check_topics(view, LAYOUT, PRODUCTION))
+
+    assert (problem.kind, problem.message) == (
+        ProblemKind.PARTITIONS,
+        "2 partitions, Kairos declares 1",
+    )
+    assert "version is its record's offset" in problem.fix
+
+
 def test_a_ticker_refuses_partitions_beyond_the_count_it_learned() -> None:
     changes = ScheduleChanges(make_codecs(), "ticker:t")
     changes.partitions = 4

@@ -1,0 +1,346 @@
+"""`kairos calendars apply|list|show|delete|seed`: shared business calendars (docs/calendars.md).
+
+`apply -f FILE` validates the whole file before anything else, so one invalid calendar
+publishes nothing; then it publishes only the calendars that differ from the topic and prints
+each one's new version. `seed` writes a calendars file from the `holidays` package and needs no
+broker.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import typer
+import yaml
+
+from kairos.cli.options import JsonOption, fail, kafka_settings, refused
+from kairos.cli.schedules import ChangedByOption, ReasonOption, changed_by_or_default
+from kairos.core.business_calendar import (
+    BusinessCalendar,
+    CalendarBook,
+    CalendarsInvalidError,
+    CalendarVersion,
+    load_calendars,
+)
+from kairos.core.calendar_seeds import SeedError, calendar_document, seed_calendar
+from kairos.core.errors import KairosError
+from kairos.streams.acls import Role
+from kairos.streams.calendar_events import calendar_definition_record
+from kairos.streams.calendar_publisher import CalendarDelete, CalendarsClient, CalendarUpsert
+from kairos.streams.calendar_reader import read_calendars
+from kairos.streams.settings import KafkaSettings
+from kairos.streams.topics import TopicRole
+
+app = typer.Typer(
+    help="Publish, list, show, delete and seed the shared business calendars.",
+    no_args_is_help=True,
+)
+
+CalendarIdArgument = Annotated[str, typer.Argument(help="The calendar's id.")]
+Action = Literal["create", "update", "unchanged"]
+_SHOWN_LIMIT = 160
+
+
+@dataclass(frozen=True)
+class PlannedCalendar:
+    """What apply does to one calendar; `diff` names an update's changed fields."""
+
+    action: Action
+    calendar: BusinessCalendar
+    current: CalendarVersion | None
+    diff: tuple[str, ...] = ()
+
+
+def plan_calendars(desired: list[BusinessCalendar], book: CalendarBook) -> list[PlannedCalendar]:
+    """The changes that make the book hold `desired`, in file order."""
+    plan = []
+    for calendar in desired:
+        current = book.get(calendar.id)
+        if current is None:
+            plan.append(PlannedCalendar("create", calendar, None))
+            continue
+        # Compared as the records on the wire: "unchanged" means publishing changes nothing.
+        if calendar_definition_record(calendar) == calendar_definition_record(current.calendar):
+            plan.append(PlannedCalendar("unchanged", calendar, current))
+            continue
+        before = current.calendar.model_dump(mode="json", exclude_none=True)
+        after = calendar.model_dump(mode="json", exclude_none=True)
+        diff = (
+            _changed_field(name, before.get(name), after.get(name))
+            for name in BusinessCalendar.model_fields
+        )
+        plan.append(PlannedCalendar("update", calendar, current, tuple(filter(None, diff))))
+    return plan
+
+
+def _changed_field(name: str, before: Any, after: Any) -> str:
+    if before == after:
+        return ""
+    if not (isinstance(before, list) and isinstance(after, list)):
+        return _clipped(f"{name}: {_text(before)} → {_text(after)}")
+    old, new = [_text(item) for item in before], [_text(item) for item in after]
+    added = [item for item in new if item not in old]
+    removed = [item for item in old if item not in new]
+    listed = [f"+{item}" for item in added] + [f"-{item}" for item in removed]
+    return _clipped(f"{name}: {len(added)} added, {len(removed)} removed: {'; '.join(listed)}")
+
+
+def _text(value: Any) -> str:
+    return json.dumps(value, default=str, ensure_ascii=False)
+
+
+def _clipped(line: str) -> str:
+    return line if len(line) <= _SHOWN_LIMIT else line[: _SHOWN_LIMIT - 1] + "…"
+
+
+_FileOption = Annotated[
+    str,
+    typer.Option(
+        "-f", "--file", help="Calendars file {calendars: [...]}, YAML or JSON; '-' reads stdin."
+    ),
+]
+_DryRunOption = Annotated[
+    bool, typer.Option("--dry-run", help="Show what would change; publish nothing.")
+]
+
+
+@app.command("apply")
+def apply(
+    context: typer.Context,
+    file: _FileOption,
+    dry_run: _DryRunOption = False,
+    changed_by: ChangedByOption = None,
+    reason: ReasonOption = None,
+) -> None:
+    """Publish the calendars of a file that differ from the topic, and print their versions."""
+    try:
+        desired = load_calendars(*_read(file))
+    except CalendarsInvalidError as invalid:
+        typer.echo(
+            f"error: {file}: {len(invalid.errors)} problem(s); nothing was published:", err=True
+        )
+        for problem in invalid.errors:
+            typer.echo(f"  - {problem}", err=True)
+        raise typer.Exit(1) from None
+    except KairosError as error:
+        raise fail(f"{file}: {error}; nothing was published") from None
+    settings = kafka_settings(context)
+    plan = plan_calendars(desired, _book(settings, "nothing was published"))
+    changes = [planned for planned in plan if planned.action != "unchanged"]
+    if dry_run or not changes:
+        for planned in plan:
+            _show_planned(planned, None)
+        typer.echo(f"{'dry run: ' if dry_run else ''}{_summary(plan)}; nothing was published")
+        return
+    try:
+        with CalendarsClient(settings, changed_by_or_default(changed_by)) as client:
+            versions = client.publish([CalendarUpsert(p.calendar) for p in changes], reason)
+    except KairosError as error:
+        raise fail(
+            f"{_refusal(settings, error)}; some calendars may have been published: "
+            "`kairos calendars apply --dry-run` shows what remains"
+        ) from None
+    published = dict(zip((p.calendar.id for p in changes), versions, strict=True))
+    for planned in plan:
+        _show_planned(planned, published.get(planned.calendar.id))
+    typer.echo(f"applied: {_summary(plan)}")
+
+
+def _show_planned(planned: PlannedCalendar, version: int | None) -> None:
+    if version is not None:
+        shown = f"version {version}"
+    elif planned.current is not None:
+        shown = f"version {planned.current.version}"
+    else:
+        shown = "new"
+    typer.echo(f"{planned.action:<10} {planned.calendar.id}  ({shown})")
+    for line in planned.diff:
+        typer.echo(f"             {line}")
+
+
+def _summary(plan: list[PlannedCalendar]) -> str:
+    counts = dict.fromkeys(("create", "update", "unchanged"), 0)
+    for planned in plan:
+        counts[planned.action] += 1
+    return ", ".join(f"{count} {action}" for action, count in counts.items())
+
+
+@app.command("list")
+def list_(context: typer.Context, as_json: JsonOption = False) -> None:
+    """List the current calendars with their versions."""
+    book = _book(kafka_settings(context))
+    shown = sorted(book.versions.values(), key=lambda v: v.calendar.id)
+    if as_json:
+        typer.echo(json.dumps([_as_json(version) for version in shown], indent=2))
+        return
+    header = ["ID", "OWNER", "TIMEZONE", "HOLIDAYS", "WINDOWS", "VERSION", "CHANGED AT", "BY"]
+    rows = [header] + [
+        [
+            v.calendar.id,
+            v.calendar.owner,
+            v.calendar.timezone,
+            _holiday_span(v.calendar),
+            str(len(v.calendar.windows)),
+            str(v.version),
+            v.changed_at.isoformat(timespec="seconds"),
+            v.changed_by,
+        ]
+        for v in shown
+    ]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    for row in rows:
+        typer.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)))
+
+
+def _holiday_span(calendar: BusinessCalendar) -> str:
+    if not calendar.holidays:
+        return "0"
+    first, last = calendar.holidays[0].date, calendar.holidays[-1].date
+    return f"{len(calendar.holidays)} ({first.isoformat()}…{last.isoformat()})"
+
+
+@app.command("show")
+def show(
+    context: typer.Context, calendar_id: CalendarIdArgument, as_json: JsonOption = False
+) -> None:
+    """Show one calendar's definition and its version."""
+    found = _book(kafka_settings(context)).get(calendar_id)
+    if found is None:
+        raise fail(f"no calendar {calendar_id!r}; `kairos calendars list` shows the calendars")
+    if as_json:
+        typer.echo(json.dumps(_as_json(found), indent=2))
+        return
+    document = {
+        **_version_json(found),
+        "calendar": calendar_document([found.calendar])["calendars"][0],
+    }
+    text = yaml.safe_dump(document, sort_keys=False, default_flow_style=None, allow_unicode=True)
+    typer.echo(text.rstrip())
+
+
+@app.command("delete")
+def delete(
+    context: typer.Context,
+    calendar_id: CalendarIdArgument,
+    reason: ReasonOption = None,
+    changed_by: ChangedByOption = None,
+) -> None:
+    """Delete a calendar: a `deleted` event for the audit trail, then a tombstone."""
+    settings = kafka_settings(context)
+    if calendar_id not in _book(settings):
+        raise fail(f"no calendar {calendar_id!r}; `kairos calendars list` shows the calendars")
+    try:
+        with CalendarsClient(settings, changed_by_or_default(changed_by)) as client:
+            [version] = client.publish([CalendarDelete(calendar_id)], reason)
+    except KairosError as error:
+        raise fail(_refusal(settings, error)) from None
+    typer.echo(f"deleted {calendar_id}  (version {version})")
+
+
+@app.command("seed")
+def seed(
+    calendar_id: Annotated[str, typer.Option("--id", help="The new calendar's id.")],
+    owner: Annotated[str, typer.Option("--owner", help="The team that answers for it.")],
+    years: Annotated[str, typer.Option("--years", help="First-last year, such as 2026-2030.")],
+    country: Annotated[
+        str | None, typer.Option("--country", help="ISO 3166 country code, such as US.")
+    ] = None,
+    subdiv: Annotated[
+        str | None, typer.Option("--subdiv", help="The country's subdivision, such as NY.")
+    ] = None,
+    market: Annotated[
+        str | None, typer.Option("--market", help="A financial market, such as NYSE.")
+    ] = None,
+    timezone: Annotated[
+        str, typer.Option("--timezone", help="IANA zone of the calendar's windows.")
+    ] = "UTC",
+    output: Annotated[
+        Path | None, typer.Option("-o", "--output", help="Write the file here, not to stdout.")
+    ] = None,
+) -> None:
+    """Generate a calendars file from the holidays package (no broker needed)."""
+    try:
+        calendar = seed_calendar(
+            calendar_id=calendar_id,
+            owner=owner,
+            years=_years(years),
+            country=country,
+            subdiv=subdiv,
+            market=market,
+            timezone=timezone,
+        )
+    except SeedError as error:
+        raise fail(str(error), code=2) from None
+    text = yaml.safe_dump(
+        calendar_document([calendar]), sort_keys=False, default_flow_style=None, allow_unicode=True
+    )
+    if output is None:
+        typer.echo(text, nl=False)
+        return
+    try:
+        output.write_text(text, encoding="utf-8")
+    except OSError as error:
+        raise fail(f"cannot write {output}: {error}") from None
+    typer.echo(f"wrote {output}: {len(calendar.holidays)} holidays", err=True)
+
+
+def _years(text: str) -> range:
+    first, _, last = text.partition("-")
+    try:
+        start, end = int(first), int(last or first)
+    except ValueError:
+        raise fail(f"--years {text!r}: write a year or a range such as 2026-2030", 2) from None
+    if end < start:
+        raise fail(f"--years {text!r}: the last year is before the first", 2)
+    return range(start, end + 1)
+
+
+def _read(file: str) -> tuple[str, Literal["yaml", "json"]]:
+    try:
+        text = sys.stdin.read() if file == "-" else Path(file).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise fail(f"cannot read calendars file {file}: {error}") from None
+    if Path(file).suffix.lower() == ".json" or text.lstrip().startswith("{"):
+        return text, "json"
+    return text, "yaml"
+
+
+def _book(settings: KafkaSettings, consequence: str | None = None) -> CalendarBook:
+    try:
+        book = read_calendars(settings)
+    except KairosError as error:
+        message = _refusal(settings, error)
+        raise fail(f"{message}; {consequence}" if consequence else message) from None
+    if book.skipped:
+        first = book.skipped[0]
+        typer.echo(
+            f"warning: skipped {len(book.skipped)} unreadable record(s) on the calendars topic; "
+            f"first at offset {first.version}: {first.reason}",
+            err=True,
+        )
+    return book
+
+
+def _refusal(settings: KafkaSettings, error: KairosError) -> str:
+    topic = settings.layout.name(TopicRole.CALENDARS)
+    return refused(settings, error, Role.PRODUCER, topic) or str(error)
+
+
+def _version_json(version: CalendarVersion) -> dict[str, Any]:
+    return {
+        "version": version.version,
+        "changed_at": version.changed_at.isoformat(),
+        "changed_by": version.changed_by,
+        "reason": version.reason,
+    }
+
+
+def _as_json(version: CalendarVersion) -> dict[str, Any]:
+    return {
+        "calendar": version.calendar.model_dump(mode="json"),
+        "version": _version_json(version),
+    }

@@ -1,0 +1,473 @@
+"""Shared business calendars: the model every calendars file and event carries, and its queries.
+
+A calendar is a named set of non-business dates (holidays), the business week, and optionally
+blackout windows (`kairos.core.calendar_windows`), owned by a team and readable by every
+schedule. docs/calendars.md states the shape, the limits and the rules. Pure: no I/O; the
+versions a calendar had on its topic are `CalendarVersion`s in a `CalendarBook`, filled by
+`kairos.streams.calendar_reader`.
+"""
+
+from __future__ import annotations
+
+import calendar as month_days
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import date, datetime, timedelta
+from enum import StrEnum
+from functools import cached_property
+from typing import Annotated, Any, Literal, Self
+from zoneinfo import ZoneInfo
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
+
+from kairos.core.calendar_problems import (
+    CalendarsFileFormatError,
+    CalendarsInvalidError,
+    CalendarValidationError,
+    calendar_problems,
+)
+from kairos.core.calendar_windows import (
+    BlackoutWindow,
+    Name,
+    Window,
+    calendar_rule,
+    fixed_occurrence,
+    fixed_window_problem,
+    recurring_occurrence_at,
+)
+from kairos.core.errors import KairosError
+from kairos.core.schedule import SCHEDULE_ID_PATTERN, Text
+from kairos.core.schedule_text import SchedulesFileFormatError, decode_schedules_text
+from kairos.core.zones import zone_problem
+
+__all__ = [
+    "CALENDAR_ID_PATTERN",
+    "MAX_HOLIDAYS",
+    "MAX_WINDOWS",
+    "WORK_WEEK",
+    "BlackoutWindow",
+    "BusinessCalendar",
+    "CalendarBook",
+    "CalendarChange",
+    "CalendarQueryError",
+    "CalendarValidationError",
+    "CalendarVersion",
+    "CalendarsFileFormatError",
+    "CalendarsInvalidError",
+    "Holiday",
+    "SkippedCalendarRecord",
+    "Weekday",
+    "Window",
+    "load_calendars",
+    "parse_calendar",
+]
+
+CALENDAR_ID_PATTERN = SCHEDULE_ID_PATTERN
+"""Calendar ids follow the schedule id rule: 1–200 characters of `[A-Za-z0-9._:/-]`."""
+
+MAX_HOLIDAYS = 5000
+"""Twenty years of a country's holidays with its regions' fit; more would not fit one record."""
+
+MAX_WINDOWS = 200
+
+_ID_RULE = "1–200 characters of letters, digits and . _ : / -"
+_ONE_DAY = timedelta(days=1)
+_MONTHS_KEPT = 240
+
+
+class Weekday(StrEnum):
+    """A day of the business week, as calendars files spell it."""
+
+    MON = "MON"
+    TUE = "TUE"
+    WED = "WED"
+    THU = "THU"
+    FRI = "FRI"
+    SAT = "SAT"
+    SUN = "SUN"
+
+    @property
+    def number(self) -> int:
+        """`date.weekday()`'s number: 0 for Monday to 6 for Sunday."""
+        return list(Weekday).index(self)
+
+
+WORK_WEEK = (Weekday.MON, Weekday.TUE, Weekday.WED, Weekday.THU, Weekday.FRI)
+
+
+def _upper(value: object) -> object:
+    return value.upper() if isinstance(value, str) else value
+
+
+class Holiday(BaseModel):
+    """One non-business date: a local date, so the same in every zone, with its name."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    date: date
+    name: Name
+
+
+@dataclass(frozen=True, slots=True)
+class _Lookup:
+    """What the queries read, derived once from a calendar's fields."""
+
+    weekdays: frozenset[int]
+    holiday_names: dict[date, str]
+    fixed: tuple[Window, ...]
+    """The fixed windows' occurrences, resolved on the calendar's clock."""
+    months: dict[tuple[int, int], tuple[date, ...]] = field(default_factory=dict)
+    """Recently asked months' business days."""
+
+
+class CalendarQueryError(KairosError, ValueError):
+    """A calendar query was asked with an unusable argument, such as a naive instant."""
+
+
+class BusinessCalendar(BaseModel):
+    """One calendar. Holidays are kept in date order; windows in the order given."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: str
+    owner: Text
+    """The team that answers for the calendar."""
+    description: Text | None = None
+    timezone: str = "UTC"
+    """IANA zone whose wall clock the windows are read on; holidays are local dates."""
+    business_days: tuple[Annotated[Weekday, BeforeValidator(_upper)], ...] = WORK_WEEK
+    holidays: tuple[Holiday, ...] = Field(default=(), max_length=MAX_HOLIDAYS)
+    windows: tuple[BlackoutWindow, ...] = Field(default=(), max_length=MAX_WINDOWS)
+
+    @field_validator("id")
+    @classmethod
+    def _valid_id(cls, value: str) -> str:
+        if not CALENDAR_ID_PATTERN.fullmatch(value):
+            raise ValueError(f"{value!r} is not a valid id; use {_ID_RULE}")
+        return value
+
+    @field_validator("owner")
+    @classmethod
+    def _owned(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("must name the team that answers for the calendar")
+        return value
+
+    @field_validator("timezone")
+    @classmethod
+    def _valid_zone(cls, value: str) -> str:
+        problem = zone_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
+        return value
+
+    @field_validator("business_days")
+    @classmethod
+    def _a_business_week(cls, value: tuple[Weekday, ...]) -> tuple[Weekday, ...]:
+        if not value:
+            raise ValueError(
+                "is empty, so no day is a business day and no business day can be found; "
+                "list at least one, such as [MON, TUE, WED, THU, FRI]"
+            )
+        repeated = sorted({day for day in value if value.count(day) > 1}, key=list(Weekday).index)
+        if repeated:
+            raise ValueError(f"lists {', '.join(repeated)} more than once; list each day once")
+        return tuple(sorted(value, key=lambda day: day.number))
+
+    @field_validator("holidays")
+    @classmethod
+    def _distinct_dates(cls, value: tuple[Holiday, ...]) -> tuple[Holiday, ...]:
+        first: dict[date, int] = {}
+        for index, holiday in enumerate(value):
+            if holiday.date in first:
+                raise calendar_rule(
+                    f"{index}.date",
+                    f"{holiday.date.isoformat()} is also holidays[{first[holiday.date]}]; "
+                    "list each date once (join the names: 'Christmas Day; Boxing Day')",
+                )
+            first[holiday.date] = index
+        return tuple(sorted(value, key=lambda holiday: holiday.date))
+
+    @field_validator("windows")
+    @classmethod
+    def _windows_on_the_clock(
+        cls, value: tuple[BlackoutWindow, ...], info: ValidationInfo
+    ) -> tuple[BlackoutWindow, ...]:
+        # Checked here rather than on the whole model, so that a problem elsewhere does not
+        # hide this one; fields validate in order, and an invalid timezone is reported itself.
+        timezone = info.data.get("timezone")
+        if timezone is None:
+            return value
+        zone = ZoneInfo(timezone)
+        for index, window in enumerate(value):
+            problem = None if window.recurring else fixed_window_problem(window, zone)
+            if problem is not None:
+                raise calendar_rule(f"{index}.end", problem)
+        return value
+
+    @cached_property
+    def _lookup(self) -> _Lookup:
+        # Built on first use and kept: a ticker asks about the same calendar for every fire.
+        zone = ZoneInfo(self.timezone)
+        return _Lookup(
+            weekdays=frozenset(day.number for day in self.business_days),
+            holiday_names={holiday.date: holiday.name for holiday in self.holidays},
+            fixed=tuple(
+                fixed_occurrence(window, index, zone)
+                for index, window in enumerate(self.windows)
+                if not window.recurring
+            ),
+        )
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        """A copy; like every pydantic copy, `update` is not validated (use `parse_calendar`)."""
+        copy = super().model_copy(update=update, deep=deep)
+        # The lookup cached on this calendar describes its fields, not the updated ones.
+        copy.__dict__.pop("_lookup", None)
+        return copy
+
+    def is_business_day(self, day: date) -> bool:
+        """Whether `day` is a day of the business week and not a holiday."""
+        _check_date(day)
+        lookup = self._lookup
+        return day.weekday() in lookup.weekdays and day not in lookup.holiday_names
+
+    def holiday_name(self, day: date) -> str | None:
+        """The holiday's name when `day` is one of the calendar's holidays, else `None`."""
+        _check_date(day)
+        return self._lookup.holiday_names.get(day)
+
+    def next_business_day(self, day: date) -> date:
+        """The first business day strictly after `day`."""
+        return self._step(day, _ONE_DAY)
+
+    def previous_business_day(self, day: date) -> date:
+        """The last business day strictly before `day`."""
+        return self._step(day, -_ONE_DAY)
+
+    def business_days_in(self, year: int, month: int) -> list[date]:
+        """Every business day of the month, in order."""
+        _check_month(year, month)
+        lookup = self._lookup
+        found = lookup.months.get((year, month))
+        if found is None:
+            last = month_days.monthrange(year, month)[1]
+            days = (date(year, month, number) for number in range(1, last + 1))
+            found = tuple(
+                day
+                for day in days
+                if day.weekday() in lookup.weekdays and day not in lookup.holiday_names
+            )
+            if len(lookup.months) >= _MONTHS_KEPT:
+                # Starting afresh keeps this one atomic step for threads sharing the calendar.
+                lookup.months.clear()
+            lookup.months[year, month] = found
+        return list(found)
+
+    def nth_business_day(self, year: int, month: int, n: int) -> date | None:
+        """The `n`th business day of the month (1: the first), or from its end when `n` is
+        negative (-1: the last); `None` when the month has fewer than |n| business days."""
+        if n == 0:
+            raise CalendarQueryError(
+                "n is 0; count from 1 (the first business day) or from -1 (the last)"
+            )
+        days = self.business_days_in(year, month)
+        if abs(n) > len(days):
+            return None
+        return days[n - 1] if n > 0 else days[n]
+
+    def window_at(self, instant: datetime) -> Window | None:
+        """The blackout window occurrence holding the aware `instant`, or `None`.
+
+        When several hold it, the one that started first (then the one listed first).
+        """
+        if instant.tzinfo is None or instant.utcoffset() is None:
+            raise CalendarQueryError(
+                f"instant {instant.isoformat()} is naive; pass an aware datetime "
+                "such as datetime(2026, 12, 24, 18, 0, tzinfo=UTC)"
+            )
+        found = [window for window in self._lookup.fixed if window.contains(instant)]
+        for index, window in enumerate(self.windows):
+            if window.recurring:
+                occurrence = recurring_occurrence_at(window, index, self.timezone, instant)
+                if occurrence is not None:
+                    found.append(occurrence)
+        return min(found, key=lambda window: (window.start, window.index), default=None)
+
+    def _step(self, day: date, step: timedelta) -> date:
+        _check_date(day)
+        lookup = self._lookup
+        # Every week holds a business weekday, and each holiday takes at most one of them: a
+        # business day lies within that many weeks.
+        for _ in range(7 * (len(self.holidays) + 1)):
+            try:
+                day += step
+            except OverflowError:
+                break
+            if day.weekday() in lookup.weekdays and day not in lookup.holiday_names:
+                return day
+        direction = "after" if step > timedelta(0) else "before"
+        raise CalendarQueryError(
+            f"calendar {self.id!r} has no business day {direction} {day.isoformat()} "
+            "within the dates Python can represent"
+        )
+
+
+def _check_date(day: date) -> None:
+    if isinstance(day, datetime) or not isinstance(day, date):
+        raise CalendarQueryError(
+            f"{day!r} is not a date; pass the local date, such as "
+            "instant.astimezone(ZoneInfo('America/New_York')).date()"
+        )
+
+
+def _check_month(year: int, month: int) -> None:
+    if not 1 <= month <= 12:
+        raise CalendarQueryError(f"month {month} is not 1–12")
+    if not date.min.year <= year <= date.max.year:
+        raise CalendarQueryError(f"year {year} is outside 1–9999")
+
+
+@dataclass(frozen=True)
+class CalendarVersion:
+    """A calendar as its topic has it: `version` is the offset of the record that set it."""
+
+    calendar: BusinessCalendar
+    version: int
+    changed_at: datetime
+    changed_by: str
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class CalendarChange:
+    """One record of the calendars topic, in topic order: `calendar` is `None` for a delete.
+
+    `change` is upserted, deleted, unknown (a kind newer than the reader) or tombstone (a null
+    value, whose `changed_at` is the record's timestamp and `changed_by` is `None`).
+    """
+
+    calendar_id: str
+    version: int
+    change: str
+    calendar: BusinessCalendar | None
+    changed_at: datetime
+    changed_by: str | None
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class SkippedCalendarRecord:
+    """A record of the calendars topic that breaks its contract, skipped with why."""
+
+    version: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class CalendarBook:
+    """Every current calendar by id, as of a read of the calendars topic (or of a replay)."""
+
+    versions: Mapping[str, CalendarVersion] = field(default_factory=dict)
+    skipped: tuple[SkippedCalendarRecord, ...] = ()
+
+    def get(self, calendar_id: str) -> CalendarVersion | None:
+        return self.versions.get(calendar_id)
+
+    def __contains__(self, calendar_id: object) -> bool:
+        return calendar_id in self.versions
+
+    def with_change(self, change: CalendarChange) -> CalendarBook:
+        """The book after `change`, the next record of the topic."""
+        versions = dict(self.versions)
+        if change.calendar is None:
+            versions.pop(change.calendar_id, None)
+        else:
+            versions[change.calendar_id] = CalendarVersion(
+                change.calendar,
+                change.version,
+                change.changed_at,
+                change.changed_by or "",
+                change.reason,
+            )
+        return CalendarBook(versions, self.skipped)
+
+    @classmethod
+    def replay(
+        cls, changes: Iterable[CalendarChange], as_of: datetime | None = None
+    ) -> CalendarBook:
+        """The calendars in force at `as_of` (every change when `None`): the audit's view of
+        the calendars a decision at that instant was made with. Changes come in topic order;
+        one counts from its `changed_at` on."""
+        book = cls()
+        for change in changes:
+            if as_of is None or change.changed_at <= as_of:
+                book = book.with_change(change)
+        return book
+
+
+_FIELDS = {
+    "": BusinessCalendar.model_fields,
+    "holidays": Holiday.model_fields,
+    "windows": BlackoutWindow.model_fields,
+}
+
+
+def parse_calendar(data: object, *, index: int | None = None) -> BusinessCalendar:
+    """Validate one calendar given as a mapping; `CalendarsInvalidError` lists every problem."""
+    try:
+        return BusinessCalendar.model_validate(data)
+    except ValidationError as error:
+        raise CalendarsInvalidError(calendar_problems(error, data, index, _FIELDS)) from None
+
+
+def load_calendars(text: str, fmt: Literal["yaml", "json"]) -> list[BusinessCalendar]:
+    """Parse a calendars file's text, `{"calendars": [ {...}, ... ]}`, in YAML or JSON.
+
+    Every problem of every calendar is collected into one `CalendarsInvalidError`, duplicate
+    ids included; text that is not YAML/JSON of that shape raises `CalendarsFileFormatError`.
+    """
+    try:
+        document = decode_schedules_text(text, fmt)
+    except SchedulesFileFormatError as error:
+        raise CalendarsFileFormatError(fmt, error.problem) from None
+    if not isinstance(document, Mapping) or set(document) != {"calendars"}:
+        raise CalendarsFileFormatError(
+            fmt, "the top level must be a mapping with exactly one key, 'calendars'"
+        )
+    entries = document["calendars"]
+    if not isinstance(entries, list):
+        raise CalendarsFileFormatError(fmt, "'calendars' must be a list of calendars")
+    calendars: list[BusinessCalendar] = []
+    errors: list[CalendarValidationError] = []
+    first_index: dict[str, int] = {}
+    for index, entry in enumerate(entries):
+        try:
+            calendar = parse_calendar(entry, index=index)
+        except CalendarsInvalidError as invalid:
+            errors.extend(invalid.errors)
+            continue
+        if calendar.id in first_index:
+            errors.append(
+                CalendarValidationError(
+                    calendar_id=calendar.id,
+                    index=index,
+                    field="id",
+                    problem=f"duplicate id, also used by calendars[{first_index[calendar.id]}]; "
+                    "ids must be unique",
+                )
+            )
+            continue
+        first_index[calendar.id] = index
+        calendars.append(calendar)
+    if errors:
+        raise CalendarsInvalidError(errors)
+    return calendars

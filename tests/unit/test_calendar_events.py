@@ -1,0 +1,146 @@
+"""The calendars topic's records: a calendar survives the wire, and each broken record is
+skipped with its reason."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, date, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from kairos.core.business_calendar import (
+    MAX_HOLIDAYS,
+    CalendarChange,
+    SkippedCalendarRecord,
+    parse_calendar,
+)
+from kairos.streams.calendar_events import (
+    MAX_CALENDAR_EVENT_BYTES,
+    TOMBSTONE,
+    CalendarEventTooLargeError,
+    calendar_definition_record,
+    encode_calendar_event,
+    read_calendar_record,
+)
+from kairos.streams.codec import make_codecs
+
+CODEC = make_codecs().calendar_event
+NOW = datetime(2026, 12, 1, 12, tzinfo=UTC)
+CALENDAR = parse_calendar(
+    {
+        "id": "nyse",
+        "owner": "markets",
+        "description": "closing days",
+        "timezone": "America/New_York",
+        "business_days": ["SUN", "MON", "TUE"],
+        "holidays": [{"date": "2026-12-25", "name": "Christmas Day"}],
+        "windows": [
+            {"start": "2026-12-20T00:00", "end": "2027-01-04T00:00", "name": "freeze"},
+            {"cron": "30 9 * * MON-FRI", "duration": "6h30m", "name": "market hours"},
+        ],
+    }
+)
+
+
+def read(key: bytes | None, value: bytes | None) -> CalendarChange | SkippedCalendarRecord:
+    return read_calendar_record(CODEC, key=key, value=value, offset=7, timestamp=NOW)
+
+
+def event(**fields: Any) -> bytes:
+    record = {
+        "calendar_id": "nyse",
+        "event_id": uuid.uuid4(),
+        "change": "upserted",
+        "definition": calendar_definition_record(CALENDAR),
+        "changed_by": "alice",
+        "changed_at": NOW,
+        "reason": "yearly update",
+    }
+    return CODEC.encode({**record, **fields})
+
+
+def test_a_calendar_survives_the_wire_with_its_version() -> None:
+    value = encode_calendar_event(
+        CODEC, calendar_id="nyse", calendar=CALENDAR, changed_by="alice", reason="new year"
+    )
+
+    change = read(b"nyse", value)
+
+    assert isinstance(change, CalendarChange)
+    assert (change.calendar, change.version, change.change) == (CALENDAR, 7, "upserted")
+    assert (change.changed_by, change.reason) == ("alice", "new year")
+    assert calendar_definition_record(CALENDAR)["business_days"] == [1, 2, 7]
+
+
+def test_deletes_come_as_events_and_tombstones() -> None:
+    deleted = read(b"nyse", event(change="deleted", definition=None))
+    newer_kind = read(b"nyse", event(change="unknown", definition=None))
+    tombstone = read(b"nyse", None)
+
+    assert isinstance(deleted, CalendarChange) and deleted.calendar is None
+    assert isinstance(newer_kind, CalendarChange) and newer_kind.calendar is None
+    assert isinstance(tombstone, CalendarChange)
+    assert (tombstone.change, tombstone.changed_at, tombstone.changed_by) == (TOMBSTONE, NOW, None)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "fragment"),
+    [
+        pytest.param(None, event(), "keyed by its calendar id", id="no-key"),
+        pytest.param(b"\xff", event(), "not UTF-8", id="key-not-utf8"),
+        pytest.param(b"other", event(), "differs from the event's calendar_id", id="key-mismatch"),
+        pytest.param(b"nyse", b"garbage", "bad_marker", id="not-avro"),
+        pytest.param(
+            b"nyse", event(definition=None), "must carry the whole definition", id="upsert-no-def"
+        ),
+        pytest.param(
+            b"nyse",
+            event(definition={**calendar_definition_record(CALENDAR), "business_days": [0]}),
+            "business_days.0",
+            id="weekday-out-of-range",
+        ),
+        pytest.param(
+            b"nyse",
+            event(definition={**calendar_definition_record(CALENDAR), "business_days": []}),
+            "business_days",
+            id="no-business-day",
+        ),
+        pytest.param(
+            b"nyse",
+            event(definition={**calendar_definition_record(CALENDAR), "id": "other"}),
+            "differs from the key",
+            id="definition-id-mismatch",
+        ),
+        pytest.param(
+            b"nyse", b"\xc3\x01" + b"\x00" * MAX_CALENDAR_EVENT_BYTES, "over the limit", id="huge"
+        ),
+    ],
+)
+def test_a_record_that_breaks_the_contract_is_skipped_with_why(
+    key: bytes | None, value: bytes, fragment: str
+) -> None:
+    skipped = read(key, value)
+
+    assert isinstance(skipped, SkippedCalendarRecord)
+    assert skipped.version == 7
+    assert fragment in skipped.reason
+
+
+def test_the_largest_calendar_of_ascii_names_fits_and_wider_names_are_refused_before_sending() -> (
+    None
+):
+    def full(name: str) -> Any:
+        days = [date(2000, 1, 1) + timedelta(days=n) for n in range(MAX_HOLIDAYS)]
+        return parse_calendar(
+            {"id": "big", "owner": "ops", "holidays": [{"date": d, "name": name} for d in days]}
+        )
+
+    ascii_value = encode_calendar_event(
+        CODEC, calendar_id="big", calendar=full("h" * 100), changed_by="ops", reason=None
+    )
+    assert len(ascii_value) < MAX_CALENDAR_EVENT_BYTES
+    with pytest.raises(CalendarEventTooLargeError, match="split the calendar"):
+        encode_calendar_event(
+            CODEC, calendar_id="big", calendar=full("é" * 100), changed_by="ops", reason=None
+        )
