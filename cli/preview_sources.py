@@ -13,10 +13,16 @@ from typing import Literal
 import typer
 
 from kairos.cli.options import fail, kafka_settings
-from kairos.cli.schedules import reader_for, warn_rejected
+from kairos.cli.schedules import warn_rejected
 from kairos.core.errors import KairosError
 from kairos.core.schedule import Schedule, SchedulesInvalidError, load_schedules
-from kairos.streams.schedule_reader import StoredSchedule
+from kairos.streams.schedule_reader import ScheduleReader, StoredSchedule
+
+READ_TIMEOUT_S = 300.0
+"""How long reading the schedules topic to its end may take. Decoding and validating is about
+4,000 definitions a second on one core (100,000 took 23 s, docs/operations.md), so the reader's
+default 30 s would refuse a large deployment's histogram on a busy machine. A broker that does not
+answer is still refused within `--timeout`, before the read starts."""
 
 
 class PreviewInputError(KairosError):
@@ -52,7 +58,7 @@ def published_schedules(
 
     Exits 1 naming every id the topic does not hold, or the owner when it holds none of theirs.
     """
-    reader = reader_for(kafka_settings(context))
+    reader = ScheduleReader(kafka_settings(context), timeout_s=READ_TIMEOUT_S)
     try:
         if owner is None and len(ids) == 1:
             # One id: only the partition it lives on is read, as `schedules get` does.
