@@ -8,8 +8,9 @@ what spreads a herd.
 Speed: schedules whose definitions differ only in fields that do not move their occurrences
 (id, jitter, job, owner, …) share one calendar, so each such group's fires are computed once with
 `fires_between` and counted once per member. Jitter is per run id, so only the members with
-jitter cost one `fire_instant_with_jitter` per fire. A budget bounds that work, so a selection
-that would take minutes is refused up front with a message saying how to narrow it.
+jitter cost one `fire_instant_with_jitter` per fire. A budget bounds that work: a selection that
+would take minutes is refused once it passes the budget (a group's jittered fires before they
+are computed), with a message saying how to narrow it.
 """
 
 from __future__ import annotations
