@@ -35,26 +35,32 @@ DEFAULT_TOP = 20
 _FileOption = Annotated[
     Path | None,
     typer.Option(
-        "-f", "--file", help="Schedules file, YAML or JSON (by extension): {schedules: [...]}."
+        "-f",
+        "--file",
+        metavar="FILE",
+        help="Schedules file, YAML or JSON (by extension): {schedules: [...]}.",
     ),
 ]
 
 _IdOption = Annotated[
     list[str] | None,
     typer.Option(
-        "--id", help="A published schedule's id (repeatable); read from the schedules topic."
+        "--id",
+        metavar="ID",
+        help="A published schedule's id (repeatable); read from the schedules topic.",
     ),
 ]
 
 _OwnerOption = Annotated[
     str | None,
-    typer.Option("--owner", help="Every published schedule of this owner (team)."),
+    typer.Option("--owner", metavar="TEAM", help="Every published schedule of this owner (team)."),
 ]
 
 _FromOption = Annotated[
     str | None,
     typer.Option(
         "--from",
+        metavar="INSTANT",
         help="ISO-8601 instant with an offset, e.g. 2027-03-14T00:00:00Z; "
         "default now. Fires strictly after it are shown.",
     ),
@@ -88,6 +94,7 @@ _HorizonOption = Annotated[
     str | None,
     typer.Option(
         "--horizon",
+        metavar="DURATION",
         help=f"With --histogram: fires due in (--from, --from + horizon]; default "
         f"{DEFAULT_HORIZON}, at most {format_duration(LONGEST_HORIZON)}.",
     ),
