@@ -113,3 +113,14 @@ def test_the_histogram_of_a_team_shows_its_midnight_herd(published: KafkaSetting
     assert (midnight["fires"], midnight["schedules"]) == (1, 1)
     assert shown["minutes"]["2027-03-14T07:00:00Z"]["fires"] == 1
     assert shown["total"] == 2
+
+
+def test_published_schedules_need_a_broker_that_answers() -> None:
+    # A closed port: the connection is refused within --timeout, before any read.
+    result = CliRunner().invoke(
+        app, ["--bootstrap-servers", "127.0.0.1:1", "--timeout", "0.5", "preview", "--id", "a"]
+    )
+    assert result.exit_code == 1
+    assert result.stderr.startswith("error: ")
+    assert "127.0.0.1:1" in result.stderr
+    assert "Traceback" not in result.output

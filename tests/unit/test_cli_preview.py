@@ -278,13 +278,3 @@ def test_options_that_do_not_fit_together_are_usage_errors(
     assert expected in result.stderr
     assert result.stdout == ""
     assert "Traceback" not in result.output
-
-
-def test_published_schedules_need_a_broker_that_answers() -> None:
-    result = CliRunner().invoke(
-        app, ["--bootstrap-servers", "127.0.0.1:1", "--timeout", "0.5", "preview", "--id", "a"]
-    )
-    assert result.exit_code == 1
-    assert result.stderr.startswith("error: ")
-    assert "127.0.0.1:1" in result.stderr
-    assert "Traceback" not in result.output
