@@ -51,8 +51,10 @@ from kairos.core.audit_report import (
     Verdict,
 )
 from kairos.core.audit_verdict import OutcomeCheck, Unsettled, verify
+from kairos.core.calendar_rules import as_of_history
 from kairos.core.durations import DurationError, parse_duration
 from kairos.core.errors import KairosError
+from kairos.streams.calendar_reader import read_calendar_history
 from kairos.streams.history import HistoryReader
 from kairos.streams.horizon import history_horizon
 from kairos.streams.settings import KafkaSettings
@@ -146,12 +148,13 @@ def verify_command(
         warnings = _horizon_warnings(settings, start, as_of)
         with history_reader(settings) as reader:
             read = _read(reader, schedule, start, end, check_grace)
+        calendars = as_of_history(read_calendar_history(settings))
     except KairosError as error:
         raise fail(f"{error} (broker {settings.bootstrap_servers})", code=2) from None
     if read.rejected:
         warnings.append(f"{read.rejected} record(s) were not valid events and were skipped")
     report = verify(
-        expected_occurrences(read.history, start, end, fired_through(read.fired)),
+        expected_occurrences(read.history, start, end, fired_through(read.fired), calendars),
         read.fired,
         read.events,
         start=start,

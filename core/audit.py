@@ -37,7 +37,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from kairos.core.calendar import fire_instant_with_jitter, next_fire
+from kairos.core.calendar_rules import CalendarLookup, next_occurrence
 from kairos.core.durations import parse_duration
 from kairos.core.errors import KairosError
 from kairos.core.firing import Decision, ScheduleState, deleted, upserted
@@ -151,6 +151,7 @@ def expected_occurrences(
     start: datetime,
     end: datetime,
     fired_through: Mapping[tuple[str, int], datetime] | None = None,
+    calendars: CalendarLookup | None = None,
 ) -> dict[str, list[ExpectedOccurrence]]:
     """Every occurrence owed with `start <= nominal < end`, per schedule, oldest first.
 
@@ -164,6 +165,10 @@ def expected_occurrences(
     owes up to that fire, the new one from after it. Without it, the audit assumes every
     change was seen at once. Seen late or not, nothing is owed inside a delete or a pause
     (`stopped_spans`): a fire there is a breach, not a debt.
+
+    `calendars` gives the shared calendars in force at each occurrence (`as_of_history`), for
+    the schedules that name some: which business days count, where rolls and deferrals move an
+    occurrence. What they skip is owed as a decision like any other (the skip record says why).
     """
     events: dict[str, list[HistoryEvent]] = {}
     for event in history:
@@ -174,7 +179,7 @@ def expected_occurrences(
         stops = stopped_spans(schedule_events).get(sid, [])
         owed[sid] = [
             occurrence
-            for occurrence in _owed(schedule_events, start, end, fired)
+            for occurrence in _owed(schedule_events, start, end, fired, calendars)
             if not any(stop.holds(occurrence.nominal) for stop in stops)
         ]
     return owed
@@ -195,6 +200,7 @@ def _owed(
     start: datetime,
     end: datetime,
     fired: Mapping[tuple[str, int], datetime],
+    calendars: CalendarLookup | None,
 ) -> list[ExpectedOccurrence]:
     state: ScheduleState | None = None
     owed: list[ExpectedOccurrence] = []
@@ -220,7 +226,12 @@ def _owed(
             state = None
             continue
         outcome = upserted(
-            state, event.definition, event.offset, event.changed_at, now=event.changed_at
+            state,
+            event.definition,
+            event.offset,
+            event.changed_at,
+            now=event.changed_at,
+            calendars=calendars,
         )
         if state is not None:
             owed += _occurrences(state, outcome.decisions)
@@ -243,7 +254,7 @@ def _skip_to(state: ScheduleState, start: datetime) -> ScheduleState:
     nominal = state.next_nominal
     if nominal is None or nominal >= start:
         return state
-    fire = next_fire(state.schedule, start - _JUST_BEFORE)
+    fire = next_occurrence(state.schedule, start - _JUST_BEFORE, state.calendars)
     return replace(state, next_nominal=fire.nominal if fire is not None else None)
 
 
@@ -255,7 +266,7 @@ def _occurrences(state: ScheduleState, decisions: list[Decision]) -> list[Expect
             run_id=decision.run_id,
             schedule_id=decision.schedule_id,
             nominal=decision.nominal,
-            due_at=fire_instant_with_jitter(state.schedule, decision.nominal),
+            due_at=decision.fire_at,
             version=state.version,
         )
         for decision in decisions

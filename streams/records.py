@@ -10,6 +10,7 @@ import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from kairos.core.calendar_rules import CalendarLookup
 from kairos.core.firing import Decision, ScheduleState
 from kairos.core.schedule import DURATIONS_IN_MS, JobSpec, Schedule
 
@@ -77,6 +78,12 @@ def definition_record(schedule: Schedule) -> dict[str, Any]:
         "dst_gap": schedule.dst_gap.value,
         "dst_repeat": schedule.dst_repeat.value,
         "paused": schedule.paused,
+        "pause_until": _utc(schedule.pause_until),
+        "exclude": list(schedule.exclude),
+        "roll": schedule.roll.value if schedule.roll is not None else None,
+        "business_day": schedule.business_day,
+        "blackout": list(schedule.blackout),
+        "blackout_action": schedule.blackout_action.value,
         "job": job_record(schedule.job),
         "max_attempts": schedule.max_attempts,
         "timeout_ms": _ms(schedule.timeout),
@@ -110,6 +117,12 @@ def schedule_from_definition(record: dict[str, Any]) -> Schedule:
         "dst_gap": record["dst_gap"],
         "dst_repeat": record["dst_repeat"],
         "paused": record["paused"],
+        "pause_until": record["pause_until"],
+        "exclude": record["exclude"] or None,
+        "roll": record["roll"],
+        "business_day": record["business_day"],
+        "blackout": record["blackout"] or None,
+        "blackout_action": record["blackout_action"],
         "job": job_from_record(record["job"]),
         "max_attempts": record["max_attempts"],
         "timeout": record["timeout_ms"],
@@ -161,7 +174,9 @@ def floor_from_progress(progress: dict[str, Any]) -> datetime | None:
 
 
 def state_from_records(
-    definition: dict[str, Any], progress: dict[str, Any] | None
+    definition: dict[str, Any],
+    progress: dict[str, Any] | None,
+    calendars: CalendarLookup | None = None,
 ) -> ScheduleState | None:
     """A ticker's state from its two changelog values; `None` for a deleted schedule."""
     if definition["definition"] is None:
@@ -178,6 +193,7 @@ def state_from_records(
         next_nominal=progress["next_nominal_at"],
         last_decided_nominal=progress["last_decided_nominal_at"],
         settle_before=progress["settle_before_at"],
+        calendars=calendars,
     )
 
 

@@ -175,6 +175,7 @@ class ScheduleChanges:
                 now,
                 limit=work.settle_room,
                 floor=floor,
+                calendars=owned.calendars,
             )
         return work.settle(owned, schedule_id, outcome, state)
 

@@ -19,16 +19,19 @@ even on a fresh host or under a consumer group without committed offsets.
 from __future__ import annotations
 
 import logging
+import socket
 import struct
 import time
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
+from kairos.core.calendar_rules import CalendarLookup
 from kairos.core.errors import KairosError
 from kairos.core.firing import Outcome, ScheduleState
 from kairos.streams.codec import Codecs
+from kairos.streams.ownership import OwnershipInfo
 from kairos.streams.passing import BROKER_GONE, LEADER_MOVING, ask_until_answered
 from kairos.streams.records import floor_from_progress, state_from_records
 from kairos.streams.state_store import PartitionStore, StateWrite
@@ -165,11 +168,18 @@ class OwnedPartition:
     """A schedules partition this ticker owns, with the offsets its state reflects."""
 
     def __init__(
-        self, partition: int, store: PartitionStore, codecs: Codecs, owned_since: datetime
+        self,
+        partition: int,
+        store: PartitionStore,
+        codecs: Codecs,
+        owned_since: datetime,
+        calendars: CalendarLookup,
     ) -> None:
         self.partition = partition
         self.store = store
         self._codecs = codecs
+        self.calendars = calendars
+        """The shared calendars every state of this partition is read with."""
         self._states: dict[str, ScheduleState] = {}
         self._ahead: dict[str, Ahead] = {}
         self.prepared_cursor: tuple[int, int] = (0, 0)
@@ -199,6 +209,7 @@ class OwnedPartition:
         state = state_from_records(
             self._codecs.ticker_state.decode(definition),
             None if progress is None else self._codecs.ticker_progress.decode(progress),
+            self.calendars,
         )
         if state is not None:
             if len(self._states) >= _CACHE_LIMIT:
@@ -222,6 +233,26 @@ class OwnedPartition:
         if len(self._ahead) >= _CACHE_LIMIT:
             self._ahead.clear()
         self._ahead[ahead.state.schedule.id] = ahead
+
+    def ownership(self, instance: str, changelog_last: int | None) -> OwnershipInfo:
+        """What this owner says of itself in its committed offsets' metadata."""
+        next_due = self.store.next_due_ms()
+        changelog_end = self.changelog_end if changelog_last is None else changelog_last + 1
+        return OwnershipInfo(
+            instance=instance,
+            host=socket.gethostname(),
+            since=self.owned_since,
+            schedules=self.store.count,
+            next_due=None if next_due is None else datetime.fromtimestamp(next_due / 1000, UTC),
+            last_fire_lateness_ms=self.last_fire_lateness_ms,
+            changelog_offset=changelog_end,
+        )
+
+    def forget_decoded(self) -> None:
+        """Drop the states decoded so far (and what was decided ahead from them), so each is
+        read again with the calendars as they are now."""
+        self._states.clear()
+        self._ahead.clear()
 
     def committed(self, states: dict[str, ScheduleState | None]) -> None:
         """Remember states a committed transaction wrote (never those of an aborted one)."""

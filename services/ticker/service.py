@@ -9,7 +9,6 @@ of every owned partition and the consumer's group metadata. Rebalance callbacks 
 from __future__ import annotations
 
 import logging
-import socket
 import threading
 import time
 from collections import Counter
@@ -20,6 +19,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 
 from kairos.core.clock import ClockAheadError
 from kairos.core.firing import MISFIRE_GRACE, ScheduleState, decide_due, holds_at
+from kairos.services.ticker.calendar_feed import CalendarFeed
 from kairos.services.ticker.changes import ScheduleChanges
 from kairos.services.ticker.garbage import IdleCollector
 from kairos.services.ticker.metrics import TickerMetrics
@@ -39,8 +39,8 @@ from kairos.services.ticker.watchdog import Backoff, TransactionWatchdog
 from kairos.services.ticker.work import TransactionWork
 from kairos.streams.acls import DeploymentNames, Role
 from kairos.streams.authorization import RoleAccess
+from kairos.streams.calendar_reader import CalendarReadError
 from kairos.streams.codec import Codecs, make_codecs
-from kairos.streams.ownership import OwnershipInfo
 from kairos.streams.settings import TICKER_TRANSACTIONAL_ID, KafkaSettings
 from kairos.streams.state_store import StateStoreError
 from kairos.streams.topics import TopicRole
@@ -79,6 +79,7 @@ class Ticker:
         self.run_events_topic = layout.name(TopicRole.RUN_EVENTS)
         self.dead_letters_topic = layout.name(TopicRole.DEAD_LETTERS)
         self._changes = ScheduleChanges(self.codecs, f"ticker:{settings.instance}")
+        self._calendars = CalendarFeed(kafka, self.codecs)
         self._quarantine = Quarantine(
             self.codecs, self.schedules_topic, f"ticker:{settings.instance}"
         )
@@ -118,7 +119,12 @@ class Ticker:
                         self._connect()
                     self.turn()
                     backoff.reset()
-                except (RebuildError, KafkaException, StateStoreError) as failure:
+                except (
+                    RebuildError,
+                    KafkaException,
+                    StateStoreError,
+                    CalendarReadError,
+                ) as failure:
                     # Fenced, or the broker unreachable for longer than a client will wait:
                     # drop the partitions and rejoin. The stores hold only committed state, so
                     # nothing decided is lost and nothing is decided twice. Refused: stop.
@@ -137,6 +143,7 @@ class Ticker:
     def _connect(self) -> None:
         s = self.settings
         self._access.check()
+        self._calendars.start()
         producer = Producer(
             self.kafka.producer_config(
                 **{
@@ -175,6 +182,7 @@ class Ticker:
             codecs=self.codecs,
             metrics=self.metrics,
             clock=self.clock,
+            calendars=self._calendars.lookup,
         )
         # read_committed: the offset fetch at assignment waits for a pending transaction of the
         # previous owner (KIP-447 require_stable); see _on_assign.
@@ -208,6 +216,7 @@ class Ticker:
                 # A fenced or otherwise fatal producer raises here: nothing of it is wanted.
                 logger.info("producer closed on %s", fatal.args[0].name())
             self._transactions = None
+        self._calendars.close()
 
     # -- rebalance ---------------------------------------------------------------------------
 
@@ -265,6 +274,7 @@ class Ticker:
         assert partitions is not None
         if partitions.arriving:
             partitions.settle(consumer)
+        self._calendars.follow(self.owned.values())
         until_due_s = seconds_until_next_due(self.owned, self.clock())
         wait_s = min(self.settings.max_wait_s, until_due_s)
         if wait_s > PREPARE_MIN_IDLE_S:
@@ -400,7 +410,9 @@ class Ticker:
                     self.schedules_topic,
                     p,
                     owned.next_offset,
-                    metadata=self._ownership(owned, changelog_ends.get(p)).encode(),
+                    metadata=owned.ownership(
+                        self.settings.instance, changelog_ends.get(p)
+                    ).encode(),
                 )
                 for p, owned in self.owned.items()
             ]
@@ -455,19 +467,6 @@ class Ticker:
         self.metrics.skips.inc(len(work.skips))
         self.metrics.dead_letters.inc(len(work.dead_letters))
         self.metrics.quarantined.inc(work.quarantined)
-
-    def _ownership(self, owned: OwnedPartition, changelog_last: int | None) -> OwnershipInfo:
-        next_due = owned.store.next_due_ms()
-        changelog_end = owned.changelog_end if changelog_last is None else changelog_last + 1
-        return OwnershipInfo(
-            instance=self.settings.instance,
-            host=socket.gethostname(),
-            since=owned.owned_since,
-            schedules=owned.store.count,
-            next_due=None if next_due is None else datetime.fromtimestamp(next_due / 1000, UTC),
-            last_fire_lateness_ms=owned.last_fire_lateness_ms,
-            changelog_offset=changelog_end,
-        )
 
     def _observe_clock(self, skew_ms: int | None) -> None:
         if skew_ms is not None:

@@ -17,6 +17,7 @@ from datetime import datetime
 from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
+from kairos.core.calendar_rules import CalendarLookup
 from kairos.services.ticker.metrics import TickerMetrics
 from kairos.services.ticker.partition import OwnedPartition, RestoreError, RestoreHeldBackError
 from kairos.services.ticker.settings import TickerSettings
@@ -61,8 +62,10 @@ class TakeOver:
         codecs: Codecs,
         metrics: TickerMetrics,
         clock: Callable[[], datetime],
+        calendars: CalendarLookup,
     ) -> None:
         self._settings = settings
+        self._calendars = calendars
         self._topics = topics
         self._codecs = codecs
         self._metrics = metrics
@@ -214,7 +217,9 @@ class TakeOver:
         owned = self._restoring.pop(tp.partition, None)
         if owned is None:
             path = self._settings.state_dir / self._topics.schedules / str(tp.partition)
-            owned = OwnedPartition(tp.partition, PartitionStore(path), self._codecs, self._clock())
+            owned = OwnedPartition(
+                tp.partition, PartitionStore(path), self._codecs, self._clock(), self._calendars
+            )
         # Held from the start, so a failure further on still closes its store (_disconnect).
         self.owned[tp.partition] = owned
         report = owned.restore(
