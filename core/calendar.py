@@ -37,11 +37,12 @@ DAY = 86_400
 _EPOCH_ORDINAL = date(1970, 1, 1).toordinal()
 _ONE_DAY = timedelta(days=1)
 
-HORIZON_DAYS = 12 * 366
+HORIZON_DAYS = 41 * 366
 """How far ahead a cron search looks before it concludes the schedule never fires.
 
-The longest gap between matching dates of a cron expression is eight years (29 February across
-a non-leap century year), so twelve years is never a false "never".
+The longest gap between matching dates of a cron expression is 40 years: a 29 February that is
+a given weekday (`0 0 * 2 1#5`, the fifth Monday of February) recurs every 28 years, and 40
+across a non-leap century year such as 2100. 41 years is never a false "never".
 """
 
 _RECENT = 16

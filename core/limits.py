@@ -7,7 +7,7 @@ an Avro `long` of milliseconds, and no schedule may ask a ticker for unbounded w
 docs/defaults.md states them for users.
 
 The margin below `LATEST_INSTANT` covers the most any computation adds to an instant: a cron
-search looks 12 years ahead (`calendar.HORIZON_DAYS`), an `every` period and its jitter add at
+search looks 41 years ahead (`calendar.HORIZON_DAYS`), an `every` period and its jitter add at
 most 10 years each, and a zone's offset at most a day. 100 years is ample.
 """
 

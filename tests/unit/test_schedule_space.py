@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from kairos.core import limits
 from kairos.core.audit import HistoryEvent, expected_occurrences
 from kairos.core.calendar import never_fires_reason, next_fires
-from kairos.core.cron import MACROS
+from kairos.core.cron_syntax import MACROS
 from kairos.core.firing import (
     Action,
     Outcome,
@@ -188,6 +188,10 @@ crons = st.one_of(
             " @hourly ",
             "@reboot",
             "0 0 L * *",
+            "0 18 LW * *",
+            "0 0 * 2 1#5",
+            "0 9 15W * *",
+            "0 0 L-3 * FRIL",
             "0 0 30 2 *",
             "0 0 29 2 *",
             "0 0 31 4,6,9,11 *",
