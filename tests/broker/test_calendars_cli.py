@@ -90,6 +90,13 @@ def test_apply_publishes_versions_and_a_changed_file_a_new_version(
     rows = {line.split()[0]: line.split() for line in listed.stdout.splitlines()[1:]}
     assert (rows["nyse"][2], rows["nyse"][6]) == ("America/New_York", "1")
     assert rows["us-federal"][6] == "0"
+    owned = kairos(kafka_settings, "calendars", "list", "--owner", "treasury", "--json")
+    assert owned.exit_code == 0, owned.output
+    assert [c["calendar"]["id"] for c in json.loads(owned.stdout)] == ["nyse", "us-federal"]
+    assert (
+        json.loads(kairos(kafka_settings, "calendars", "list", "--owner", "x", "--json").stdout)
+        == []
+    )
 
     again = kairos(kafka_settings, "calendars", "apply", "-f", str(path))
     assert again.exit_code == 0, again.output
