@@ -1,73 +1,230 @@
-"""`kairos preview`: the next fires of each schedule in a schedules file, DST effects marked."""
+"""`kairos preview`: the next fires of schedules, DST effects marked, or their herd histogram.
+
+The schedules come from one source: a schedules file (`-f`), or the published schedules topic
+(`--id`, repeatable, and/or `--owner`).
+"""
 
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated
 
 import typer
 
+from kairos.cli.options import fail
+from kairos.cli.preview_histogram import (
+    LONGEST_HORIZON,
+    count_fires,
+    histogram_json,
+    histogram_text,
+)
+from kairos.cli.preview_listing import fire_line, heading
+from kairos.cli.preview_sources import PreviewInputError, file_schedules, published_schedules
 from kairos.core import limits
 from kairos.core.calendar import Fire, never_fires_reason, next_fires
-from kairos.core.cron import parse_cron
+from kairos.core.durations import format_duration, parse_duration
 from kairos.core.errors import KairosError
-from kairos.core.schedule import Schedule, SchedulesInvalidError, load_schedules
+from kairos.core.schedule import Schedule
 
-
-class _PreviewInputError(KairosError):
-    """The preview's own input (the file or `--from`) is unusable."""
-
+DEFAULT_COUNT = 5
+DEFAULT_HORIZON = "24h"
+DEFAULT_TOP = 20
 
 _FileOption = Annotated[
-    Path,
+    Path | None,
     typer.Option(
-        "-f", "--file", help="Schedules file, YAML or JSON (by extension): {schedules: [...]}."
+        "-f",
+        "--file",
+        metavar="FILE",
+        help="Schedules file, YAML or JSON (by extension): {schedules: [...]}.",
     ),
+]
+
+_IdOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--id",
+        metavar="ID",
+        help="A published schedule's id (repeatable); read from the schedules topic.",
+    ),
+]
+
+_OwnerOption = Annotated[
+    str | None,
+    typer.Option("--owner", metavar="TEAM", help="Every published schedule of this owner (team)."),
 ]
 
 _FromOption = Annotated[
     str | None,
     typer.Option(
         "--from",
+        metavar="INSTANT",
         help="ISO-8601 instant with an offset, e.g. 2027-03-14T00:00:00Z; "
         "default now. Fires strictly after it are shown.",
     ),
 ]
 
 _CountOption = Annotated[
-    int, typer.Option("-n", "--count", min=1, help="Fires to show per schedule.")
+    int | None,
+    typer.Option(
+        "-n", "--count", min=1, help=f"Fires to show per schedule; default {DEFAULT_COUNT}."
+    ),
 ]
 
 _AsJsonOption = Annotated[
     bool,
-    typer.Option("--json", help='Print {"<schedule id>": ["<fire in its zone>", ...]} only.'),
+    typer.Option(
+        "--json",
+        help='Print {"<schedule id>": ["<fire in its zone>", ...]} only; with --histogram, '
+        "the full per-minute map.",
+    ),
+]
+
+_HistogramOption = Annotated[
+    bool,
+    typer.Option(
+        "--histogram",
+        help="Count the fires per UTC minute over --horizon, due and with jitter, busiest first.",
+    ),
+]
+
+_HorizonOption = Annotated[
+    str | None,
+    typer.Option(
+        "--horizon",
+        metavar="DURATION",
+        help=f"With --histogram: fires due in (--from, --from + horizon]; default "
+        f"{DEFAULT_HORIZON}, at most {format_duration(LONGEST_HORIZON)}.",
+    ),
+]
+
+_TopOption = Annotated[
+    int | None,
+    typer.Option(
+        "--top", min=1, help=f"With --histogram: the busiest minutes shown; default {DEFAULT_TOP}."
+    ),
 ]
 
 
 def preview(
-    file: _FileOption,
+    context: typer.Context,
+    file: _FileOption = None,
+    ids: _IdOption = None,
+    owner: _OwnerOption = None,
     from_: _FromOption = None,
-    count: _CountOption = 5,
+    count: _CountOption = None,
     as_json: _AsJsonOption = False,
+    histogram: _HistogramOption = False,
+    horizon: _HorizonOption = None,
+    top: _TopOption = None,
 ) -> None:
-    """Show each schedule's next fires in its own zone, marking fires moved or doubled by DST."""
+    """Show each schedule's next fires in its own zone, marking fires moved or doubled by DST;
+    or, with --histogram, how many fire in each minute: a herd, before it is applied."""
+    ids = ids or []
+    _check_options(file, ids, owner, histogram, as_json, count, horizon, top)
     try:
         after = _parse_from(from_) if from_ is not None else datetime.now(UTC)
-        schedules = load_schedules(_read(file), _format_of(file))
-    except SchedulesInvalidError as error:
-        typer.echo(f"error: {file}: {len(error.errors)} invalid schedule field(s):", err=True)
-        for problem in error.errors:
-            typer.echo(f"  - {problem}", err=True)
-        raise typer.Exit(1) from None
+        span = _parse_horizon(horizon or DEFAULT_HORIZON) if histogram else None
+        schedules = (
+            file_schedules(file) if file is not None else published_schedules(context, ids, owner)
+        )
     except KairosError as error:
-        typer.echo(f"error: {error}", err=True)
-        raise typer.Exit(1) from None
-
+        raise fail(str(error)) from None
     for schedule in schedules:
         if schedule.zone_warning is not None:
             typer.echo(f"warning: schedule '{schedule.id}': {schedule.zone_warning}", err=True)
+    if span is not None:
+        _show_histogram(schedules, after, span, as_json, top or DEFAULT_TOP)
+    else:
+        _show_listing(schedules, after, count or DEFAULT_COUNT, as_json)
+
+
+def _check_options(
+    file: Path | None,
+    ids: list[str],
+    owner: str | None,
+    histogram: bool,
+    as_json: bool,
+    count: int | None,
+    horizon: str | None,
+    top: int | None,
+) -> None:
+    """Usage errors (exit 2): one source, and each option only where it means something."""
+    published = bool(ids) or owner is not None
+    if file is None and not published:
+        raise fail(
+            "nothing to preview: give a schedules file (-f FILE) or published schedules "
+            "(--id ID, repeatable, and/or --owner TEAM)",
+            code=2,
+        )
+    if file is not None and published:
+        raise fail(
+            "give one source: -f reads a file, --id/--owner read the published schedules; "
+            "drop one of them",
+            code=2,
+        )
+    if histogram and count is not None:
+        raise fail("-n/--count is the listing's; --histogram counts every fire in --horizon", 2)
+    if not histogram and (horizon is not None or top is not None):
+        raise fail("--horizon and --top apply to --histogram; add --histogram or drop them", 2)
+    if as_json and top is not None:
+        raise fail("--top shortens the text histogram; --json prints every minute: drop one", 2)
+
+
+def _parse_from(text: str) -> datetime:
+    try:
+        instant = datetime.fromisoformat(text)
+    except ValueError:
+        raise PreviewInputError(
+            f"--from {text!r} is not an ISO-8601 instant; write e.g. 2027-03-14T00:00:00Z"
+        ) from None
+    if instant.tzinfo is None:
+        raise PreviewInputError(
+            f"--from {text!r} has no UTC offset; add one, e.g. {text}Z or {text}+01:00"
+        )
+    try:
+        in_range = limits.EARLIEST_INSTANT <= instant < limits.LATEST_INSTANT
+    except OverflowError:
+        in_range = False
+    if not in_range:
+        raise PreviewInputError(
+            f"--from {text!r} is outside the instants schedules name, {limits.INSTANT_RANGE}"
+        )
+    return instant
+
+
+def _parse_horizon(text: str) -> timedelta:
+    try:
+        span = parse_duration(text)
+    except KairosError as error:
+        raise PreviewInputError(f"--horizon: {error}") from None
+    if span <= timedelta(0):
+        raise PreviewInputError(f"--horizon {text!r} is empty; give a positive duration, e.g. 24h")
+    if span > LONGEST_HORIZON:
+        raise PreviewInputError(
+            f"--horizon {text!r} is longer than the maximum, {format_duration(LONGEST_HORIZON)}; "
+            "shorten it, or run one histogram per month"
+        )
+    return span
+
+
+def _show_histogram(
+    schedules: list[Schedule], after: datetime, span: timedelta, as_json: bool, top: int
+) -> None:
+    try:
+        counted = count_fires(schedules, after, after + span)
+    except KairosError as error:
+        raise fail(str(error)) from None
+    if as_json:
+        typer.echo(json.dumps(histogram_json(counted)))
+        return
+    for line in histogram_text(counted, top):
+        typer.echo(line)
+
+
+def _show_listing(schedules: list[Schedule], after: datetime, count: int, as_json: bool) -> None:
     listing: dict[str, list[Fire]] = {}
     for schedule in schedules:
         listing[schedule.id] = next_fires(schedule, after, count)
@@ -78,7 +235,6 @@ def preview(
                 f"{after.isoformat()}: {reason}",
                 err=True,
             )
-
     if as_json:
         typer.echo(
             json.dumps(
@@ -90,67 +246,6 @@ def preview(
         )
         return
     for schedule in schedules:
-        typer.echo(_heading(schedule))
+        typer.echo(heading(schedule))
         for fire in listing[schedule.id]:
-            typer.echo(f"  {fire.wall.isoformat()}{_mark(fire, schedule)}")
-
-
-def _parse_from(text: str) -> datetime:
-    try:
-        instant = datetime.fromisoformat(text)
-    except ValueError:
-        raise _PreviewInputError(
-            f"--from {text!r} is not an ISO-8601 instant; write e.g. 2027-03-14T00:00:00Z"
-        ) from None
-    if instant.tzinfo is None:
-        raise _PreviewInputError(
-            f"--from {text!r} has no UTC offset; add one, e.g. {text}Z or {text}+01:00"
-        )
-    try:
-        in_range = limits.EARLIEST_INSTANT <= instant < limits.LATEST_INSTANT
-    except OverflowError:
-        in_range = False
-    if not in_range:
-        raise _PreviewInputError(
-            f"--from {text!r} is outside the instants schedules name, {limits.INSTANT_RANGE}"
-        )
-    return instant
-
-
-def _read(file: Path) -> str:
-    try:
-        return file.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        raise _PreviewInputError(f"cannot read schedules file {file}: {error}") from None
-
-
-def _format_of(file: Path) -> Literal["yaml", "json"]:
-    return "json" if file.suffix.lower() == ".json" else "yaml"
-
-
-def _heading(schedule: Schedule) -> str:
-    if schedule.cron is not None:
-        trigger = f"cron '{schedule.cron}'"
-    elif schedule.every is not None:
-        trigger = f"every {schedule.model_dump(mode='json')['every']}"
-    else:
-        trigger = "once"
-    paused = " [paused]" if schedule.paused else ""
-    return f"{schedule.id}: {trigger} in {schedule.timezone}{paused}"
-
-
-def _mark(fire: Fire, schedule: Schedule) -> str:
-    if fire.moved_by_dst_gap:
-        return (
-            f"  [DST gap: {fire.requested_wall.strftime('%H:%M')} does not exist that day; "
-            "moved to the jump]"
-        )
-    if fire.repeated_hour_pass is None:
-        return ""
-    if schedule.cron is None:
-        runs = ""
-    elif parse_cron(schedule.cron).wildcard or schedule.dst_repeat == "both":
-        runs = ", doubled: runs in both passes"
-    else:
-        runs = ", runs once"
-    return f"  [DST repeated hour, pass {fire.repeated_hour_pass} of 2{runs}]"
+            typer.echo(fire_line(fire, schedule))

@@ -36,6 +36,7 @@ from kairos.core.schedule import DstGapPolicy, DstRepeatPolicy, Schedule
 DAY = 86_400
 _EPOCH_ORDINAL = date(1970, 1, 1).toordinal()
 _ONE_DAY = timedelta(days=1)
+_NO_JITTER = timedelta(0)
 
 HORIZON_DAYS = 41 * 366
 """How far ahead a cron search looks before it concludes the schedule never fires.
@@ -337,18 +338,19 @@ def next_fire(schedule: Schedule, after: datetime) -> Fire | None:
                 nominal = start + ((after - start) // schedule.every + 1) * schedule.every
             except OverflowError:
                 return None
-        fire = _real_time_fire(nominal, schedule.zone)
+        fire = real_time_fire(nominal, schedule.zone)
     else:
         at = schedule.at
         if at is None or at <= after or (start is not None and at < start):
             return None
-        fire = _real_time_fire(at, schedule.zone)
+        fire = real_time_fire(at, schedule.zone)
     if fire is None or (end is not None and fire.nominal > end):
         return None
     return fire
 
 
-def _real_time_fire(nominal: datetime, zone: ZoneInfo) -> Fire:
+def real_time_fire(nominal: datetime, zone: ZoneInfo) -> Fire:
+    """The fire of an instant that is not a cron wall time (`every`, `at`, business days)."""
     wall = nominal.astimezone(zone)
     other = wall.replace(fold=1 - wall.fold)
     # A real instant never shows a gap time, so a wall time with two readings occurs twice.
@@ -405,10 +407,15 @@ def fire_instant_with_jitter(schedule: Schedule, nominal: datetime) -> datetime:
     The offset is in [0, jitter), in whole milliseconds, taken from a BLAKE2b hash of the run id,
     so the same run gets the same offset in every process and version and a herd spreads evenly.
     """
+    return nominal + jitter_offset(schedule, nominal)
+
+
+def jitter_offset(schedule: Schedule, nominal: datetime) -> timedelta:
+    """The jitter of the occurrence at `nominal` (see `fire_instant_with_jitter`)."""
     jitter = schedule.jitter
     if not jitter:
-        return nominal
-    return nominal + _jitter_offset(schedule.id, jitter // timedelta(milliseconds=1), nominal)
+        return _NO_JITTER
+    return _jitter_offset(schedule.id, jitter // timedelta(milliseconds=1), nominal)
 
 
 @lru_cache(maxsize=65_536)

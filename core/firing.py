@@ -30,7 +30,15 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
 
-from kairos.core.calendar import fire_instant_with_jitter, next_fire
+from kairos.core.calendar import fire_instant_with_jitter
+from kairos.core.calendar_rules import (
+    ON_TIME,
+    CalendarLookup,
+    Verdict,
+    fire_instant,
+    next_occurrence,
+    uses_calendars,
+)
 from kairos.core.limits import EARLIEST_INSTANT
 from kairos.core.run_id import run_id
 from kairos.core.schedule import MisfirePolicy, Schedule
@@ -56,6 +64,9 @@ class Decision:
     fire_at: datetime
     action: Action
     reason: str | None = None
+    moved_to: datetime | None = None
+    """Where a calendar roll or a blackout deferral moved the occurrence (`fire_at` is then
+    this plus the jitter); `None` when it runs at its nominal instant."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,16 +86,26 @@ class ScheduleState:
     """Set while a change waits for this (old) definition to settle what it owed before the
     change's instant: nothing is decided at or after it, and the state is not due, so only the
     change, taken again, decides the rest (`upserted`, `deleted`)."""
+    calendars: CalendarLookup | None = field(default=None, compare=False, repr=False)
+    """The shared calendars the schedule's calendar fields are read with (not persisted: the
+    ticker gives the latest it read, the audit the ones in force at each occurrence)."""
     due_at: datetime | None = field(init=False, compare=False, repr=False)
     """When the ticker must look at this schedule next; `None` when nothing is pending."""
+    verdict: Verdict = field(init=False, compare=False, repr=False)
+    """What the calendars make of the next occurrence (skip, roll, deferral)."""
 
     def __post_init__(self) -> None:
         # Computed once: a fire asks for it several times (deciding, holds_at, the store's due
         # index), and at a million schedules the jitter's hash missed every cache.
         due = None
+        verdict = ON_TIME
         if not self.schedule.paused and self.next_nominal is not None and not self.settling:
-            due = fire_instant_with_jitter(self.schedule, self.next_nominal)
+            if uses_calendars(self.schedule):
+                verdict, due = fire_instant(self.schedule, self.next_nominal, self.calendars)
+            else:
+                due = fire_instant_with_jitter(self.schedule, self.next_nominal)
         object.__setattr__(self, "due_at", due)
+        object.__setattr__(self, "verdict", verdict)
 
     @property
     def paused(self) -> bool:
@@ -118,12 +139,17 @@ def _in_force_from(changed_at: datetime, now: datetime) -> datetime:
     return max(min(changed_at, now), EARLIEST_INSTANT)
 
 
-def _first_owed(schedule: Schedule, owed_from: datetime, floor: datetime | None) -> datetime | None:
+def _first_owed(
+    schedule: Schedule,
+    owed_from: datetime,
+    floor: datetime | None,
+    calendars: CalendarLookup | None,
+) -> datetime | None:
     # Never at or before an occurrence already decided: its run id must not be reused.
     after = owed_from - _JUST_BEFORE
     if floor is not None and floor > after:
         after = floor
-    fire = next_fire(schedule, after)
+    fire = next_occurrence(schedule, after, calendars)
     return fire.nominal if fire is not None else None
 
 
@@ -136,6 +162,7 @@ def upserted(
     *,
     limit: int | None = None,
     floor: datetime | None = None,
+    calendars: CalendarLookup | None = None,
 ) -> Outcome:
     """A definition in force from `changed_at`: created, edited, paused or resumed.
 
@@ -147,6 +174,7 @@ def upserted(
     At most `limit` occurrences are settled; when the old definition owes more, the outcome is
     `settling`: the old state held at the change, to be given to this function again with the
     same change. `floor` is the `Outcome.floor` a deletion of this id left, if any.
+    `calendars` are the shared calendars the new definition is read with.
     """
     changed_at = _change_instant(state, changed_at, now)
     decisions: list[Decision] = []
@@ -160,8 +188,9 @@ def upserted(
     new_state = ScheduleState(
         schedule=schedule,
         version=version,
-        next_nominal=_first_owed(schedule, changed_at, floor),
+        next_nominal=_first_owed(schedule, changed_at, floor, calendars),
         last_decided_nominal=floor,
+        calendars=calendars,
     )
     return Outcome(new_state, decisions)
 
@@ -262,7 +291,7 @@ def holds_at(ahead: Outcome, now: datetime) -> bool:
     if decision.action is not Action.FIRE or now - decision.fire_at > MISFIRE_GRACE:
         return False
     window = ahead.state.schedule.catchup_window
-    if window is not None and now - decision.nominal > window:
+    if window is not None and now - (decision.moved_to or decision.nominal) > window:
         return False
     following = ahead.state.due_at
     return following is None or following > now
@@ -283,14 +312,19 @@ def _decide(
         assert fire_at is not None, "an unpaused state with a next occurrence is due"
         if (fire_at if jittered else nominal) > until:
             break
-        following = next_fire(schedule, nominal)
+        following = next_occurrence(schedule, nominal, state.calendars)
         # Built directly rather than with dataclasses.replace: this runs once per fire of a herd.
         successor = ScheduleState(
-            schedule, state.version, following.nominal if following is not None else None, nominal
-        )
-        reason = _skip_reason(
             schedule,
-            nominal=nominal,
+            state.version,
+            following.nominal if following is not None else None,
+            nominal,
+            calendars=state.calendars,
+        )
+        moved_to = current.verdict.moved_to
+        reason = current.verdict.skip_reason or _skip_reason(
+            schedule,
+            planned_at=moved_to or nominal,
             fire_at=fire_at,
             following_at=successor.due_at,
             until=until,
@@ -304,6 +338,7 @@ def _decide(
                 fire_at=fire_at,
                 action=Action.SKIP if reason else Action.FIRE,
                 reason=reason,
+                moved_to=moved_to,
             )
         )
         current = successor
@@ -313,14 +348,16 @@ def _decide(
 def _skip_reason(
     schedule: Schedule,
     *,
-    nominal: datetime,
+    planned_at: datetime,
     fire_at: datetime,
     following_at: datetime | None,
     until: datetime,
     now: datetime,
 ) -> str | None:
+    # `planned_at`: the nominal instant, or where a calendar moved the occurrence, so that a
+    # roll over a long weekend is not taken for an occurrence missed by days.
     window = schedule.catchup_window
-    if window is not None and now - nominal > window:
+    if window is not None and now - planned_at > window:
         return f"missed by more than catchup_window {window}"
     if now - fire_at <= MISFIRE_GRACE:
         return None

@@ -31,6 +31,12 @@ from kairos.core import limits
 from kairos.core.cron import parse_cron
 from kairos.core.durations import duration_from_ms, format_duration, parse_duration
 from kairos.core.errors import KairosError
+from kairos.core.schedule_calendars import (
+    BlackoutAction,
+    CalendarIds,
+    RollPolicy,
+    calendar_field_problem,
+)
 from kairos.core.schedule_text import SchedulesFileFormatError, decode_schedules_text
 from kairos.core.zones import legacy_fixed_zone_warning, zone_problem
 
@@ -254,6 +260,17 @@ class Schedule(BaseModel):
     """Fixed-time cron jobs only; wildcard jobs and `every` follow real time."""
     paused: bool = False
     """A paused schedule keeps its calendar but starts no runs."""
+    pause_until: Instant | None = None
+    """Occurrences before this instant are skipped (recorded); the schedule resumes by itself."""
+    exclude: CalendarIds = ()
+    """Calendars whose holidays skip an occurrence (or, with `roll`, whose business days it
+    moves to); they also count the business days of `business_day`."""
+    roll: RollPolicy | None = None
+    business_day: int | None = None
+    """The n-th business day of each month (negative: from its end), at the cron's times."""
+    blackout: CalendarIds = ()
+    """Calendars whose windows skip an occurrence, or defer it (`blackout_action`)."""
+    blackout_action: BlackoutAction = BlackoutAction.SKIP
     job: JobSpec = Field(default_factory=lambda: JobSpec(kind="noop"))
     max_attempts: int = Field(default=3, ge=1)
     """Attempts per run, the first included."""
@@ -319,6 +336,9 @@ class Schedule(BaseModel):
                 "(for example '2027-01-01T00:00:00Z')",
             )
         self._check_jitter()
+        problem = calendar_field_problem(self)
+        if problem is not None:
+            raise _rule(*problem)
         if self.start_at is not None and self.end_at is not None and self.end_at <= self.start_at:
             raise _rule(
                 "end_at",

@@ -222,3 +222,59 @@ def test_a_zone_that_means_the_hosts_own_is_refused(tmp_path: Path, zone: str) -
     assert f"schedule 'a' (schedules[0]): field 'timezone': '{zone}'" in result.stderr
     assert "name the zone, such as 'UTC'" in result.stderr
     assert result.stdout == ""
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        pytest.param([], "nothing to preview: give a schedules file (-f FILE)", id="no-source"),
+        pytest.param(
+            ["-f", "schedules.yaml", "--id", "a"],
+            "give one source: -f reads a file",
+            id="file-and-id",
+        ),
+        pytest.param(
+            ["-f", "schedules.yaml", "--owner", "ops"],
+            "give one source: -f reads a file",
+            id="file-and-owner",
+        ),
+        pytest.param(
+            ["-f", "schedules.yaml", "--histogram", "-n", "3"],
+            "-n/--count is the listing's",
+            id="count-with-histogram",
+        ),
+        pytest.param(
+            ["-f", "schedules.yaml", "--horizon", "24h"],
+            "--horizon and --top apply to --histogram",
+            id="horizon-without-histogram",
+        ),
+        pytest.param(
+            ["-f", "schedules.yaml", "--top", "5"],
+            "--horizon and --top apply to --histogram",
+            id="top-without-histogram",
+        ),
+        pytest.param(
+            ["-f", "schedules.yaml", "--histogram", "--json", "--top", "5"],
+            "--json prints every minute",
+            id="top-with-json",
+        ),
+        pytest.param(
+            ["-f", "schedules.yaml", "--histogram", "--top", "0"],
+            "Invalid value for '--top'",
+            id="top-zero",
+        ),
+    ],
+)
+def test_options_that_do_not_fit_together_are_usage_errors(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: list[str], expected: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "schedules.yaml").write_text(SCHEDULES, encoding="utf-8")
+    # No broker is configured: a usage error is found before any connection is tried.
+    result = CliRunner().invoke(
+        app, ["--bootstrap-servers", "127.0.0.1:1", "--timeout", "0.2", "preview", *args]
+    )
+    assert result.exit_code == 2, result.output
+    assert expected in result.stderr
+    assert result.stdout == ""
+    assert "Traceback" not in result.output

@@ -1,0 +1,56 @@
+"""The listing of `kairos preview`: each schedule's next fires, with what moved or doubled them.
+
+Each kind of mark is one function from a fire to its text (or `None`); `MARKS` lists them in the
+order they print. A new kind (a calendar skip or roll, say) is one more function in `MARKS`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from kairos.core.calendar import Fire
+from kairos.core.cron import parse_cron
+from kairos.core.schedule import Schedule
+
+Mark = Callable[[Fire, Schedule], str | None]
+
+
+def dst_gap_mark(fire: Fire, schedule: Schedule) -> str | None:
+    if not fire.moved_by_dst_gap:
+        return None
+    return (
+        f"[DST gap: {fire.requested_wall.strftime('%H:%M')} does not exist that day; "
+        "moved to the jump]"
+    )
+
+
+def dst_repeat_mark(fire: Fire, schedule: Schedule) -> str | None:
+    if fire.repeated_hour_pass is None:
+        return None
+    if schedule.cron is None:
+        runs = ""
+    elif parse_cron(schedule.cron).wildcard or schedule.dst_repeat == "both":
+        runs = ", doubled: runs in both passes"
+    else:
+        runs = ", runs once"
+    return f"[DST repeated hour, pass {fire.repeated_hour_pass} of 2{runs}]"
+
+
+MARKS: tuple[Mark, ...] = (dst_gap_mark, dst_repeat_mark)
+
+
+def fire_line(fire: Fire, schedule: Schedule) -> str:
+    """`  <wall time in the schedule's zone>  [mark]  [mark]`."""
+    marks = [text for mark in MARKS if (text := mark(fire, schedule)) is not None]
+    return "  ".join([f"  {fire.wall.isoformat()}", *marks])
+
+
+def heading(schedule: Schedule) -> str:
+    if schedule.cron is not None:
+        trigger = f"cron '{schedule.cron}'"
+    elif schedule.every is not None:
+        trigger = f"every {schedule.model_dump(mode='json')['every']}"
+    else:
+        trigger = "once"
+    paused = " [paused]" if schedule.paused else ""
+    return f"{schedule.id}: {trigger} in {schedule.timezone}{paused}"

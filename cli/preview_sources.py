@@ -1,0 +1,95 @@
+"""Where `kairos preview` gets its schedules: a schedules file, or the published schedules topic.
+
+The published ones are read as `kairos schedules list|get` read them (`ScheduleReader`): the
+latest change of each id, so a deleted schedule is gone, and records that break the contract are
+skipped with a warning, as the ticker skips them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import typer
+
+from kairos.cli.options import fail, kafka_settings
+from kairos.cli.schedules import warn_rejected
+from kairos.core.errors import KairosError
+from kairos.core.schedule import Schedule, SchedulesInvalidError, load_schedules
+from kairos.streams.schedule_reader import ScheduleReader, StoredSchedule
+
+READ_TIMEOUT_S = 300.0
+"""How long reading the schedules topic to its end may take. Decoding and validating is about
+4,000 definitions a second on one core (100,000 took 23 s, docs/operations.md), so the reader's
+default 30 s would refuse a large deployment's histogram on a busy machine. A broker that does not
+answer is still refused within `--timeout`, before the read starts."""
+
+
+class PreviewInputError(KairosError):
+    """The preview's own input (the file, `--from`, `--horizon`) is unusable."""
+
+
+def file_schedules(file: Path) -> list[Schedule]:
+    """The schedules of a file; an invalid file prints each problem and exits 1."""
+    try:
+        return load_schedules(_read(file), _format_of(file))
+    except SchedulesInvalidError as error:
+        typer.echo(f"error: {file}: {len(error.errors)} invalid schedule field(s):", err=True)
+        for problem in error.errors:
+            typer.echo(f"  - {problem}", err=True)
+        raise typer.Exit(1) from None
+
+
+def _read(file: Path) -> str:
+    try:
+        return file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise PreviewInputError(f"cannot read schedules file {file}: {error}") from None
+
+
+def _format_of(file: Path) -> Literal["yaml", "json"]:
+    return "json" if file.suffix.lower() == ".json" else "yaml"
+
+
+def published_schedules(
+    context: typer.Context, ids: list[str], owner: str | None
+) -> list[Schedule]:
+    """The published schedules named by `ids` (in that order), then `owner`'s (by id).
+
+    Exits 1 naming every id the topic does not hold, or the owner when it holds none of theirs.
+    """
+    reader = ScheduleReader(kafka_settings(context), timeout_s=READ_TIMEOUT_S)
+    try:
+        if owner is None and len(ids) == 1:
+            # One id: only the partition it lives on is read, as `schedules get` does.
+            stored = reader.read_one(ids[0])
+            current = {} if stored is None else {stored.id: stored}
+        else:
+            snapshot = reader.read_all()
+            warn_rejected(snapshot, reader)
+            current = snapshot.schedules
+    except KairosError as error:
+        raise fail(str(error)) from None
+    return _select(current, ids, owner, reader.topic)
+
+
+def _select(
+    current: dict[str, StoredSchedule], ids: list[str], owner: str | None, topic: str
+) -> list[Schedule]:
+    unknown = [schedule_id for schedule_id in ids if schedule_id not in current]
+    if unknown:
+        named = ", ".join(repr(schedule_id) for schedule_id in unknown)
+        raise fail(
+            f"no schedule {named} on {topic} (never published, or deleted); "
+            "`kairos schedules list` shows the published ones"
+        )
+    chosen = dict.fromkeys(ids)
+    if owner is not None:
+        owned = sorted(s.id for s in current.values() if s.schedule.owner == owner)
+        if not owned:
+            raise fail(
+                f"no schedule on {topic} has owner {owner!r}; "
+                "`kairos schedules list` shows each schedule's owner"
+            )
+        chosen.update(dict.fromkeys(owned))
+    return [current[schedule_id].schedule for schedule_id in chosen]
