@@ -170,10 +170,19 @@ def _summary(plan: list[PlannedCalendar]) -> str:
 
 
 @app.command("list")
-def list_(context: typer.Context, as_json: JsonOption = False) -> None:
+def list_(
+    context: typer.Context,
+    owner: Annotated[
+        str | None, typer.Option("--owner", help="Only the calendars of this owner.")
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
     """List the current calendars with their versions."""
     book = _book(kafka_settings(context))
-    shown = sorted(book.versions.values(), key=lambda v: v.calendar.id)
+    shown = sorted(
+        (v for v in book.versions.values() if owner is None or v.calendar.owner == owner),
+        key=lambda v: v.calendar.id,
+    )
     if as_json:
         typer.echo(json.dumps([_as_json(version) for version in shown], indent=2))
         return
@@ -304,9 +313,11 @@ def _read(file: str) -> tuple[str, Literal["yaml", "json"]]:
         text = sys.stdin.read() if file == "-" else Path(file).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
         raise fail(f"cannot read calendars file {file}: {error}") from None
-    if Path(file).suffix.lower() == ".json" or text.lstrip().startswith("{"):
-        return text, "json"
-    return text, "yaml"
+    suffix = Path(file).suffix.lower()
+    if suffix in (".yaml", ".yml"):
+        return text, "yaml"
+    # JSON is (nearly) YAML, but JSON's parser gives the clearer errors for a JSON document.
+    return text, "json" if suffix == ".json" or text.lstrip().startswith("{") else "yaml"
 
 
 def _book(settings: KafkaSettings, consequence: str | None = None) -> CalendarBook:

@@ -4,10 +4,14 @@
     with SchedulesClient(settings, changed_by="billing") as client:
         client.upsert(Schedule(id="settlement-report", cron="0 2 * * *", timezone="Europe/Paris"))
 
-See docs/producers.md.
+See docs/producers.md; shared business calendars (`CalendarsClient`, `read_calendars`):
+docs/calendars.md.
 """
 
+from kairos.core.business_calendar import BusinessCalendar, CalendarsInvalidError, load_calendars
 from kairos.core.schedule import Schedule, SchedulesInvalidError, ScheduleValidationError
+from kairos.streams.calendar_publisher import CalendarPublishError, CalendarsClient
+from kairos.streams.calendar_reader import CalendarReadError, read_calendars
 from kairos.streams.schedule_publisher import (
     PublishError,
     ScheduleChange,
@@ -18,6 +22,11 @@ from kairos.streams.schedule_reader import ScheduleReadError, StoredSchedule
 from kairos.streams.settings import KafkaSettings
 
 __all__ = [
+    "BusinessCalendar",
+    "CalendarPublishError",
+    "CalendarReadError",
+    "CalendarsClient",
+    "CalendarsInvalidError",
     "KafkaSettings",
     "PublishError",
     "Schedule",
@@ -28,4 +37,6 @@ __all__ = [
     "SchedulesClient",
     "SchedulesInvalidError",
     "StoredSchedule",
+    "load_calendars",
+    "read_calendars",
 ]

@@ -1,13 +1,13 @@
 """The calendars, read from the compacted single-partition calendars topic.
 
-Every read is a fresh pass from the beginning of the topic to its end as of the read,
-read_committed, through `kairos.streams.calendar_events` (as every reader of the topic reads
-it). `read_calendars` keeps the latest change of each calendar id: the calendars in force, as a
-`CalendarBook`. `read_calendar_history` keeps every change in topic order, deletes included,
-for the audit to replay the version in force at each decision (`CalendarBook.replay`); what
-compaction has removed (superseded versions older than the topic's `min.compaction.lag.ms`,
-90 days by default) is gone from both. Records that break the contract are skipped and listed
-in the book's `skipped`.
+A read consumes the topic from its beginning to its end as of the read, read_committed, through
+`kairos.streams.calendar_events` (as every reader of the topic reads it); a `CalendarFeed` goes
+on from where its last read ended. `read_calendars` keeps the latest change of each calendar
+id: the calendars in force, as a `CalendarBook`. `read_calendar_history` keeps every change in
+topic order, deletes included, for the audit to replay the version in force at each decision
+(`CalendarBook.replay`). What compaction has removed (superseded versions older than the
+topic's `min.compaction.lag.ms`, 90 days by default) is gone from both. Records that break the
+contract are skipped and listed in the book's `skipped`.
 """
 
 from __future__ import annotations
@@ -40,18 +40,120 @@ class CalendarReadError(KairosError):
         super().__init__(f"cannot read calendars topic {topic}: {reason}")
 
 
+class CalendarFeed:
+    """Follows the calendars topic: each `refresh` folds in the records published since the
+    last one, so a long-lived process (a ticker) keeps its book current without re-reading.
+
+    Not thread-safe: one thread refreshes. Raises `CalendarReadError` when the topic cannot be
+    read (missing, refused, or of more than one partition).
+    """
+
+    def __init__(
+        self, settings: KafkaSettings, *, timeout_s: float = 30.0, codecs: Codecs | None = None
+    ) -> None:
+        self.topic = settings.layout.name(TopicRole.CALENDARS)
+        self._codec = (codecs or make_codecs()).calendar_event
+        self._timeout_s = timeout_s
+        self._partition = TopicPartition(self.topic, 0)
+        self._next_offset = 0
+        self._book = CalendarBook()
+        self._consumer = Consumer(
+            settings.consumer_config(
+                **{
+                    # Assigned, never subscribed and never committed: the client requires a
+                    # group id, but no group is ever joined.
+                    "group.id": settings.deployment_id(CALENDAR_READERS_GROUP),
+                    "enable.auto.commit": False,
+                    "isolation.level": "read_committed",
+                    "enable.partition.eof": True,
+                    # A read to the end: the broker would hold a caught-up fetch for 500 ms.
+                    "fetch.wait.max.ms": 10,
+                }
+            )
+        )
+        try:
+            _check_partitions(self._consumer, settings, self.topic, timeout_s)
+            self._consumer.assign([TopicPartition(self.topic, 0, OFFSET_BEGINNING)])
+        except BaseException:
+            self._consumer.close()
+            raise
+
+    @property
+    def book(self) -> CalendarBook:
+        """The calendars as of the last `refresh`."""
+        return self._book
+
+    def refresh(self) -> CalendarBook:
+        """The calendars as of the topic's end now."""
+        book, skipped = self._book, list(self._book.skipped)
+        for record in self.read_new():
+            if isinstance(record, SkippedCalendarRecord):
+                skipped.append(record)
+            else:
+                book = book.with_change(record)
+        self._book = CalendarBook(book.versions, tuple(skipped))
+        return self._book
+
+    def read_new(self) -> list[_Record]:
+        """The records after those read before (all, the first time), up to the end now."""
+        try:
+            _, end = self._consumer.get_watermark_offsets(
+                self._partition, timeout=self._timeout_s, cached=False
+            )
+        except KafkaException as error:
+            raise CalendarReadError(self.topic, f"the broker did not answer: {error}") from error
+        records: list[_Record] = []
+        deadline = time.monotonic() + self._timeout_s
+        # librdkafka reports the end once per arrival at it: with nothing new since the last
+        # read there is no report to wait for, hence the watermark.
+        start = self._next_offset
+        while self._next_offset < end:
+            if time.monotonic() > deadline:
+                raise CalendarReadError(self.topic, f"not read to its end in {self._timeout_s:g}s")
+            if self._consume_batch(records, start, end):
+                break
+        _log_skipped(self.topic, records)
+        return records
+
+    def close(self) -> None:
+        self._consumer.close()
+
+    def __enter__(self) -> CalendarFeed:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def _consume_batch(self, records: list[_Record], start: int, end: int) -> bool:
+        """Append one batch's records; whether the end (of committed records) was reached."""
+        # consume() waits its whole timeout unless the batch fills: keep the timeout short.
+        for message in self._consumer.consume(num_messages=1000, timeout=0.05):
+            error = message.error()
+            offset = message.offset()
+            if error is None:
+                records.append(read_calendar_message(self._codec, message))
+                assert offset is not None  # set on every record
+                self._next_offset = offset + 1
+            elif error.code() == KafkaError._PARTITION_EOF:
+                # An end reported where the last read stopped is that read's, still queued;
+                # one further on is this read's (below the watermark when a transaction is open).
+                if offset is not None and (offset > start or offset >= end):
+                    self._next_offset = max(self._next_offset, offset)
+                    return True
+            elif error.fatal() or error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                raise CalendarReadError(self.topic, error.str(), error)
+            else:
+                # librdkafka retries transient errors itself; the deadline bounds the wait.
+                logger.warning("reading %s: %s", self.topic, error.str())
+        return False
+
+
 def read_calendars(
     settings: KafkaSettings, *, timeout_s: float = 30.0, codecs: Codecs | None = None
 ) -> CalendarBook:
     """Every current calendar by id, with its version (the offset of the record that set it)."""
-    book = CalendarBook()
-    skipped = []
-    for record in _read(settings, timeout_s, codecs):
-        if isinstance(record, SkippedCalendarRecord):
-            skipped.append(record)
-        else:
-            book = book.with_change(record)
-    return CalendarBook(book.versions, tuple(skipped))
+    with CalendarFeed(settings, timeout_s=timeout_s, codecs=codecs) as feed:
+        return feed.refresh()
 
 
 def read_calendar_history(
@@ -62,54 +164,14 @@ def read_calendar_history(
     codecs: Codecs | None = None,
 ) -> list[CalendarChange]:
     """Every change still on the topic (of one calendar when `calendar_id` is given), in order."""
+    with CalendarFeed(settings, timeout_s=timeout_s, codecs=codecs) as feed:
+        records = feed.read_new()
     return [
         record
-        for record in _read(settings, timeout_s, codecs)
+        for record in records
         if isinstance(record, CalendarChange)
         and (calendar_id is None or record.calendar_id == calendar_id)
     ]
-
-
-def _read(settings: KafkaSettings, timeout_s: float, codecs: Codecs | None) -> list[_Record]:
-    topic = settings.layout.name(TopicRole.CALENDARS)
-    codec = (codecs or make_codecs()).calendar_event
-    consumer = Consumer(
-        settings.consumer_config(
-            **{
-                # Assigned, never subscribed and never committed: the client requires a group
-                # id, but no group is ever joined.
-                "group.id": settings.deployment_id(CALENDAR_READERS_GROUP),
-                "enable.auto.commit": False,
-                "isolation.level": "read_committed",
-                "enable.partition.eof": True,
-                # A one-shot read to the end: the broker would hold a caught-up fetch 500 ms.
-                "fetch.wait.max.ms": 10,
-            }
-        )
-    )
-    try:
-        _check_partitions(consumer, settings, topic, timeout_s)
-        consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
-        records: list[_Record] = []
-        deadline = time.monotonic() + timeout_s
-        while True:
-            if time.monotonic() > deadline:
-                raise CalendarReadError(topic, f"not read to its end in {timeout_s:g}s")
-            # consume() waits its whole timeout unless the batch fills: keep the timeout short.
-            for message in consumer.consume(num_messages=1000, timeout=0.05):
-                error = message.error()
-                if error is None:
-                    records.append(read_calendar_message(codec, message))
-                elif error.code() == KafkaError._PARTITION_EOF:
-                    _log_skipped(topic, records)
-                    return records
-                elif error.fatal() or error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
-                    raise CalendarReadError(topic, error.str(), error)
-                else:
-                    # librdkafka retries transient errors itself; the deadline bounds the wait.
-                    logger.warning("reading %s: %s", topic, error.str())
-    finally:
-        consumer.close()
 
 
 def _check_partitions(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from datetime import UTC, date, datetime
 from pathlib import Path
@@ -20,6 +21,7 @@ from kairos.core.business_calendar import CalendarBook, load_calendars
 from kairos.streams.calendar_events import calendar_definition_record
 from kairos.streams.calendar_publisher import CalendarsClient
 from kairos.streams.calendar_reader import (
+    CalendarFeed,
     CalendarReadError,
     read_calendar_history,
     read_calendars,
@@ -88,6 +90,13 @@ def test_apply_publishes_versions_and_a_changed_file_a_new_version(
     rows = {line.split()[0]: line.split() for line in listed.stdout.splitlines()[1:]}
     assert (rows["nyse"][2], rows["nyse"][6]) == ("America/New_York", "1")
     assert rows["us-federal"][6] == "0"
+    owned = kairos(kafka_settings, "calendars", "list", "--owner", "treasury", "--json")
+    assert owned.exit_code == 0, owned.output
+    assert [c["calendar"]["id"] for c in json.loads(owned.stdout)] == ["nyse", "us-federal"]
+    assert (
+        json.loads(kairos(kafka_settings, "calendars", "list", "--owner", "x", "--json").stdout)
+        == []
+    )
 
     again = kairos(kafka_settings, "calendars", "apply", "-f", str(path))
     assert again.exit_code == 0, again.output
@@ -153,6 +162,29 @@ def test_delete_and_the_readers_book_and_history(
     assert missing.exit_code == 1
     assert "no calendar 'nyse'" in missing.output
     assert kairos(kafka_settings, "calendars", "show", "nyse").exit_code == 1
+
+
+def test_a_feed_folds_in_only_what_was_published_since_its_last_refresh(
+    kafka_settings: KafkaSettings, tmp_path: Path
+) -> None:
+    text = seeded_file(tmp_path).read_text(encoding="utf-8")
+    federal, nyse = load_calendars(text, "yaml")
+    with CalendarFeed(kafka_settings) as feed, CalendarsClient(kafka_settings, "alice") as client:
+        assert feed.refresh().versions == {}
+        client.upsert_all([federal, nyse])
+        assert {i: v.version for i, v in feed.refresh().versions.items()} == {
+            "us-federal": 0,
+            "nyse": 1,
+        }
+        started = time.monotonic()
+        assert feed.read_new() == []
+        assert time.monotonic() - started < 5, "a caught-up feed waited for records"
+        client.delete("nyse")
+        client.upsert(federal.model_copy(update={"description": "v2"}))
+        refreshed = feed.refresh()
+    assert [c.version for c in read_calendar_history(kafka_settings)] == [0, 1, 2, 3, 4]
+    assert {i: v.version for i, v in refreshed.versions.items()} == {"us-federal": 4}
+    assert refreshed.versions["us-federal"].calendar.description == "v2"
 
 
 def test_an_invalid_file_publishes_nothing_and_names_each_problem(

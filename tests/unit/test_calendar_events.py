@@ -8,6 +8,8 @@ from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kairos.core.business_calendar import (
     MAX_HOLIDAYS,
@@ -144,3 +146,64 @@ def test_the_largest_calendar_of_ascii_names_fits_and_wider_names_are_refused_be
         encode_calendar_event(
             CODEC, calendar_id="big", calendar=full("é" * 100), changed_by="ops", reason=None
         )
+
+
+wall_times = st.datetimes(min_value=datetime(2020, 1, 1), max_value=datetime(2040, 1, 1)).map(
+    lambda wall: wall.replace(microsecond=0)
+)
+fixed_windows = st.builds(
+    lambda start, minutes: {
+        "start": start,
+        "end": start + timedelta(minutes=minutes),
+        "name": "fixed",
+    },
+    wall_times,
+    st.integers(120, 366 * 24 * 60 - 120),
+)
+recurring_windows = st.builds(
+    lambda minute, hour, ms: {
+        "cron": f"{minute} {hour} * * MON-FRI",
+        "duration": timedelta(milliseconds=ms),
+        "name": "recurring",
+    },
+    st.integers(0, 59),
+    st.integers(0, 23),
+    st.integers(1, 366 * 86_400_000),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    business_days=st.sets(st.sampled_from(["MON", "TUE", "WED", "THU", "FRI", "SAT", "SUN"]),
+                          min_size=1),
+    holidays=st.sets(st.dates(date(1970, 1, 1), date(9999, 12, 31)), max_size=30),
+    windows=st.lists(st.one_of(fixed_windows, recurring_windows), max_size=5),
+    zone=st.sampled_from(["UTC", "America/New_York", "Australia/Lord_Howe", "Pacific/Chatham"]),
+    description=st.none() | st.text(max_size=40),
+)  # fmt: skip
+def test_every_calendar_the_model_accepts_comes_back_from_the_wire_equal(
+    business_days: set[str],
+    holidays: set[date],
+    windows: list[dict[str, Any]],
+    zone: str,
+    description: str | None,
+) -> None:
+    calendar = parse_calendar(
+        {
+            "id": "generated",
+            "owner": "tests",
+            "description": description,
+            "timezone": zone,
+            "business_days": sorted(business_days),
+            "holidays": [{"date": day, "name": f"closed {day}"} for day in holidays],
+            "windows": windows,
+        }
+    )
+    value = encode_calendar_event(
+        CODEC, calendar_id="generated", calendar=calendar, changed_by="tests", reason=None
+    )
+
+    change = read(b"generated", value)
+
+    assert isinstance(change, CalendarChange)
+    assert change.calendar == calendar
