@@ -19,7 +19,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 
 from kairos.core.clock import ClockAheadError
 from kairos.core.firing import MISFIRE_GRACE, ScheduleState, decide_due, holds_at
-from kairos.services.ticker.calendar_feed import CalendarFeed
+from kairos.services.ticker.calendar_feed import TickerCalendars
 from kairos.services.ticker.changes import ScheduleChanges
 from kairos.services.ticker.garbage import IdleCollector
 from kairos.services.ticker.metrics import TickerMetrics
@@ -79,7 +79,7 @@ class Ticker:
         self.run_events_topic = layout.name(TopicRole.RUN_EVENTS)
         self.dead_letters_topic = layout.name(TopicRole.DEAD_LETTERS)
         self._changes = ScheduleChanges(self.codecs, f"ticker:{settings.instance}")
-        self._calendars = CalendarFeed(kafka, self.codecs)
+        self._calendars = TickerCalendars(kafka, self.codecs)
         self._quarantine = Quarantine(
             self.codecs, self.schedules_topic, f"ticker:{settings.instance}"
         )
