@@ -14,16 +14,18 @@ from typing import Annotated
 import typer
 
 from kairos.cli.options import fail
+from kairos.cli.preview_calendars import preview_calendars
 from kairos.cli.preview_histogram import (
     LONGEST_HORIZON,
     count_fires,
     histogram_json,
     histogram_text,
 )
-from kairos.cli.preview_listing import fire_line, heading
+from kairos.cli.preview_listing import heading, occurrence_line, runs_json, upcoming
 from kairos.cli.preview_sources import PreviewInputError, file_schedules, published_schedules
 from kairos.core import limits
-from kairos.core.calendar import Fire, never_fires_reason, next_fires
+from kairos.core.calendar import never_fires_reason
+from kairos.core.calendar_rules import CalendarLookup
 from kairos.core.durations import format_duration, parse_duration
 from kairos.core.errors import KairosError
 from kairos.core.schedule import Schedule
@@ -100,6 +102,16 @@ _HorizonOption = Annotated[
     ),
 ]
 
+_CalendarsOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--calendars",
+        metavar="FILE",
+        help="Calendars file (as for `kairos calendars apply`) to read the schedules' exclude "
+        "and blackout with; default: the published calendars, read when a schedule names some.",
+    ),
+]
+
 _TopOption = Annotated[
     int | None,
     typer.Option(
@@ -119,6 +131,7 @@ def preview(
     histogram: _HistogramOption = False,
     horizon: _HorizonOption = None,
     top: _TopOption = None,
+    calendars_file: _CalendarsOption = None,
 ) -> None:
     """Show each schedule's next fires in its own zone, marking fires moved or doubled by DST;
     or, with --histogram, how many fire in each minute: a herd, before it is applied."""
@@ -130,15 +143,16 @@ def preview(
         schedules = (
             file_schedules(file) if file is not None else published_schedules(context, ids, owner)
         )
+        calendars = preview_calendars(context, calendars_file, schedules)
     except KairosError as error:
         raise fail(str(error)) from None
     for schedule in schedules:
         if schedule.zone_warning is not None:
             typer.echo(f"warning: schedule '{schedule.id}': {schedule.zone_warning}", err=True)
     if span is not None:
-        _show_histogram(schedules, after, span, as_json, top or DEFAULT_TOP)
+        _show_histogram(schedules, after, span, as_json, top or DEFAULT_TOP, calendars)
     else:
-        _show_listing(schedules, after, count or DEFAULT_COUNT, as_json)
+        _show_listing(schedules, after, count or DEFAULT_COUNT, as_json, calendars)
 
 
 def _check_options(
@@ -211,10 +225,15 @@ def _parse_horizon(text: str) -> timedelta:
 
 
 def _show_histogram(
-    schedules: list[Schedule], after: datetime, span: timedelta, as_json: bool, top: int
+    schedules: list[Schedule],
+    after: datetime,
+    span: timedelta,
+    as_json: bool,
+    top: int,
+    calendars: CalendarLookup | None,
 ) -> None:
     try:
-        counted = count_fires(schedules, after, after + span)
+        counted = count_fires(schedules, after, after + span, calendars=calendars)
     except KairosError as error:
         raise fail(str(error)) from None
     if as_json:
@@ -224,10 +243,15 @@ def _show_histogram(
         typer.echo(line)
 
 
-def _show_listing(schedules: list[Schedule], after: datetime, count: int, as_json: bool) -> None:
-    listing: dict[str, list[Fire]] = {}
+def _show_listing(
+    schedules: list[Schedule],
+    after: datetime,
+    count: int,
+    as_json: bool,
+    calendars: CalendarLookup | None,
+) -> None:
+    listing = {schedule.id: upcoming(schedule, after, count, calendars) for schedule in schedules}
     for schedule in schedules:
-        listing[schedule.id] = next_fires(schedule, after, count)
         reason = never_fires_reason(schedule, after) if not listing[schedule.id] else None
         if reason is not None:
             typer.echo(
@@ -236,16 +260,9 @@ def _show_listing(schedules: list[Schedule], after: datetime, count: int, as_jso
                 err=True,
             )
     if as_json:
-        typer.echo(
-            json.dumps(
-                {
-                    schedule_id: [fire.wall.isoformat() for fire in fires]
-                    for schedule_id, fires in listing.items()
-                }
-            )
-        )
+        typer.echo(json.dumps({sid: runs_json(lines) for sid, lines in listing.items()}))
         return
     for schedule in schedules:
         typer.echo(heading(schedule))
-        for fire in listing[schedule.id]:
-            typer.echo(fire_line(fire, schedule))
+        for line in listing[schedule.id]:
+            typer.echo(occurrence_line(line, schedule))

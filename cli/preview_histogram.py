@@ -19,7 +19,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from kairos.core.calendar import fire_instant_with_jitter, fires_between
+from kairos.core.calendar import fire_instant_with_jitter, fires_between, jitter_offset
+from kairos.core.calendar_rules import CalendarLookup, planned, uses_calendars
 from kairos.core.durations import format_duration
 from kairos.core.errors import KairosError
 from kairos.core.run_id import format_instant
@@ -148,14 +149,26 @@ class _Budget:
 
 
 def count_fires(
-    schedules: list[Schedule], start: datetime, end: datetime, budget: int = FIRE_BUDGET
+    schedules: list[Schedule],
+    start: datetime,
+    end: datetime,
+    budget: int = FIRE_BUDGET,
+    *,
+    calendars: CalendarLookup | None = None,
 ) -> Histogram:
-    """The histogram of the fires of `schedules` with nominal instant in (`start`, `end`]."""
+    """The histogram of the fires of `schedules` with nominal instant in (`start`, `end`].
+
+    A schedule that names shared calendars counts its runs as the calendars leave them (read
+    with `calendars`): skipped occurrences not at all, rolled or deferred ones where they run.
+    """
     active = [schedule for schedule in schedules if not schedule.paused]
     histogram = Histogram(start, end, counted=len(active), paused=len(schedules) - len(active))
     spending = _Budget(budget, end - start)
     groups: dict[str, list[Schedule]] = {}
     for schedule in active:
+        if uses_calendars(schedule):
+            _count_calendar_runs(histogram.minutes, schedule, start, end, spending, calendars)
+            continue
         groups.setdefault(_calendar_key(schedule), []).append(schedule)
     for members in groups.values():
         _count_group(histogram.minutes, members, start, end, spending)
@@ -199,6 +212,34 @@ def _count_group(
             load = minutes.setdefault(minute, MinuteLoad())
             load.fires_with_jitter += fires
             load.schedules_with_jitter += 1
+
+
+def _count_calendar_runs(
+    minutes: dict[int, MinuteLoad],
+    schedule: Schedule,
+    start: datetime,
+    end: datetime,
+    spending: _Budget,
+    calendars: CalendarLookup | None,
+) -> None:
+    due: Counter[int] = Counter()
+    started: Counter[int] = Counter()
+    for occurrence in planned(schedule, start, calendars):
+        if occurrence.fire.nominal > end:
+            break
+        spending.spend(1)
+        runs_at = occurrence.runs_at
+        if runs_at is not None:
+            due[_minute_of(runs_at)] += 1
+            started[_minute_of(runs_at + jitter_offset(schedule, occurrence.fire.nominal))] += 1
+    for minute, fires in due.items():
+        load = minutes.setdefault(minute, MinuteLoad())
+        load.fires += fires
+        load.schedules += 1
+    for minute, fires in started.items():
+        load = minutes.setdefault(minute, MinuteLoad())
+        load.fires_with_jitter += fires
+        load.schedules_with_jitter += 1
 
 
 def _minute_of(instant: datetime) -> int:

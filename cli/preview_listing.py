@@ -7,8 +7,11 @@ order they print. A new kind (a calendar skip or roll, say) is one more function
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import datetime
+from itertools import islice
 
 from kairos.core.calendar import Fire
+from kairos.core.calendar_rules import CalendarLookup, Planned, planned
 from kairos.core.cron import parse_cron
 from kairos.core.schedule import Schedule
 
@@ -39,9 +42,42 @@ def dst_repeat_mark(fire: Fire, schedule: Schedule) -> str | None:
 MARKS: tuple[Mark, ...] = (dst_gap_mark, dst_repeat_mark)
 
 
-def fire_line(fire: Fire, schedule: Schedule) -> str:
+SKIPS_SHOWN = 1000
+"""Skipped occurrences a listing looks past before it gives up on finding `count` runs."""
+
+
+def upcoming(
+    schedule: Schedule, after: datetime, count: int, calendars: CalendarLookup | None
+) -> list[Planned]:
+    """The occurrences after `after` up to the `count`-th that runs, skipped ones included."""
+    found: list[Planned] = []
+    runs = 0
+    for occurrence in islice(planned(schedule, after, calendars), count + SKIPS_SHOWN):
+        found.append(occurrence)
+        runs += occurrence.runs_at is not None
+        if runs == count:
+            break
+    return found
+
+
+def runs_json(occurrences: list[Planned]) -> list[str]:
+    """When each occurrence that runs starts (before jitter), on its schedule's clock."""
+    return [
+        occurrence.runs_at.astimezone(occurrence.fire.wall.tzinfo).isoformat()
+        for occurrence in occurrences
+        if occurrence.runs_at is not None
+    ]
+
+
+def occurrence_line(occurrence: Planned, schedule: Schedule) -> str:
     """`  <wall time in the schedule's zone>  [mark]  [mark]`."""
+    fire, verdict = occurrence.fire, occurrence.verdict
     marks = [text for mark in MARKS if (text := mark(fire, schedule)) is not None]
+    if verdict.skip_reason is not None:
+        marks.append(f"[skipped: {verdict.skip_reason}]")
+    if verdict.moved_to is not None:
+        moved = verdict.moved_to.astimezone(fire.wall.tzinfo).isoformat()
+        marks.append(f"[runs at {moved}: {verdict.moved_why}]")
     return "  ".join([f"  {fire.wall.isoformat()}", *marks])
 
 

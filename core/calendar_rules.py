@@ -25,7 +25,7 @@ and no windows: an occurrence is never lost to a calendar nobody published.
 from __future__ import annotations
 
 import calendar as month_days
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 
@@ -289,3 +289,36 @@ def _nth_business_day(
     if abs(n) > len(days):
         return None
     return days[n - 1] if n > 0 else days[n]
+
+
+@dataclass(frozen=True, slots=True)
+class Planned:
+    """One occurrence as the calendars leave it: skipped, or run at `runs_at`."""
+
+    fire: Fire
+    verdict: Verdict
+
+    @property
+    def runs_at(self) -> datetime | None:
+        """Where a roll or deferral moved it, else its nominal instant; `None` when skipped."""
+        if self.verdict.skip_reason is not None:
+            return None
+        return self.verdict.moved_to or self.fire.nominal
+
+
+def planned(
+    schedule: Schedule, after: datetime, calendars: CalendarLookup | None
+) -> Iterator[Planned]:
+    """Every occurrence strictly after `after`, in nominal order, with the calendars' verdict
+    (endless unless the schedule ends)."""
+    fire = next_occurrence(schedule, after, calendars)
+    while fire is not None:
+        following = next_occurrence(schedule, fire.nominal, calendars)
+        yield Planned(fire, verdict(schedule, fire.nominal, calendars, _known(following)))
+        fire = following
+
+
+def _known(following: Fire | None) -> Callable[[datetime], datetime | None]:
+    """The `following` of `verdict` when the next occurrence is already known."""
+    nominal = following.nominal if following is not None else None
+    return lambda _at: nominal
