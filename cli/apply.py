@@ -38,9 +38,11 @@ from kairos.core.schedule import (
     load_schedules,
 )
 from kairos.streams.acls import Role
+from kairos.streams.calendar_reader import read_calendars
 from kairos.streams.records import definition_record
 from kairos.streams.schedule_publisher import ChangeKind, ScheduleChange, SchedulesClient
 from kairos.streams.schedule_reader import StoredSchedule
+from kairos.streams.settings import KafkaSettings
 from kairos.streams.topics import TopicRole
 
 Action = Literal["create", "update", "delete", "unchanged"]
@@ -151,6 +153,7 @@ def apply(
         reason = refused(settings, error, Role.PRODUCER, schedules) or str(error)
         raise fail(f"{reason}; nothing was published") from None
     warn_rejected(snapshot, reader)
+    _check_calendars(settings, desired, file)
     plan = plan_apply(desired, snapshot.schedules, owner if prune else None)
     for planned in plan:
         typer.echo(f"{planned.action:<10} {planned.schedule_id}")
@@ -204,6 +207,37 @@ def _check_owner(schedules: list[Schedule], owner: str | None) -> None:
     ]
     if problems:
         raise SchedulesInvalidError(problems)
+
+
+def _check_calendars(settings: KafkaSettings, desired: list[Schedule], file: str) -> None:
+    """Refuse schedules naming a calendar nobody published: it would skip nothing."""
+    named = {
+        schedule.id: [*schedule.exclude, *schedule.blackout]
+        for schedule in desired
+        if schedule.exclude or schedule.blackout
+    }
+    if not named:
+        return
+    try:
+        book = read_calendars(settings)
+    except KairosError as error:
+        raise fail(
+            f"{file}: the schedules name shared calendars, which could not be read: {error}; "
+            "nothing was published"
+        ) from None
+    problems = [
+        f"  - schedule '{schedule_id}': calendar '{calendar_id}' is not published; publish it "
+        "with `kairos calendars apply -f FILE` first, or fix the id "
+        f"(published: {', '.join(sorted(book.versions)) or 'none'})"
+        for schedule_id, calendar_ids in named.items()
+        for calendar_id in calendar_ids
+        if calendar_id not in book
+    ]
+    if problems:
+        typer.echo(f"error: {file}: {len(problems)} problem(s); nothing was published:", err=True)
+        for line in problems:
+            typer.echo(line, err=True)
+        raise typer.Exit(1)
 
 
 def _change_of(planned: PlannedChange) -> ScheduleChange:

@@ -147,3 +147,21 @@ def _skipped(settings: KafkaSettings, at_least: int) -> list[dict[str, Any]] | N
 def _fired(settings: KafkaSettings, at_least: int) -> list[dict[str, Any]] | None:
     runs = read(settings, TopicRole.RUNS, CODECS.run_requested.decode)
     return runs if len(runs) >= at_least else None
+
+
+def test_apply_refuses_a_schedule_naming_an_unpublished_calendar(
+    kafka_settings: KafkaSettings, tmp_path: Path
+) -> None:
+    schedules = tmp_path / "schedules.yaml"
+    schedules.write_text(
+        yaml.safe_dump(
+            {"schedules": [{"id": SCHEDULE, "cron": "0 9 * * *", "exclude": ["nobody"]}]}
+        )
+    )
+    refused = kairos(kafka_settings, "apply", "-f", str(schedules))
+    assert refused.exit_code == 1
+    assert "calendar 'nobody' is not published" in refused.stderr
+    assert "kairos calendars apply" in refused.stderr
+    listed = kairos(kafka_settings, "schedules", "list", "--json")
+    assert listed.exit_code == 0, listed.output
+    assert SCHEDULE not in listed.stdout
