@@ -407,6 +407,8 @@ def fire_instant_with_jitter(schedule: Schedule, nominal: datetime) -> datetime:
     The offset is in [0, jitter), in whole milliseconds, taken from a BLAKE2b hash of the run id,
     so the same run gets the same offset in every process and version and a herd spreads evenly.
     """
+    if not schedule.jitter:  # checked here too: this runs once per fire of a herd
+        return nominal
     return nominal + jitter_offset(schedule, nominal)
 
 

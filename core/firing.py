@@ -30,14 +30,13 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
 
-from kairos.core.calendar import fire_instant_with_jitter
+from kairos.core.calendar import fire_instant_with_jitter, next_fire
 from kairos.core.calendar_rules import (
     ON_TIME,
     CalendarLookup,
     Verdict,
     fire_instant,
     next_occurrence,
-    uses_calendars,
 )
 from kairos.core.limits import EARLIEST_INSTANT
 from kairos.core.run_id import run_id
@@ -99,11 +98,18 @@ class ScheduleState:
         # index), and at a million schedules the jitter's hash missed every cache.
         due = None
         verdict = ON_TIME
-        if not self.schedule.paused and self.next_nominal is not None and not self.settling:
-            if uses_calendars(self.schedule):
-                verdict, due = fire_instant(self.schedule, self.next_nominal, self.calendars)
+        schedule = self.schedule
+        if not schedule.paused and self.next_nominal is not None and self.settle_before is None:
+            # `uses_calendars`, inline: this runs once per fire of a herd.
+            if (
+                schedule.exclude
+                or schedule.blackout
+                or schedule.pause_until is not None
+                or schedule.business_day is not None
+            ):
+                verdict, due = fire_instant(schedule, self.next_nominal, self.calendars)
             else:
-                due = fire_instant_with_jitter(self.schedule, self.next_nominal)
+                due = fire_instant_with_jitter(schedule, self.next_nominal)
         object.__setattr__(self, "due_at", due)
         object.__setattr__(self, "verdict", verdict)
 
@@ -312,7 +318,11 @@ def _decide(
         assert fire_at is not None, "an unpaused state with a next occurrence is due"
         if (fire_at if jittered else nominal) > until:
             break
-        following = next_occurrence(schedule, nominal, state.calendars)
+        following = (
+            next_fire(schedule, nominal)  # `next_occurrence`'s own first step, saved per fire
+            if schedule.business_day is None
+            else next_occurrence(schedule, nominal, state.calendars)
+        )
         # Built directly rather than with dataclasses.replace: this runs once per fire of a herd.
         successor = ScheduleState(
             schedule,
