@@ -20,12 +20,10 @@ from kairos.core.business_calendar import (
     parse_calendar,
 )
 from kairos.core.calendar_rules import CalendarLookup, as_of_history, latest, next_occurrence
-from kairos.core.firing import Action, decide_due, upserted
+from kairos.core.firing import Action, Decision, decide_due, upserted
 from kairos.core.schedule import Schedule, SchedulesInvalidError, parse_schedule
 
 pytestmark = pytest.mark.unit
-
-NEW_YORK = ZoneInfo("America/New_York")
 
 US = parse_calendar(
     {
@@ -60,21 +58,24 @@ def versions(*calendars: BusinessCalendar, version: int = 7) -> CalendarLookup:
 
 
 def decided(
-    fields: dict[str, object], created: str, until: str, calendars: CalendarLookup | None
+    fields: dict[str, object],
+    created: str,
+    until: str,
+    calendars: CalendarLookup | None,
+    zone: str = "America/New_York",
 ) -> list[str]:
-    schedule = parse_schedule({"id": "s", "timezone": "America/New_York", **fields})
+    schedule = parse_schedule({"id": "s", "timezone": zone, **fields})
     start, end = datetime.fromisoformat(created), datetime.fromisoformat(until)
     state = upserted(None, schedule, 1, start, start, calendars=calendars).state
     assert state is not None
     outcome = decide_due(state, until=end, now=end, limit=None)
-    return [_line(decision) for decision in outcome.decisions]
+    return [_line(decision, ZoneInfo(zone)) for decision in outcome.decisions]
 
 
-def _line(decision: object) -> str:
-    nominal = decision.nominal.astimezone(NEW_YORK)  # type: ignore[attr-defined]
-    text = f"{nominal:%m-%d %H:%M} -> {decision.action.value}"  # type: ignore[attr-defined]
-    if decision.moved_to is not None:  # type: ignore[attr-defined]
-        text += f"@{decision.fire_at.astimezone(NEW_YORK):%m-%d %H:%M}"  # type: ignore[attr-defined]
+def _line(decision: Decision, zone: ZoneInfo) -> str:
+    text = f"{decision.nominal.astimezone(zone):%m-%d %H:%M} -> {decision.action.value}"
+    if decision.moved_to is not None:
+        text += f"@{decision.fire_at.astimezone(zone):%m-%d %H:%M%z}"
     return text
 
 
@@ -97,14 +98,14 @@ ROWS = [
         {"cron": "0 18 15 * *", "exclude": ["us"], "roll": "next_business_day"},
         "2027-05-01T00:00Z",
         "2027-05-18T00:00Z",
-        ["05-15 18:00 -> fire@05-17 18:00"],
+        ["05-15 18:00 -> fire@05-17 18:00-0400"],
         id="roll-next-saturday-to-monday-same-wall-time",
     ),
     pytest.param(
         {"cron": "0 18 L * *", "exclude": ["us"], "roll": "previous_business_day"},
         "2027-05-01T00:00Z",
         "2027-05-29T00:00Z",
-        ["05-31 18:00 -> fire@05-28 18:00"],
+        ["05-31 18:00 -> fire@05-28 18:00-0400"],
         id="roll-previous-decided-before-its-nominal-instant",
     ),
     pytest.param(
@@ -135,7 +136,7 @@ ROWS = [
         [
             "03-05 10:00 -> skip",
             "03-05 11:00 -> skip",
-            "03-05 15:00 -> fire@03-05 16:00",
+            "03-05 15:00 -> fire@03-05 16:00-0500",
             "03-05 17:00 -> fire",
         ],
         id="blackout-defer-coalesces-into-one-run-at-the-end",
@@ -148,7 +149,7 @@ ROWS = [
             "12-19 12:00 -> fire",
             "12-20 12:00 -> skip",
             "12-21 12:00 -> skip",
-            "12-22 12:00 -> fire@12-22 16:00",
+            "12-22 12:00 -> fire@12-22 16:00-0500",
         ],
         id="blackout-defer-chains-a-freeze-into-market-hours",
     ),
@@ -250,3 +251,66 @@ def test_calendar_fields_refused_with_the_fix(
 def test_plain_schedules_carry_no_calendar_fields() -> None:
     schedule = Schedule(id="s", cron="0 9 * * *")
     assert (schedule.exclude, schedule.blackout, schedule.roll) == ((), (), None)
+
+
+LORD_HOWE = parse_calendar(
+    {
+        "id": "lh",
+        "owner": "island",
+        "business_days": ["SUN", "MON", "TUE", "WED", "THU"],
+        "holidays": [{"date": "2027-10-04", "name": "Labour Day"}],
+    }
+)
+CHATHAM = parse_calendar(
+    {
+        "id": "nz",
+        "owner": "island",
+        "holidays": [
+            {"date": "2027-12-27", "name": "Christmas Day (observed)"},
+            {"date": "2027-12-31", "name": "Year's end"},
+        ],
+    }
+)
+
+
+@pytest.mark.parametrize(
+    ("zone", "fields", "created", "until", "expected"),
+    [
+        pytest.param(
+            "Australia/Lord_Howe",
+            {"cron": "15 2 2 10 *", "exclude": ["lh"], "roll": "next_business_day"},
+            "2027-09-01T00:00Z",
+            "2027-10-04T00:00Z",
+            ["10-02 02:15 -> fire@10-03 02:30+1100"],
+            id="lord-howe-roll-onto-the-half-hour-gap-runs-at-the-jump",
+        ),
+        pytest.param(
+            "Australia/Lord_Howe",
+            {"cron": "0 9 * * *", "business_day": 1, "exclude": ["lh"]},
+            "2027-09-15T00:00Z",
+            "2027-11-02T00:00Z",
+            ["10-03 09:00 -> fire", "11-01 09:00 -> fire"],
+            id="lord-howe-first-business-day-is-a-sunday",
+        ),
+        pytest.param(
+            "Pacific/Chatham",
+            {"cron": "0 8 * * *", "exclude": ["nz"]},
+            "2027-12-25T19:00Z",
+            "2027-12-27T20:00Z",
+            ["12-27 08:00 -> skip", "12-28 08:00 -> fire"],
+            id="chatham-the-holiday-is-the-local-date-not-the-utc-one",
+        ),
+        pytest.param(
+            "Pacific/Chatham",
+            {"cron": "0 18 * * *", "business_day": -1, "exclude": ["nz"]},
+            "2027-12-01T00:00Z",
+            "2028-01-01T00:00Z",
+            ["12-30 18:00 -> fire"],
+            id="chatham-last-business-day-before-a-holiday",
+        ),
+    ],
+)
+def test_calendar_rules_in_odd_zones(
+    zone: str, fields: dict[str, object], created: str, until: str, expected: list[str]
+) -> None:
+    assert decided(fields, created, until, versions(LORD_HOWE, CHATHAM), zone) == expected
