@@ -37,6 +37,7 @@ from kairos.core.calendar_rules import (
     Verdict,
     fire_instant,
     next_occurrence,
+    uses_calendars,
 )
 from kairos.core.limits import EARLIEST_INSTANT
 from kairos.core.run_id import run_id
@@ -100,13 +101,7 @@ class ScheduleState:
         verdict = ON_TIME
         schedule = self.schedule
         if not schedule.paused and self.next_nominal is not None and self.settle_before is None:
-            # `uses_calendars`, inline: this runs once per fire of a herd.
-            if (
-                schedule.exclude
-                or schedule.blackout
-                or schedule.pause_until is not None
-                or schedule.business_day is not None
-            ):
+            if uses_calendars(schedule):
                 verdict, due = fire_instant(schedule, self.next_nominal, self.calendars)
             else:
                 due = fire_instant_with_jitter(schedule, self.next_nominal)
