@@ -162,6 +162,13 @@ def read_day_of_month_extras(expression: str, text: str) -> DayOfMonthExtras:
     for item in items:
         upper = item.upper()
         minus = _LAST_MINUS.match(item)
+        if re.fullmatch(r"L-\d+W", upper):
+            raise CronSyntaxError(
+                expression,
+                "day-of-month",
+                f"{item!r}: the weekday nearest a day counted from the end is not supported; "
+                "write 'LW' (the last weekday) or 'L-n' (n days before the last)",
+            )
         if upper == "L":
             offsets.add(0)
         elif upper in ("LW", "WL"):
@@ -182,7 +189,10 @@ def read_day_of_month_extras(expression: str, text: str) -> DayOfMonthExtras:
 
 
 def rewrite_day_of_week(text: str) -> str:
-    """Quartz's `5L` / `FRIL` (the last Friday) in croniter's spelling, `L5`."""
+    """Quartz's `5L` / `FRIL` (the last Friday) in croniter's spelling, `L5`; and Quartz's `L`
+    alone, which is Saturday (Quartz's day 7), as croniter has no meaning for it."""
+    if text.upper() == "L":
+        return str(DAY_NAMES["SAT"])
     items = []
     for item in text.split(","):
         quartz = _QUARTZ_LAST_WEEKDAY.match(item)
@@ -217,8 +227,8 @@ def explain_refusal(expression: str, fields: list[str], error: CroniterError) ->
 
 
 _LONELY_LETTERS = {
-    ("day-of-week", "L"): "write the weekday before 'L' ('5L' or 'FRIL' is the last Friday of "
-    "the month), or put 'L' in day-of-month for the last day",
+    ("day-of-week", "L"): "'L' stands alone (Saturday, as in Quartz) or after a weekday ('5L' "
+    "or 'FRIL' is the last Friday of the month); for the last day, put 'L' in day-of-month",
     ("day-of-month", "W"): "write the day before 'W' ('15W' is the weekday nearest the 15th), "
     "or 'LW' for the last weekday of the month",
 }
