@@ -16,11 +16,13 @@ import logging
 import time
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import TopicMetadata
 
 from kairos.core.business_calendar import CalendarBook, CalendarChange, SkippedCalendarRecord
 from kairos.core.errors import KairosError
 from kairos.streams.calendar_events import read_calendar_message
 from kairos.streams.codec import Codecs, make_codecs
+from kairos.streams.passing import BROKER_GONE, LEADER_MOVING, ask_until_answered
 from kairos.streams.settings import CALENDAR_READERS_GROUP, KafkaSettings
 from kairos.streams.topic_check import calendars_partition_problem
 from kairos.streams.topics import CALENDARS_PARTITIONS, TopicRole
@@ -97,8 +99,15 @@ class CalendarFeed:
     def read_new(self) -> list[_Record]:
         """The records after those read before (all, the first time), up to the end now."""
         try:
-            _, end = self._consumer.get_watermark_offsets(
-                self._partition, timeout=self._timeout_s, cached=False
+            # A calendars topic just created, or whose leader is moving, answers "not leader"
+            # for a moment: asked again, it answers.
+            _, end = ask_until_answered(
+                lambda attempt_s: self._consumer.get_watermark_offsets(
+                    self._partition, timeout=attempt_s, cached=False
+                ),
+                self._timeout_s,
+                LEADER_MOVING | BROKER_GONE,
+                refresh=lambda attempt_s: self._consumer.list_topics(self.topic, timeout=attempt_s),
             )
         except KafkaException as error:
             raise CalendarReadError(self.topic, f"the broker did not answer: {error}") from error
@@ -174,14 +183,24 @@ def read_calendar_history(
     ]
 
 
+_ELECTING = frozenset({KafkaError.LEADER_NOT_AVAILABLE})
+
+
 def _check_partitions(
     consumer: Consumer, settings: KafkaSettings, topic: str, timeout_s: float
 ) -> None:
+    def ask(attempt_s: float) -> TopicMetadata | None:
+        found: TopicMetadata | None = consumer.list_topics(topic, timeout=attempt_s).topics.get(
+            topic
+        )
+        if found is not None and found.error is not None and found.error.code() in _ELECTING:
+            raise KafkaException(found.error)  # a topic just created, its leader not elected
+        return found
+
     try:
-        metadata = consumer.list_topics(topic, timeout=timeout_s)
+        found = ask_until_answered(ask, timeout_s, _ELECTING | BROKER_GONE)
     except KafkaException as error:
         raise CalendarReadError(topic, f"the broker did not answer: {error}") from error
-    found = metadata.topics.get(topic)
     if found is not None and found.error is not None:
         if found.error.code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
             # Refused (not authorized), not absent: the metadata hides a topic it may not show.
