@@ -58,6 +58,8 @@ class CalendarFeed:
         self._timeout_s = timeout_s
         self._partition = TopicPartition(self.topic, 0)
         self._next_offset = 0
+        self._unreturned: list[_Record] = []
+        """Records a failed read took, returned by the next read."""
         self._book = CalendarBook()
         self._consumer = Consumer(
             settings.consumer_config(
@@ -85,10 +87,10 @@ class CalendarFeed:
         """The calendars as of the last `refresh`."""
         return self._book
 
-    def refresh(self) -> CalendarBook:
-        """The calendars as of the topic's end now."""
+    def refresh(self, timeout_s: float | None = None) -> CalendarBook:
+        """The calendars as of the topic's end now (`timeout_s`: this read's bound)."""
         book, skipped = self._book, list(self._book.skipped)
-        for record in self.read_new():
+        for record in self.read_new(timeout_s):
             if isinstance(record, SkippedCalendarRecord):
                 skipped.append(record)
             else:
@@ -96,8 +98,12 @@ class CalendarFeed:
         self._book = CalendarBook(book.versions, tuple(skipped))
         return self._book
 
-    def read_new(self) -> list[_Record]:
-        """The records after those read before (all, the first time), up to the end now."""
+    def read_new(self, timeout_s: float | None = None) -> list[_Record]:
+        """The records after those read before (all, the first time), up to the end now.
+
+        A read that fails keeps what it took for the next one, so a caller that reads again
+        misses no record."""
+        timeout_s = self._timeout_s if timeout_s is None else timeout_s
         try:
             # A calendars topic just created, or whose leader is moving, answers "not leader"
             # for a moment: asked again, it answers.
@@ -105,22 +111,22 @@ class CalendarFeed:
                 lambda attempt_s: self._consumer.get_watermark_offsets(
                     self._partition, timeout=attempt_s, cached=False
                 ),
-                self._timeout_s,
+                timeout_s,
                 LEADER_MOVING | BROKER_GONE,
                 refresh=lambda attempt_s: self._consumer.list_topics(self.topic, timeout=attempt_s),
             )
         except KafkaException as error:
             raise CalendarReadError(self.topic, f"the broker did not answer: {error}") from error
-        records: list[_Record] = []
-        deadline = time.monotonic() + self._timeout_s
+        deadline = time.monotonic() + timeout_s
         # librdkafka reports the end once per arrival at it: with nothing new since the last
         # read there is no report to wait for, hence the watermark.
         start = self._next_offset
         while self._next_offset < end:
             if time.monotonic() > deadline:
-                raise CalendarReadError(self.topic, f"not read to its end in {self._timeout_s:g}s")
-            if self._consume_batch(records, start, end):
+                raise CalendarReadError(self.topic, f"not read to its end in {timeout_s:g}s")
+            if self._consume_batch(self._unreturned, start, end):
                 break
+        records, self._unreturned = self._unreturned, []
         _log_skipped(self.topic, records)
         return records
 

@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Protocol
 
 from kairos.core.business_calendar import CalendarBook, CalendarVersion
-from kairos.streams.calendar_reader import CalendarFeed
+from kairos.streams.calendar_reader import CalendarFeed, CalendarReadError
 from kairos.streams.codec import Codecs
 from kairos.streams.settings import KafkaSettings
 
@@ -24,6 +24,12 @@ logger = logging.getLogger(__name__)
 
 REFRESH_S = 1.0
 """How soon a published calendar change reaches the ticker's decisions."""
+
+REFRESH_TIMEOUT_S = 2.0
+"""How long a turn may wait on a read of the calendars; a broker failure must not stall firing."""
+
+RETRY_S = 10.0
+"""After a read that failed, the next one waits this long."""
 
 
 class Forgetful(Protocol):
@@ -36,7 +42,7 @@ class TickerCalendars:
         self._codecs = codecs
         self._feed: CalendarFeed | None = None
         self._book = CalendarBook()
-        self._read_at = 0.0
+        self._next_read_at = 0.0
 
     def lookup(self, calendar_id: str, _at: datetime) -> CalendarVersion | None:
         """A `CalendarLookup`: the latest version read."""
@@ -46,17 +52,23 @@ class TickerCalendars:
         """Read the topic to its end (raises `CalendarReadError` when it cannot)."""
         self._feed = CalendarFeed(self._settings, codecs=self._codecs)
         self._book = self._feed.refresh()
-        self._read_at = time.monotonic()
+        self._next_read_at = time.monotonic() + REFRESH_S
         logger.info("calendars read: %d from %s", len(self._book.versions), self._feed.topic)
 
     def follow(self, partitions: Iterable[Forgetful]) -> None:
         """Read what was published since the last read, when `REFRESH_S` has passed; when a
         calendar changed, the partitions read their states again."""
-        if self._feed is None or time.monotonic() - self._read_at < REFRESH_S:
+        if self._feed is None or time.monotonic() < self._next_read_at:
             return
         before = self._book.versions
-        self._book = self._feed.refresh()
-        self._read_at = time.monotonic()
+        try:
+            self._book = self._feed.refresh(timeout_s=REFRESH_TIMEOUT_S)
+        except CalendarReadError as error:
+            # Firing goes on with the calendars read last; a later read catches up.
+            logger.warning("calendars not read again (next try in %gs): %s", RETRY_S, error)
+            self._next_read_at = time.monotonic() + RETRY_S
+            return
+        self._next_read_at = time.monotonic() + REFRESH_S
         after = self._book.versions
         changed = {
             calendar_id
