@@ -253,7 +253,7 @@ class CompiledCron:
                 if self.dst_repeat is not DstRepeatPolicy.FIRST:
                     entries.append((second, ordinal, hour, minute, False, 2))
             elif self.dst_gap is DstGapPolicy.RUN_AT_TRANSITION:
-                jump = _transition_instant(self.zone, second, first)
+                jump = transition_instant(self.zone, second, first)
                 entries.append((jump, ordinal, hour, minute, True, 0))
         # Several gap times move to one transition instant, and a moved fire can meet a regular
         # one; one fire per instant, the regular one first.
@@ -271,7 +271,7 @@ def _seconds(offset: timedelta | None) -> int:
     return offset.days * DAY + offset.seconds
 
 
-def _transition_instant(zone: ZoneInfo, before: int, after: int) -> int:
+def transition_instant(zone: ZoneInfo, before: int, after: int) -> int:
     """The first POSIX second in (`before`, `after`] whose offset differs from `before`'s."""
     offset = datetime.fromtimestamp(before, zone).utcoffset()
     while after - before > 1:

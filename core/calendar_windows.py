@@ -19,7 +19,7 @@ from zoneinfo import ZoneInfo
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, model_validator
 from pydantic_core import PydanticCustomError
 
-from kairos.core.calendar import compile_cron
+from kairos.core.calendar import compile_cron, transition_instant
 from kairos.core.cron import parse_cron
 from kairos.core.durations import format_duration
 from kairos.core.schedule import PositiveDuration, Text
@@ -169,15 +169,8 @@ def resolve_wall_time(wall: datetime, zone: ZoneInfo) -> datetime:
         return first
     # Skipped by the clock: fold=1 reads it with the offset after the jump, an instant before
     # the jump; fold=0 with the offset before it, an instant after. The jump lies between.
-    offset_after = first.astimezone(zone).utcoffset()
-    before, after = int(second.timestamp()), int(first.timestamp())
-    while after - before > 1:
-        middle = (before + after) // 2
-        if datetime.fromtimestamp(middle, zone).utcoffset() == offset_after:
-            after = middle
-        else:
-            before = middle
-    return datetime.fromtimestamp(after, UTC)
+    jump = transition_instant(zone, int(second.timestamp()), int(first.timestamp()))
+    return datetime.fromtimestamp(jump, UTC)
 
 
 def fixed_window_problem(window: BlackoutWindow, zone: ZoneInfo) -> str | None:
