@@ -88,5 +88,17 @@ def heading(schedule: Schedule) -> str:
         trigger = f"every {schedule.model_dump(mode='json')['every']}"
     else:
         trigger = "once"
+    if schedule.business_day is not None:
+        trigger = f"business day {schedule.business_day} of the month at {trigger}"
     paused = " [paused]" if schedule.paused else ""
-    return f"{schedule.id}: {trigger} in {schedule.timezone}{paused}"
+    return f"{schedule.id}: {trigger} in {schedule.timezone}{_calendars_named(schedule)}{paused}"
+
+
+def _calendars_named(schedule: Schedule) -> str:
+    parts = []
+    if schedule.exclude:
+        rolled = f", rolled to the {schedule.roll.value.replace('_', ' ')}" if schedule.roll else ""
+        parts.append(f"calendars {', '.join(schedule.exclude)}{rolled}")
+    if schedule.blackout:
+        parts.append(f"blackout {', '.join(schedule.blackout)} ({schedule.blackout_action.value})")
+    return f" [{'; '.join(parts)}]" if parts else ""

@@ -86,6 +86,11 @@ def test_text_marks_skips_rolls_and_deferrals(tmp_path: Path) -> None:
 
 def test_a_holiday_skip_is_shown_with_the_calendar(tmp_path: Path) -> None:
     result = run(tmp_path, "--from", "2027-07-02T14:00:00Z", "-n", "1")
+    assert "standup: cron '0 9 * * MON-FRI' in America/New_York [calendars us]" in result.stdout
+    assert (
+        "month-end: cron '0 18 L * *' in America/New_York [calendars us, rolled to the previous "
+        "business day]" in result.stdout
+    )
     assert (
         "  2027-07-05T09:00:00-04:00  [skipped: 2027-07-05 is 'Independence Day (observed)' "
         "in calendar us v0]" in result.stdout.splitlines()
