@@ -97,6 +97,9 @@ class StormBuilder:
         self.counts = partitions
         self.partitions = partitions[TopicRole.SCHEDULES]
         self.fires_from = fires_from.replace(microsecond=0)
+        self.forged_before = self.fires_from - timedelta(minutes=1)
+        """Forged runs and run events are of the hour before this: the past, when the storm
+        is sent, and the same instants for the same seed and `fires_from`."""
         self.serial = 0
 
     def build(self, events: int) -> Plan:
@@ -152,8 +155,8 @@ class StormBuilder:
 
     def _other_record(self, topic: TopicRole, cls: str, ident: str) -> FuzzRecord:
         build: dict[TopicRole, Callable[[], dict[str, Any]]] = {
-            TopicRole.RUNS: lambda: valid.forged_run(ident, self.rng),
-            TopicRole.RUN_EVENTS: lambda: valid.run_event(ident, self.rng),
+            TopicRole.RUNS: lambda: valid.forged_run(ident, self.rng, self.forged_before),
+            TopicRole.RUN_EVENTS: lambda: valid.run_event(ident, self.rng, self.forged_before),
             TopicRole.DEAD_LETTERS: lambda: valid.dead_letter(f"kairos.{ident}", self.rng),
         }
         codec = self._codec(topic)
@@ -175,9 +178,9 @@ class StormBuilder:
 
     def _broken(self, topic: TopicRole, ident: str) -> tuple[str, dict[str, Any]]:
         if topic is TopicRole.RUNS:
-            return valid.broken_run(ident, self.rng)
+            return valid.broken_run(ident, self.rng, self.forged_before)
         if topic is TopicRole.RUN_EVENTS:
-            return valid.broken_run_event(ident, self.rng)
+            return valid.broken_run_event(ident, self.rng, self.forged_before)
         return valid.broken_dead_letter(f"kairos.{ident}", self.rng)
 
     def _padded(self, topic: TopicRole, record: dict[str, Any]) -> tuple[str, dict[str, Any]]:
@@ -243,12 +246,16 @@ class StormBuilder:
     def _other_type_value(self, record_type: str) -> bytes:
         ident = f"fuzz-foreign-{self.serial:06d}"
         if record_type == "run_event":
-            return self.codecs.run_event.encode(valid.run_event(ident, self.rng))
+            return self.codecs.run_event.encode(
+                valid.run_event(ident, self.rng, self.forged_before)
+            )
         if record_type == "schedule_event":
             definition = definition_record(valid.valid_schedule(ident, self.fires_from, self.rng))
             return self.codecs.schedule_event.encode(valid.schedule_event(ident, definition))
         if record_type == "run_requested":
-            return self.codecs.run_requested.encode(valid.forged_run(ident, self.rng))
+            return self.codecs.run_requested.encode(
+                valid.forged_run(ident, self.rng, self.forged_before)
+            )
         progress = {
             "schedule_id": ident,
             "schedule_offset": 0,

@@ -95,15 +95,16 @@ def run_requested(run: str, schedule_id: str, nominal: datetime, job: JobSpec) -
     }
 
 
-def forged_run(schedule_id: str, rng: random.Random) -> Record:
-    """A valid noop run of a schedule no ticker owns: the executor must run it."""
-    nominal = datetime.now(UTC).replace(microsecond=0) - timedelta(seconds=rng.randrange(3600))
+def forged_run(schedule_id: str, rng: random.Random, before: datetime) -> Record:
+    """A valid noop run of a schedule no ticker owns, due in the hour up to `before`: the
+    executor must run it. (The storm passes `before`, so one seed makes one storm.)"""
+    nominal = before - timedelta(seconds=rng.randrange(3600))
     return run_requested(run_id(schedule_id, nominal), schedule_id, nominal, JobSpec(kind="noop"))
 
 
-def run_event(schedule_id: str, rng: random.Random) -> Record:
+def run_event(schedule_id: str, rng: random.Random, before: datetime) -> Record:
     now = datetime.now(UTC).replace(microsecond=0)
-    nominal = now - timedelta(seconds=rng.randrange(3600))
+    nominal = before - timedelta(seconds=rng.randrange(3600))
     return {
         "run_id": run_id(schedule_id, nominal),
         "schedule_id": schedule_id,
@@ -205,9 +206,9 @@ def unknown_kind_schedule(schedule: Schedule) -> Record:
     return schedule_event(schedule.id, definition)
 
 
-def broken_run(schedule_id: str, rng: random.Random) -> tuple[str, Record]:
+def broken_run(schedule_id: str, rng: random.Random, before: datetime) -> tuple[str, Record]:
     """A decodable `RunRequested` the executor must refuse, and what is wrong with it."""
-    run = forged_run(schedule_id, rng)
+    run = forged_run(schedule_id, rng, before)
     variants: dict[str, Record] = {
         "zero_attempts": {**run, "max_attempts": 0},
         "negative_timeout": {**run, "timeout_ms": -1},
@@ -228,9 +229,9 @@ def broken_run(schedule_id: str, rng: random.Random) -> tuple[str, Record]:
     return variant, variants[variant]
 
 
-def broken_run_event(schedule_id: str, rng: random.Random) -> tuple[str, Record]:
+def broken_run_event(schedule_id: str, rng: random.Random, before: datetime) -> tuple[str, Record]:
     """A decodable `RunEvent` whose content no executor or ticker would write."""
-    event = run_event(schedule_id, rng)
+    event = run_event(schedule_id, rng, before)
     variants: dict[str, Record] = {
         "unknown_kind": {**event, "kind": "unknown"},
         "unparseable_run_id": {**event, "run_id": "no instant here"},
