@@ -414,3 +414,19 @@ class OwnedPartition:
                 writes, changelog_offset=next_offset, schedules_offset=schedules_offset
             )
         return reached_end
+
+
+def consumed_offsets(
+    topic: str, owned: dict[int, OwnedPartition], instance: str, changelog_ends: dict[int, int]
+) -> list[TopicPartition]:
+    """The offsets a transaction commits: a valid one for every owned partition, with who owns
+    it (and where its changelog records end) in the metadata."""
+    return [
+        TopicPartition(
+            topic,
+            partition,
+            one.next_offset,
+            metadata=one.ownership(instance, changelog_ends.get(partition)).encode(),
+        )
+        for partition, one in owned.items()
+    ]

@@ -23,7 +23,7 @@ from kairos.services.ticker.calendar_feed import TickerCalendars
 from kairos.services.ticker.changes import ScheduleChanges
 from kairos.services.ticker.garbage import IdleCollector
 from kairos.services.ticker.metrics import TickerMetrics
-from kairos.services.ticker.partition import OwnedPartition, to_ms
+from kairos.services.ticker.partition import OwnedPartition, consumed_offsets, to_ms
 from kairos.services.ticker.quarantine import PoisonedScheduleError, Quarantine
 from kairos.services.ticker.rebuild import RebuildError, abandon
 from kairos.services.ticker.settings import TickerSettings, ensure_state_dir
@@ -42,7 +42,7 @@ from kairos.streams.authorization import RoleAccess
 from kairos.streams.calendar_reader import CalendarReadError
 from kairos.streams.codec import Codecs, make_codecs
 from kairos.streams.settings import TICKER_TRANSACTIONAL_ID, KafkaSettings
-from kairos.streams.state_store import StateStoreError
+from kairos.streams.state_store import StateStoreError, StateWrite
 from kairos.streams.topics import TopicRole
 
 logger = logging.getLogger(__name__)
@@ -404,18 +404,9 @@ class Ticker:
         }
 
         def offsets_for(changelog_ends: dict[int, int]) -> list[TopicPartition]:
-            # A valid offset for every owned partition, with who owns it in the metadata.
-            return [
-                TopicPartition(
-                    self.schedules_topic,
-                    p,
-                    owned.next_offset,
-                    metadata=owned.ownership(
-                        self.settings.instance, changelog_ends.get(p)
-                    ).encode(),
-                )
-                for p, owned in self.owned.items()
-            ]
+            return consumed_offsets(
+                self.schedules_topic, self.owned, self.settings.instance, changelog_ends
+            )
 
         started = time.monotonic()
         try:
@@ -438,8 +429,19 @@ class Ticker:
         logger.debug(
             "transaction committed instance=%s runs=%d", self.settings.instance, len(work.runs)
         )
-        # Only now do the local stores move, with the changelog offset they reflect.
         committed_at = self.clock()
+        self._apply_committed(work, writes, checkpoints, changelog_ends)
+        self._observe_commit(work, committed_at)
+
+    def _apply_committed(
+        self,
+        work: TransactionWork,
+        writes: dict[int, list[StateWrite]],
+        checkpoints: dict[int, int],
+        changelog_ends: dict[int, int],
+    ) -> None:
+        """Only after the commit do the local stores move, with the changelog offset they
+        reflect."""
         for partition, end in changelog_ends.items():
             owned = self.owned[partition]
             owned.changelog_end = end + 1
@@ -452,7 +454,6 @@ class Ticker:
         for owned in self.owned.values():
             owned.committed_offset = owned.next_offset
         self.metrics.schedules_held.set(sum(o.store.count for o in self.owned.values()))
-        self._observe_commit(work, committed_at)
 
     def _observe_commit(self, work: TransactionWork, committed_at: datetime) -> None:
         # Runs fired together share a few due instants: observe each instant once, counted.

@@ -54,35 +54,7 @@ def read(settings: KafkaSettings, role: TopicRole, decode: Any) -> list[dict[str
 def test_a_calendar_published_referenced_changed_and_audited(
     kafka_settings: KafkaSettings, tmp_path: Path
 ) -> None:
-    today = datetime.now(UTC).date()
-    holidays = [
-        {"date": day.isoformat(), "name": "Kairos Test Day"}
-        for day in (today, today + timedelta(days=1))
-    ]
-    applied = kairos(
-        kafka_settings, "calendars", "apply", "-f", str(calendar_file(tmp_path, holidays))
-    )
-    assert applied.exit_code == 0, applied.output
-    start = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=4)
-    schedules = tmp_path / "schedules.yaml"
-    schedules.write_text(
-        yaml.safe_dump(
-            {
-                "schedules": [
-                    {
-                        "id": SCHEDULE,
-                        "every": "2s",
-                        "start_at": start.isoformat(),
-                        "exclude": [CALENDAR],
-                        "owner": "ops",
-                    }
-                ]
-            }
-        )
-    )
-    published = kairos(kafka_settings, "apply", "-f", str(schedules))
-    assert published.exit_code == 0, published.output
-
+    start = _publish_holiday_and_schedule(kafka_settings, tmp_path)
     ticker = start_ticker(kafka_settings, "t1", tmp_path / "t1", tmp_path)
     try:
         skipped = eventually(
@@ -116,16 +88,37 @@ def test_a_calendar_published_referenced_changed_and_audited(
     decided = [event["nominal_at"] for event in skipped] + [run["nominal_at"] for run in fired]
     assert len(decided) == len(set(decided)), "an occurrence was both skipped and fired"
 
-    last = max(decided)
+    _assert_audit_holds(kafka_settings, start, max(decided) - timedelta(seconds=1))
+
+
+def _publish_holiday_and_schedule(settings: KafkaSettings, tmp_path: Path) -> datetime:
+    """Today and tomorrow a holiday; a schedule every two seconds excluding it, from a few
+    seconds on (returned)."""
+    today = datetime.now(UTC).date()
+    holidays = [
+        {"date": day.isoformat(), "name": "Kairos Test Day"}
+        for day in (today, today + timedelta(days=1))
+    ]
+    applied = kairos(settings, "calendars", "apply", "-f", str(calendar_file(tmp_path, holidays)))
+    assert applied.exit_code == 0, applied.output
+    start = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=4)
+    schedule = {
+        "id": SCHEDULE,
+        "every": "2s",
+        "start_at": start.isoformat(),
+        "exclude": [CALENDAR],
+        "owner": "ops",
+    }
+    schedules = tmp_path / "schedules.yaml"
+    schedules.write_text(yaml.safe_dump({"schedules": [schedule]}))
+    published = kairos(settings, "apply", "-f", str(schedules))
+    assert published.exit_code == 0, published.output
+    return start
+
+
+def _assert_audit_holds(settings: KafkaSettings, start: datetime, end: datetime) -> None:
     audit = kairos(
-        kafka_settings,
-        "audit",
-        "verify",
-        "--from",
-        start.isoformat(),
-        "--to",
-        (last - timedelta(seconds=1)).isoformat(),
-        "--json",
+        settings, "audit", "verify", "--from", start.isoformat(), "--to", end.isoformat(), "--json"
     )
     report = json.loads(audit.stdout)
     assert audit.exit_code == 0, audit.output
