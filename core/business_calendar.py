@@ -45,7 +45,7 @@ from kairos.core.calendar_windows import (
 )
 from kairos.core.errors import KairosError
 from kairos.core.schedule import SCHEDULE_ID_PATTERN, Text
-from kairos.core.schedule_text import SchedulesFileFormatError, decode_schedules_text
+from kairos.core.schedule_text import SchedulesFileFormatError, listed_entries, unique_entries
 from kairos.core.zones import zone_problem
 
 __all__ = [
@@ -429,6 +429,24 @@ def parse_calendar(data: object, *, index: int | None = None) -> BusinessCalenda
         raise CalendarsInvalidError(calendar_problems(error, data, index, _FIELDS)) from None
 
 
+def _parsed_or_problems(
+    entry: object, index: int
+) -> BusinessCalendar | list[CalendarValidationError]:
+    try:
+        return parse_calendar(entry, index=index)
+    except CalendarsInvalidError as invalid:
+        return list(invalid.errors)
+
+
+def _duplicate(calendar: BusinessCalendar, index: int, first: int) -> CalendarValidationError:
+    return CalendarValidationError(
+        calendar_id=calendar.id,
+        index=index,
+        field="id",
+        problem=f"duplicate id, also used by calendars[{first}]; ids must be unique",
+    )
+
+
 def load_calendars(text: str, fmt: Literal["yaml", "json"]) -> list[BusinessCalendar]:
     """Parse a calendars file's text, `{"calendars": [ {...}, ... ]}`, in YAML or JSON.
 
@@ -436,38 +454,10 @@ def load_calendars(text: str, fmt: Literal["yaml", "json"]) -> list[BusinessCale
     ids included; text that is not YAML/JSON of that shape raises `CalendarsFileFormatError`.
     """
     try:
-        document = decode_schedules_text(text, fmt)
+        entries = listed_entries(text, fmt, "calendars")
     except SchedulesFileFormatError as error:
         raise CalendarsFileFormatError(fmt, error.problem) from None
-    if not isinstance(document, Mapping) or set(document) != {"calendars"}:
-        raise CalendarsFileFormatError(
-            fmt, "the top level must be a mapping with exactly one key, 'calendars'"
-        )
-    entries = document["calendars"]
-    if not isinstance(entries, list):
-        raise CalendarsFileFormatError(fmt, "'calendars' must be a list of calendars")
-    calendars: list[BusinessCalendar] = []
-    errors: list[CalendarValidationError] = []
-    first_index: dict[str, int] = {}
-    for index, entry in enumerate(entries):
-        try:
-            calendar = parse_calendar(entry, index=index)
-        except CalendarsInvalidError as invalid:
-            errors.extend(invalid.errors)
-            continue
-        if calendar.id in first_index:
-            errors.append(
-                CalendarValidationError(
-                    calendar_id=calendar.id,
-                    index=index,
-                    field="id",
-                    problem=f"duplicate id, also used by calendars[{first_index[calendar.id]}]; "
-                    "ids must be unique",
-                )
-            )
-            continue
-        first_index[calendar.id] = index
-        calendars.append(calendar)
+    calendars, errors = unique_entries(entries, _parsed_or_problems, lambda one: one.id, _duplicate)
     if errors:
         raise CalendarsInvalidError(errors)
     return calendars

@@ -37,7 +37,7 @@ from kairos.core.schedule_calendars import (
     RollPolicy,
     calendar_field_problem,
 )
-from kairos.core.schedule_text import SchedulesFileFormatError, decode_schedules_text
+from kairos.core.schedule_text import listed_entries, unique_entries
 from kairos.core.zones import legacy_fixed_zone_warning, zone_problem
 
 SCHEDULE_ID_PATTERN = re.compile(r"[A-Za-z0-9._:/-]{1,200}")
@@ -423,39 +423,28 @@ def load_schedules(text: str, fmt: Literal["yaml", "json"]) -> list[Schedule]:
     included. A file that cannot be read as YAML/JSON of that shape raises
     `SchedulesFileFormatError`. Reading the file is the caller's job, so this stays pure.
     """
-    document = decode_schedules_text(text, fmt)
-    if not isinstance(document, Mapping) or set(document) != {"schedules"}:
-        raise SchedulesFileFormatError(
-            fmt, "the top level must be a mapping with exactly one key, 'schedules'"
-        )
-    entries = document["schedules"]
-    if not isinstance(entries, list):
-        raise SchedulesFileFormatError(fmt, "'schedules' must be a list of schedules")
-    schedules: list[Schedule] = []
-    errors: list[ScheduleValidationError] = []
-    first_index: dict[str, int] = {}
-    for index, entry in enumerate(entries):
-        try:
-            schedule = parse_schedule(entry, index=index)
-        except SchedulesInvalidError as invalid:
-            errors.extend(invalid.errors)
-            continue
-        if schedule.id in first_index:
-            errors.append(
-                ScheduleValidationError(
-                    schedule_id=schedule.id,
-                    index=index,
-                    field="id",
-                    problem=f"duplicate id, also used by schedules[{first_index[schedule.id]}]; "
-                    "ids must be unique",
-                )
-            )
-            continue
-        first_index[schedule.id] = index
-        schedules.append(schedule)
+    schedules, errors = unique_entries(
+        listed_entries(text, fmt, "schedules"), _parsed_or_problems, lambda one: one.id, _duplicate
+    )
     if errors:
         raise SchedulesInvalidError(errors)
     return schedules
+
+
+def _parsed_or_problems(entry: object, index: int) -> Schedule | list[ScheduleValidationError]:
+    try:
+        return parse_schedule(entry, index=index)
+    except SchedulesInvalidError as invalid:
+        return list(invalid.errors)
+
+
+def _duplicate(schedule: Schedule, index: int, first: int) -> ScheduleValidationError:
+    return ScheduleValidationError(
+        schedule_id=schedule.id,
+        index=index,
+        field="id",
+        problem=f"duplicate id, also used by schedules[{first}]; ids must be unique",
+    )
 
 
 def _problems(

@@ -1,10 +1,11 @@
-"""Reading a schedules file's text into a document: the YAML and JSON parsers, and their errors
-told as one line each."""
+"""Reading a schedules (or calendars) file's text: the YAML and JSON parsers, their errors told as
+one line each, and the one shape both files share, `{<key>: [ {...}, ... ]}` with unique ids."""
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 import yaml
 
@@ -53,3 +54,45 @@ def _parse(text: str, fmt: str) -> Any:
                 fmt, f"a date or time that does not exist: {error}; correct it"
             ) from None
     raise SchedulesFileFormatError(fmt, "the format must be 'yaml' or 'json'")
+
+
+T = TypeVar("T")
+P = TypeVar("P")
+
+
+def listed_entries(text: str, fmt: str, key: str) -> list[object]:
+    """The list under the document's one top-level `key`; `SchedulesFileFormatError` otherwise."""
+    document = decode_schedules_text(text, fmt)
+    if not isinstance(document, Mapping) or set(document) != {key}:
+        raise SchedulesFileFormatError(
+            fmt, f"the top level must be a mapping with exactly one key, '{key}'"
+        )
+    entries = document[key]
+    if not isinstance(entries, list):
+        raise SchedulesFileFormatError(fmt, f"'{key}' must be a list of {key}")
+    return entries
+
+
+def unique_entries(
+    entries: list[object],
+    parse: Callable[[object, int], T | list[P]],
+    id_of: Callable[[T], str],
+    duplicate: Callable[[T, int, int], P],
+) -> tuple[list[T], list[P]]:
+    """Every entry parsed (`parse` returns the entry or its problems), and every problem, a
+    repeated id included (`duplicate(entry, index, first index)`)."""
+    parsed: list[T] = []
+    problems: list[P] = []
+    first_index: dict[str, int] = {}
+    for index, entry in enumerate(entries):
+        result = parse(entry, index)
+        if isinstance(result, list):
+            problems.extend(result)
+            continue
+        ident = id_of(result)
+        if ident in first_index:
+            problems.append(duplicate(result, index, first_index[ident]))
+            continue
+        first_index[ident] = index
+        parsed.append(result)
+    return parsed, problems

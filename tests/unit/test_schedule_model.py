@@ -16,12 +16,12 @@ from kairos.core.schedule import (
     MisfirePolicy,
     OverlapPolicy,
     Schedule,
-    SchedulesFileFormatError,
     SchedulesInvalidError,
     ScheduleValidationError,
     load_schedules,
     parse_schedule,
 )
+from kairos.core.schedule_text import SchedulesFileFormatError
 
 pytestmark = pytest.mark.unit
 
