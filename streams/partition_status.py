@@ -12,6 +12,7 @@ handover it may still be the previous owner's: `PartitionStatus.reported_by_owne
 from __future__ import annotations
 
 import time
+from concurrent.futures import TimeoutError as FutureTimeoutError
 from dataclasses import dataclass
 from typing import Any
 
@@ -197,6 +198,12 @@ def _end_offsets(
                 (tp.topic, tp.partition): future.result(timeout=timeout_s).offset
                 for tp, future in futures.items()
             }
+        except FutureTimeoutError:
+            # A future the admin client did not settle in time: a slow broker, asked again.
+            if time.monotonic() > deadline:
+                what = f"the ends of {', '.join(topics)}"
+                raise PartitionStatusError(what, f"no answer within {timeout_s:g}s") from None
+            continue
         except KafkaException as failure:
             error: KafkaError = failure.args[0]
             # A new topic's leaders are still being elected, or leadership just moved; the
@@ -213,3 +220,7 @@ def _result(future: Any, what: str, timeout_s: float) -> Any:
         return future.result(timeout=timeout_s)
     except KafkaException as error:
         raise PartitionStatusError(what, str(error.args[0])) from error
+    except FutureTimeoutError:
+        raise PartitionStatusError(
+            what, f"the broker did not answer within {timeout_s:g}s"
+        ) from None

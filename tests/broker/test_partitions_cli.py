@@ -82,6 +82,9 @@ def test_partitions_show_the_owners_and_the_handover_after_a_sigkill(
             owners = {p["owner"] for p in document["partitions"]}
             reported = all(p["reported_by"] == p["owner"] for p in document["partitions"])
             assert document["state"] == "stable" and owners == {"a", "b"} and reported, document
+            # An owner's count is written with each commit, before that commit's own changes
+            # reach its store: the commit taking the upserts still reports the count before them.
+            assert sum(p["schedules"] for p in document["partitions"]) == count, document
             return document
 
         before = eventually(shared, timeout_s=60, interval_s=1, message="no stable split")
