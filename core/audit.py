@@ -41,6 +41,7 @@ from kairos.core.calendar_rules import CalendarLookup, next_occurrence
 from kairos.core.durations import parse_duration
 from kairos.core.errors import KairosError
 from kairos.core.firing import Decision, ScheduleState, deleted, upserted
+from kairos.core.rerun_request import RerunRequest
 from kairos.core.schedule import Schedule
 
 _JUST_BEFORE = timedelta(microseconds=1)
@@ -95,6 +96,15 @@ class HistoryEvent:
     changed_by: str | None = None
     reason: str | None = None
     revision: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class RequestedRerun:
+    """A re-run request read from the schedules topic, at `offset` of its schedule's partition."""
+
+    partition: int
+    offset: int
+    request: RerunRequest
 
 
 @dataclass(frozen=True, slots=True)

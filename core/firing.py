@@ -40,6 +40,7 @@ from kairos.core.calendar_rules import (
     uses_calendars,
 )
 from kairos.core.limits import EARLIEST_INSTANT
+from kairos.core.rerun_request import RerunProgress, RerunRequest
 from kairos.core.run_id import run_id
 from kairos.core.schedule import MisfirePolicy, Schedule
 
@@ -67,6 +68,8 @@ class Decision:
     moved_to: datetime | None = None
     """Where a calendar roll or a blackout deferral moved the occurrence (`fire_at` is then
     this plus the jitter); `None` when it runs at its nominal instant."""
+    rerun: RerunRequest | None = None
+    """The request a re-run was fired for (`kairos.core.reruns`); `None` for a scheduled run."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +89,10 @@ class ScheduleState:
     """Set while a change waits for this (old) definition to settle what it owed before the
     change's instant: nothing is decided at or after it, and the state is not due, so only the
     change, taken again, decides the rest (`upserted`, `deleted`)."""
+    rerun: RerunProgress | None = None
+    """A re-run request of this schedule fired in part (`kairos.core.reruns`)."""
+    reruns_done: tuple[str, ...] = ()
+    """The ids of the re-run requests last completed, oldest first: a retry fires nothing."""
     calendars: CalendarLookup | None = field(default=None, compare=False, repr=False)
     """The shared calendars the schedule's calendar fields are read with (not persisted: the
     ticker gives the latest it read, the audit the ones in force at each occurrence)."""
@@ -191,6 +198,8 @@ def upserted(
         version=version,
         next_nominal=_first_owed(schedule, changed_at, floor, calendars),
         last_decided_nominal=floor,
+        rerun=None if state is None else state.rerun,
+        reruns_done=() if state is None else state.reruns_done,
         calendars=calendars,
     )
     return Outcome(new_state, decisions)
@@ -324,6 +333,8 @@ def _decide(
             state.version,
             following.nominal if following is not None else None,
             nominal,
+            rerun=state.rerun,
+            reruns_done=state.reruns_done,
             calendars=state.calendars,
         )
         moved_to = current.verdict.moved_to

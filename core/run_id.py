@@ -10,6 +10,11 @@ version, and `parse_run_id` inverts `run_id` exactly.
 The id depends on nothing but the schedule id and the nominal instant: a schedule deleted and
 re-created under the same id gets the same run ids, so an occurrence already fired is recognised
 as a duplicate and not fired again (see docs/defaults.md).
+
+A re-run (`kairos schedules trigger`, `backfill`) of the occurrence at an instant carries the
+request's id after it: `settlement-report@2027-03-14T07:00:00Z~rerun-nightly-fix`. It differs
+from the nominal run id, so executors run it even though the occurrence ran, and it is the same
+for every retry of the request, so executors deduplicate a retried request like any redelivery.
 """
 
 from __future__ import annotations
@@ -20,6 +25,12 @@ from functools import lru_cache
 
 from kairos.core.errors import KairosError
 from kairos.core.schedule import SCHEDULE_ID_PATTERN
+
+RERUN_MARK = "~rerun-"
+"""Between a run id and the id of the re-run request that made it ('~' is in no schedule id)."""
+
+REQUEST_ID_PATTERN = re.compile(r"[A-Za-z0-9._-]{1,64}")
+_REQUEST_ID_RULE = "1-64 characters of letters, digits and . _ -"
 
 _INSTANT = re.compile(r"(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(?:\.(\d{3}(?:\d{3})?))?Z")
 
@@ -58,9 +69,41 @@ def run_id(schedule_id: str, nominal: datetime) -> str:
     return f"{schedule_id}@{format_instant(nominal)}"
 
 
+class RequestIdError(KairosError, ValueError):
+    """A re-run request id that run ids cannot carry."""
+
+    def __init__(self, request_id: str) -> None:
+        self.request_id = request_id
+        super().__init__(
+            f"invalid request id {request_id!r}: use {_REQUEST_ID_RULE}, such as "
+            "'backfill-2027-03-14' or 'incident-4711'"
+        )
+
+
+def check_request_id(request_id: str) -> str:
+    """`request_id` when a run id can carry it, else `RequestIdError`."""
+    if not REQUEST_ID_PATTERN.fullmatch(request_id):
+        raise RequestIdError(request_id)
+    return request_id
+
+
+def rerun_id(schedule_id: str, nominal: datetime, request_id: str) -> str:
+    """The id of the re-run, asked by request `request_id`, of the occurrence at `nominal`."""
+    return f"{run_id(schedule_id, nominal)}{RERUN_MARK}{request_id}"
+
+
+def rerun_request_of(text: str) -> str | None:
+    """The re-run request id a run id carries; `None` for a scheduled occurrence's id."""
+    _, mark, request_id = text.partition(RERUN_MARK)
+    return request_id if mark else None
+
+
 def parse_run_id(text: str) -> tuple[str, datetime]:
-    """Split a run id back into its schedule id and nominal instant (aware, UTC)."""
-    schedule_id, at, instant = text.rpartition("@")
+    """Split a run id (a re-run's too) back into its schedule id and nominal instant (UTC)."""
+    occurrence, mark, request_id = text.partition(RERUN_MARK)
+    if mark and not REQUEST_ID_PATTERN.fullmatch(request_id):
+        raise RunIdError(text, f"the re-run request id after {RERUN_MARK!r} is not valid")
+    schedule_id, at, instant = occurrence.rpartition("@")
     if not at or not SCHEDULE_ID_PATTERN.fullmatch(schedule_id):
         raise RunIdError(text, "it does not start with a schedule id followed by '@'")
     match = _INSTANT.fullmatch(instant)

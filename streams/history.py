@@ -35,6 +35,7 @@ from kairos.core.audit import (
     FiredRun,
     HistoryEvent,
     OpenTransaction,
+    RequestedRerun,
     RunEventRecord,
 )
 from kairos.core.errors import KairosError
@@ -42,6 +43,8 @@ from kairos.streams.codec import Codecs, DecodeError, make_codecs
 from kairos.streams.partitioner import partition_for
 from kairos.streams.schedule_events import (
     RejectedEvent,
+    RerunRemoved,
+    RerunRequested,
     ScheduleChange,
     ScheduleUpserted,
     read_schedule_event,
@@ -124,6 +127,8 @@ class HistoryReader:
         self._on_progress = on_progress
         self._idle_timeout_s = idle_timeout_s
         self.rejected: list[RejectedRecord] = []
+        self.reruns: list[RequestedRerun] = []
+        """The re-run requests `schedule_events` read, in topic order per partition."""
         self.open_transactions: list[OpenTransaction] = []
 
     def topic(self, role: TopicRole) -> str:
@@ -146,7 +151,11 @@ class HistoryReader:
             )
             if isinstance(change, RejectedEvent):
                 self._reject(topic, record, change.reason)
-            elif schedule_id is None or change.schedule_id == schedule_id:
+            elif schedule_id is not None and change.schedule_id != schedule_id:
+                continue
+            elif isinstance(change, RerunRequested):
+                self.reruns.append(RequestedRerun(change.partition, change.offset, change.request))
+            elif not isinstance(change, RerunRemoved):
                 found.append(_history_event(change))
         return found
 

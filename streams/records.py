@@ -12,6 +12,7 @@ from typing import Any
 
 from kairos.core.calendar_rules import CalendarLookup
 from kairos.core.firing import Decision, ScheduleState
+from kairos.core.rerun_request import RerunProgress
 from kairos.core.schedule import DURATIONS_IN_MS, JobSpec, Schedule
 
 _MS = timedelta(milliseconds=1)
@@ -142,7 +143,18 @@ def state_record(state: ScheduleState) -> dict[str, Any]:
         "schedule_id": state.schedule.id,
         "definition": definition_record(state.schedule),
         "schedule_offset": state.version,
+        "rerun_request_id": None if state.rerun is None else state.rerun.request_id,
+        "rerun_fired_through_at": None if state.rerun is None else state.rerun.fired_through,
+        "reruns_done": list(state.reruns_done),
     }
+
+
+def _rerun_progress(definition: dict[str, Any]) -> RerunProgress | None:
+    request_id: str | None = definition["rerun_request_id"]
+    through: datetime | None = definition["rerun_fired_through_at"]
+    if request_id is None or through is None:
+        return None
+    return RerunProgress(request_id, through)
 
 
 def progress_record(state: ScheduleState) -> dict[str, Any]:
@@ -193,6 +205,8 @@ def state_from_records(
         next_nominal=progress["next_nominal_at"],
         last_decided_nominal=progress["last_decided_nominal_at"],
         settle_before=progress["settle_before_at"],
+        rerun=_rerun_progress(definition),
+        reruns_done=tuple(definition["reruns_done"]),
         calendars=calendars,
     )
 
@@ -206,6 +220,8 @@ def run_requested_record(
     ticker_instance: str,
 ) -> dict[str, Any]:
     schedule = state.schedule
+    rerun = decision.rerun
+    overlap = schedule.overlap if rerun is None or rerun.overlap is None else rerun.overlap
     return {
         "run_id": decision.run_id,
         "schedule_id": decision.schedule_id,
@@ -218,11 +234,12 @@ def run_requested_record(
         "max_attempts": schedule.max_attempts,
         "timeout_ms": _ms(schedule.timeout),
         "retry_backoff_ms": _ms(schedule.retry_backoff),
-        "overlap": schedule.overlap.value,
+        "overlap": overlap.value,
         "schedules_partition": partition,
         "schedule_offset": state.version,
         "ticker_instance": ticker_instance,
         "owner": schedule.owner,
+        "rerun_request_id": None if rerun is None else rerun.request_id,
     }
 
 

@@ -16,6 +16,13 @@ on what each record means (docs/wire-format.md, docs/producers.md):
   definition: that is a delete. An `upserted`, `paused` or `resumed` event without one breaks the
   contract and is refused, never read as a delete.
 
+A re-run request (`kairos schedules trigger`, `backfill`) is keyed `<schedule id>~rerun-<request
+id>` and lies on the partition of its schedule id, not of its key, so that the ticker owning the
+schedule fires it and compaction never replaces the definition with it: a `ScheduleEvent` of
+change `rerun_requested` with `rerun` set and no definition, read as a `RerunRequested`. A
+tombstone under such a key removes the request from the topic (compaction then forgets it); it
+withdraws nothing already fired and reads as a `RerunRemoved`.
+
 A refused record is a `RejectedEvent` carrying the reason. Only the ticker dead-letters it
 (`kairos.streams.dead_letters`); the readers skip it and report it to their caller.
 """
@@ -31,7 +38,9 @@ from confluent_kafka import Message
 from pydantic import ValidationError
 
 from kairos.core.errors import KairosError
-from kairos.core.schedule import Schedule
+from kairos.core.rerun_request import RerunKind, RerunRequest
+from kairos.core.run_id import REQUEST_ID_PATTERN, RERUN_MARK
+from kairos.core.schedule import OverlapPolicy, Schedule
 from kairos.streams.codec import Codec, DecodeError
 from kairos.streams.partitioner import partition_for
 from kairos.streams.records import schedule_from_definition
@@ -125,6 +134,32 @@ ScheduleChange = ScheduleUpserted | ScheduleDeleted
 
 
 @dataclass(frozen=True)
+class RerunRequested:
+    """A re-run request of `request.schedule_id`, at `offset` of its schedule's partition."""
+
+    partition: int
+    offset: int
+    request: RerunRequest
+
+    @property
+    def schedule_id(self) -> str:
+        return self.request.schedule_id
+
+
+@dataclass(frozen=True)
+class RerunRemoved:
+    """A tombstone under a re-run request's key: the topic forgets the request."""
+
+    schedule_id: str
+    partition: int
+    offset: int
+
+
+SchedulesRecord = ScheduleChange | RerunRequested | RerunRemoved
+"""What a valid record of the schedules topic is."""
+
+
+@dataclass(frozen=True)
 class RejectedEvent:
     """A record that breaks the contract, as consumed, with why; it is never applied."""
 
@@ -145,13 +180,17 @@ def read_schedule_event(
     offset: int,
     timestamp: datetime,
     partitions: int,
-) -> ScheduleChange | RejectedEvent:
+) -> SchedulesRecord | RejectedEvent:
     """What the record at `partition`/`offset` of a schedules topic of `partitions` means.
 
     `timestamp` is the record's own, the instant of a tombstone's delete.
     """
     try:
-        schedule_id = _schedule_id(key, partition, partitions)
+        schedule_id, request_id = _schedule_id(key, partition, partitions)
+        if request_id is not None:
+            if value is None:
+                return RerunRemoved(schedule_id, partition, offset)
+            return _rerun(codec, schedule_id, request_id, value, partition=partition, offset=offset)
         if value is None:
             return ScheduleDeleted(
                 schedule_id, partition, offset, TOMBSTONE, timestamp, None, None, 0, None
@@ -163,7 +202,7 @@ def read_schedule_event(
 
 def read_schedule_message(
     codec: Codec, message: Message, partitions: int
-) -> ScheduleChange | RejectedEvent:
+) -> SchedulesRecord | RejectedEvent:
     """`read_schedule_event` of a consumed record."""
     partition, offset = message.partition(), message.offset()
     assert partition is not None and offset is not None  # set on every consumed record
@@ -191,6 +230,11 @@ def _event(
             f"{event['schedule_id']!r}; key each event by its schedule id"
         )
     change: str = event["change"]
+    if change == "rerun_requested" or event["rerun"] is not None:
+        raise InvalidScheduleEventError(
+            f"a re-run request must be keyed {schedule_id}{RERUN_MARK}<request id>, not by the "
+            "schedule id alone (it would replace the definition under compaction)"
+        )
     if event["definition"] is None:
         if change not in _DELETES_WITHOUT_DEFINITION:
             raise InvalidScheduleEventError(
@@ -227,17 +271,69 @@ def _event(
     )
 
 
-def _schedule_id(key: bytes | None, partition: int, partitions: int) -> str:
+def _schedule_id(key: bytes | None, partition: int, partitions: int) -> tuple[str, str | None]:
+    """The schedule id the key names, and the re-run request id when it names one."""
     if key is None:
         raise InvalidScheduleEventError("a schedule event must be keyed by its schedule id")
     try:
-        schedule_id = key.decode("utf-8")
+        text = key.decode("utf-8")
     except UnicodeDecodeError:
         raise InvalidScheduleEventError("the key is not UTF-8 text") from None
-    expected = partition_for(key, partitions)
+    schedule_id, mark, request_id = text.partition(RERUN_MARK)
+    if mark and not REQUEST_ID_PATTERN.fullmatch(request_id):
+        raise InvalidScheduleEventError(
+            f"the re-run request id {request_id!r} in the key is not 1-64 characters of "
+            "letters, digits and . _ -"
+        )
+    # A re-run request lies where its schedule does, whatever its own key hashes to.
+    expected = partition_for(schedule_id.encode("utf-8"), partitions)
     if partition != expected:
         raise MisplacedScheduleEventError(schedule_id, partition, expected, partitions)
-    return schedule_id
+    return schedule_id, (request_id if mark else None)
+
+
+def _rerun(
+    codec: Codec, schedule_id: str, request_id: str, value: bytes, *, partition: int, offset: int
+) -> RerunRequested:
+    check_event_size(schedule_id, value)
+    event = codec.decode(value)
+    rerun = event["rerun"]
+    if event["change"] != "rerun_requested" or rerun is None:
+        raise InvalidScheduleEventError(
+            f"a record keyed {schedule_id}{RERUN_MARK}{request_id} must be a rerun_requested "
+            "event carrying its request in `rerun`"
+        )
+    if event["schedule_id"] != schedule_id or rerun["request_id"] != request_id:
+        raise InvalidScheduleEventError(
+            f"the key names schedule {schedule_id!r} and request {request_id!r}, the event "
+            f"{event['schedule_id']!r} and {rerun['request_id']!r}; key it by both"
+        )
+    if rerun["kind"] == "unknown":
+        raise InvalidScheduleEventError(
+            "the re-run kind is newer than this reader; upgrade the ticker to fire it"
+        )
+    kind = RerunKind(rerun["kind"])
+    start, end = rerun["start_at"], rerun["end_at"]
+    if end < start or (kind is RerunKind.TRIGGER and end != start):
+        raise InvalidScheduleEventError(
+            f"the re-run's end_at {end.isoformat()} must be at or after start_at "
+            f"{start.isoformat()}, and equal to it for a trigger"
+        )
+    overlap = rerun["overlap"]
+    if overlap == "unknown":
+        raise InvalidScheduleEventError("the re-run's overlap policy is newer than this reader")
+    request = RerunRequest(
+        request_id=request_id,
+        schedule_id=schedule_id,
+        kind=kind,
+        start=start,
+        end=end,
+        overlap=None if overlap is None else OverlapPolicy(overlap),
+        requested_by=event["changed_by"],
+        requested_at=event["changed_at"],
+        reason=event["reason"],
+    )
+    return RerunRequested(partition, offset, request)
 
 
 def _schedule_of(definition: dict[str, Any]) -> Schedule:

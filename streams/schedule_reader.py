@@ -30,6 +30,7 @@ from kairos.streams.codec import Codecs, make_codecs
 from kairos.streams.partitioner import partition_for
 from kairos.streams.schedule_events import (
     RejectedEvent,
+    ScheduleDeleted,
     ScheduleUpserted,
     read_schedule_message,
 )
@@ -192,7 +193,7 @@ class ScheduleReader:
                     rejected.append(change)
                 elif isinstance(change, ScheduleUpserted):
                     schedules[change.schedule_id] = _stored(change)
-                else:
+                elif isinstance(change, ScheduleDeleted):
                     schedules.pop(change.schedule_id, None)
 
 

@@ -15,13 +15,16 @@ from datetime import datetime
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from kairos.core.errors import KairosError
-from kairos.core.firing import deleted, upserted
+from kairos.core.firing import Outcome, deleted, upserted
+from kairos.core.reruns import take_rerun
 from kairos.services.ticker.partition import OwnedPartition
 from kairos.services.ticker.work import TransactionWork
 from kairos.streams.codec import Codecs
 from kairos.streams.dead_letters import dead_letter_record
 from kairos.streams.schedule_events import (
     RejectedEvent,
+    RerunRemoved,
+    RerunRequested,
     ScheduleChange,
     ScheduleDeleted,
     read_schedule_message,
@@ -126,6 +129,10 @@ class ScheduleChanges:
             if isinstance(change, RejectedEvent):
                 self._dead_letter(str(message.topic()), change, now, work)
                 return True
+            if isinstance(change, RerunRemoved):
+                return True
+            if isinstance(change, RerunRequested):
+                return self._rerun(owned, message, change, now, work)
             return self._apply(owned, change, offset, now, work)
         except Exception as failure:
             # Confined: whatever else goes wrong applying one event (deciding what the change
@@ -178,6 +185,58 @@ class ScheduleChanges:
                 calendars=owned.calendars,
             )
         return work.settle(owned, schedule_id, outcome, state)
+
+    def _rerun(
+        self,
+        owned: OwnedPartition,
+        message: Message,
+        rerun: RerunRequested,
+        now: datetime,
+        work: TransactionWork,
+    ) -> bool:
+        """Fire what room is left of a re-run request; hold the partition until it is done.
+
+        Held, the partition takes nothing after the request, so every run it fires is of the
+        definition in force when it was taken (`kairos.core.reruns`).
+        """
+        request = rerun.request
+        state = work.current(owned, request.schedule_id)
+        if state is None or state.settling:
+            problem = (
+                "has no definition on this ticker (deleted, or never created)"
+                if state is None
+                else "is settling a change; its re-run cannot be ordered after it"
+            )
+            reason = (
+                f"re-run request {request.request_id!r}: schedule {request.schedule_id!r} "
+                f"{problem}; nothing was fired. Create the schedule, then request again"
+            )
+            refused = RejectedEvent(
+                rerun.partition,
+                rerun.offset,
+                message.key(),
+                message.value(),
+                reason,
+                "RerunRefusedError",
+            )
+            self._dead_letter(str(message.topic()), refused, now, work)
+            return True
+        taken = take_rerun(state, request, now, max(0, work.settle_room))
+        if taken.already_done:
+            logger.info(
+                "re-run request %s of %s is a retry: done before",
+                request.request_id,
+                request.schedule_id,
+            )
+            return True
+        outcome = Outcome(taken.state, taken.decisions)
+        work.settle_room -= len(taken.decisions)
+        # Its definition record holds the request's progress: written like a redefinition.
+        work.record(owned.partition, request.schedule_id, outcome, state, redefined=True)
+        if taken.done:
+            return True
+        work.held.add(owned.partition)
+        return False
 
     def _dead_letter(
         self, topic: str, rejected: RejectedEvent, now: datetime, work: TransactionWork

@@ -101,8 +101,18 @@ def _schedule_event(change: str, definition: dict[str, Any] | None, **extra: Any
         "changed_by": "alice@example.invalid",
         "changed_at": T0,
         "reason": None,
+        "rerun": None,
         **extra,
     }
+
+
+RERUN = {
+    "request_id": "incident-4711",
+    "kind": "backfill",
+    "start_at": T0,
+    "end_at": T1,
+    "overlap": "queue",
+}
 
 
 def _run_event(kind: str, **extra: Any) -> dict[str, Any]:
@@ -146,6 +156,7 @@ SAMPLES: list[tuple[RecordType, str, dict[str, Any]]] = [
             "schedule_offset": 123_456_789_012,
             "ticker_instance": "ticker-1",
             "owner": "billing",
+            "rerun_request_id": None,
         },
     ),
     (RecordType.RUN_EVENT, "started", _run_event("started", started_at=T1)),
@@ -161,6 +172,9 @@ SAMPLES: list[tuple[RecordType, str, dict[str, Any]]] = [
             "schedule_id": "billing.nightly-invoice",
             "definition": DEFINITION,
             "schedule_offset": 41,
+            "rerun_request_id": "incident-4711",
+            "rerun_fired_through_at": T0,
+            "reruns_done": ["nightly-fix"],
         },
     ),
     (
@@ -192,6 +206,9 @@ SAMPLES: list[tuple[RecordType, str, dict[str, Any]]] = [
             "schedule_id": "gone",
             "definition": None,
             "schedule_offset": 42,
+            "rerun_request_id": None,
+            "rerun_fired_through_at": None,
+            "reruns_done": [],
         },
     ),
     (
@@ -241,6 +258,7 @@ SAMPLES: list[tuple[RecordType, str, dict[str, Any]]] = [
             "reason": None,
         },
     ),
+    (RecordType.SCHEDULE_EVENT, "rerun", _schedule_event("rerun_requested", None, rerun=RERUN)),
 ]
 SAMPLE_IDS = [sample_id for _, sample_id, _ in SAMPLES]
 

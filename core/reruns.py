@@ -1,0 +1,104 @@
+"""Re-runs: which runs a `trigger` or `backfill` request owes, and when the request is done.
+
+Pure, like `kairos.core.firing`: the ticker and the audit both call `take_rerun`, so they agree
+on every run a request made. Rules (docs/defaults.md states them for users):
+
+- A trigger owes one run, for its instant; a backfill owes a run for every occurrence of the
+  schedule's trigger from `start` through `end` (both included), business-day triggers
+  included. Calendars' exclusions and blackouts, the pause and the misfire policy do not apply:
+  the request is a person's explicit "run these".
+- The occurrences are those of the definition in force when the ticker takes the request: the
+  ticker takes nothing after a request on its partition before the request is done.
+- Each run's id is the occurrence's run id with the request id after it (`rerun_id`): distinct
+  from the scheduled run, equal for every retry of the request.
+- At most `limit` runs are fired per call; the state then remembers how far the request got
+  (`ScheduleState.rerun`), and the next call goes on after it.
+- A request id the schedule already completed is a no-op (`ScheduleState.reruns_done` keeps the
+  last `REMEMBERED_REQUESTS`); beyond that, executors' deduplication still runs each run once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+
+from kairos.core.calendar_rules import CalendarLookup, next_occurrence
+from kairos.core.firing import Action, Decision, ScheduleState
+from kairos.core.rerun_request import RerunKind, RerunProgress, RerunRequest
+from kairos.core.run_id import rerun_id
+from kairos.core.schedule import Schedule
+
+REMEMBERED_REQUESTS = 64
+"""Completed request ids a schedule remembers, so that a retried request fires nothing."""
+
+MAX_BACKFILL_RUNS = 10_000
+"""The most runs one backfill may ask for: `kairos schedules backfill` refuses more (split the
+range), so that no request holds its partition's later changes for long."""
+
+_JUST_BEFORE = timedelta(microseconds=1)
+
+
+@dataclass(frozen=True, slots=True)
+class RerunOutcome:
+    """The schedule's state after the call, the runs fired, and whether the request is done."""
+
+    state: ScheduleState
+    decisions: list[Decision]
+    done: bool
+    already_done: bool = False
+    """The request had been completed before: nothing was fired again."""
+
+
+def rerun_occurrences(
+    schedule: Schedule,
+    request: RerunRequest,
+    after: datetime | None = None,
+    calendars: CalendarLookup | None = None,
+) -> Iterator[datetime]:
+    """The nominal instants the request names, oldest first, those up to `after` left out."""
+    if request.kind is RerunKind.TRIGGER:
+        if after is None or request.start > after:
+            yield request.start
+        return
+    cursor = request.start - _JUST_BEFORE if after is None else max(after, request.start)
+    while True:
+        fire = next_occurrence(schedule, cursor, calendars)
+        if fire is None or fire.nominal > request.end:
+            return
+        yield fire.nominal
+        cursor = fire.nominal
+
+
+def take_rerun(
+    state: ScheduleState, request: RerunRequest, now: datetime, limit: int | None
+) -> RerunOutcome:
+    """Fire up to `limit` more of the request's runs, at `now`, under `state`'s definition."""
+    if request.request_id in state.reruns_done:
+        return RerunOutcome(state, [], done=True, already_done=True)
+    progress = state.rerun
+    after = (
+        progress.fired_through
+        if progress is not None and progress.request_id == request.request_id
+        else None
+    )
+    decisions: list[Decision] = []
+    schedule = state.schedule
+    for nominal in rerun_occurrences(schedule, request, after, state.calendars):
+        if limit is not None and len(decisions) >= limit:
+            if not decisions:  # no room at all: nothing changes
+                return RerunOutcome(state, [], done=False)
+            through = RerunProgress(request.request_id, decisions[-1].nominal)
+            return RerunOutcome(replace(state, rerun=through), decisions, done=False)
+        decisions.append(
+            Decision(
+                run_id=rerun_id(schedule.id, nominal, request.request_id),
+                schedule_id=schedule.id,
+                nominal=nominal,
+                fire_at=now,
+                action=Action.FIRE,
+                rerun=request,
+            )
+        )
+    remembered = (*state.reruns_done, request.request_id)[-REMEMBERED_REQUESTS:]
+    return RerunOutcome(replace(state, rerun=None, reruns_done=remembered), decisions, done=True)
