@@ -116,7 +116,7 @@ def job_problems(schedule: Schedule, index: int | None = None) -> list[ScheduleV
 
 def _unknown_kind(kind: str) -> str:
     return (
-        f"unknown job kind {kind!r}; executors run {', '.join(sorted(JOB_KINDS))} "
+        f"unknown kind {kind!r}; executors run {', '.join(sorted(JOB_KINDS))} "
         '(a team\'s own code runs as {"kind": "python", "handler": …})'
         f"{did_you_mean(kind, JOB_KINDS)}"
     )

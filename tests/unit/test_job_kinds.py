@@ -50,7 +50,7 @@ def problems_of(job: dict[str, Any]) -> list[str]:
         ),
         (
             {"kind": "shel", "command": "echo hi"},
-            "field 'job.kind': unknown job kind 'shel'; executors run http, kafka, noop, python, "
+            "field 'job.kind': unknown kind 'shel'; executors run http, kafka, noop, python, "
             'shell (a team\'s own code runs as {"kind": "python", "handler": …}); '
             "did you mean 'shell'?",
         ),
