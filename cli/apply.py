@@ -30,7 +30,8 @@ from kairos.cli.apply_report import (
     summary,
     table_lines,
 )
-from kairos.cli.apply_sources import (
+from kairos.cli.options import fail, kafka_settings, refused
+from kairos.cli.schedule_files import (
     STDIN,
     ApplySourceError,
     SourcedSchedule,
@@ -38,7 +39,6 @@ from kairos.cli.apply_sources import (
     load_sources,
     schedule_files,
 )
-from kairos.cli.options import fail, kafka_settings, refused
 from kairos.cli.schedules import (
     ChangedByOption,
     ReasonOption,

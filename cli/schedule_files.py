@@ -1,4 +1,4 @@
-"""The schedules files of one `kairos apply`: several `-f`, directories, `-R`, and stdin.
+"""The schedules files of `kairos apply` (several `-f`, directories, `-R`, stdin) and `preview`.
 
 Like `kubectl apply -f`: each `-f` is a file, `-` (stdin), or a directory, whose `*.yaml`,
 `*.yml` and `*.json` files are read in name order (with `-R`, those of its subdirectories too).
