@@ -66,6 +66,7 @@ def test_one_invalid_schedule_publishes_nothing_and_names_it(
     assert "schedule 'billing.broken' (schedules[2]): field 'cron'" in result.stderr
     assert "schedule schedules[3]: field 'id': is required" in result.stderr
     assert "schedule schedules[3]: field 'timezon': unknown field" in result.stderr
+    assert "did you mean 'timezone'?" in result.stderr
     assert "Traceback" not in result.output
     assert records(kafka_settings) == []
 
