@@ -4,6 +4,10 @@ and a prune that would empty an owner; against a real broker."""
 from __future__ import annotations
 
 import json
+import os
+import pty
+import subprocess
+import sys
 from pathlib import Path
 
 import yaml
@@ -205,5 +209,59 @@ def test_a_prune_that_empties_an_owner_needs_yes(
     confirmed = kairos(kafka_settings, *prune, "--yes")
     assert confirmed.exit_code == 0, confirmed.output
     assert "applied: 0 create, 0 update, 1 delete, 0 unchanged" in confirmed.stdout
+    with SchedulesClient(kafka_settings, changed_by="test") as client:
+        assert client.list() == []
+
+
+def _apply_on_a_terminal(settings: KafkaSettings, answer: str, *args: str) -> tuple[int, str]:
+    """`kairos apply` in its own process whose stdin is a terminal, answering `answer`."""
+    controller, terminal = pty.openpty()
+    try:
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "kairos.cli",
+                "--bootstrap-servers",
+                settings.bootstrap_servers,
+                "--topic-prefix",
+                settings.topic_prefix,
+                "apply",
+                *args,
+            ],
+            stdin=terminal,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        os.write(controller, answer.encode() + b"\n")
+        _, stderr = process.communicate(timeout=60)
+    finally:
+        os.close(controller)
+        os.close(terminal)
+    return process.returncode, stderr
+
+
+def test_on_a_terminal_a_prune_that_empties_an_owner_asks_first(
+    kafka_settings: KafkaSettings, tmp_path: Path
+) -> None:
+    assert kairos(kafka_settings, "-f", write(tmp_path / "n.yaml", NIGHTLY)).exit_code == 0
+    prune = [
+        "-f",
+        write(tmp_path / "empty.yaml", "schedules: []\n"),
+        "--prune",
+        "--owner",
+        "billing",
+    ]
+
+    declined, stderr = _apply_on_a_terminal(kafka_settings, "n", *prune)
+    assert declined == 2
+    assert "delete all 1 schedule(s) of owner 'billing', leaving it none? [y/N]" in stderr
+    assert "not confirmed; nothing was published" in stderr
+    with SchedulesClient(kafka_settings, changed_by="test") as client:
+        assert [s.id for s in client.list()] == ["billing.nightly"]
+
+    confirmed, stderr = _apply_on_a_terminal(kafka_settings, "y", *prune)
+    assert confirmed == 0, stderr
     with SchedulesClient(kafka_settings, changed_by="test") as client:
         assert client.list() == []
