@@ -57,6 +57,17 @@ def _print_version(asked: bool) -> None:
         raise typer.Exit()
 
 
+_VersionOption = Annotated[
+    bool,
+    typer.Option(
+        "--version",
+        is_eager=True,
+        callback=_print_version,
+        help="Print the installed version of Kairos and exit.",
+    ),
+]
+
+
 @app.callback()
 def deployment(
     context: typer.Context,
@@ -104,15 +115,7 @@ def deployment(
             show_default=False,
         ),
     ] = None,
-    _version: Annotated[
-        bool,
-        typer.Option(
-            "--version",
-            is_eager=True,
-            callback=_print_version,
-            help="Print the installed version of Kairos and exit.",
-        ),
-    ] = False,
+    _version: _VersionOption = False,
 ) -> None:
     """Kairos: every scheduled run happens — late, never lost, never fired twice.
 
