@@ -264,13 +264,13 @@ def _confirm_owner_emptied(
     deleted = _owner_emptied(plan, owner)
     if not deleted or yes:
         return
-    question = f"delete all {deleted} schedule(s) of owner {owner!r}, leaving it none?"
+    deletion = f"delete all {deleted} schedule(s) of owner {owner!r}, leaving it none"
     if interactive and sys.stdin.isatty():
-        if typer.confirm(question, default=False, err=True):
+        if typer.confirm(f"{deletion}?", default=False, err=True):
             return
         raise fail("not confirmed; nothing was published", code=2)
     raise fail(
-        f"refused: this would {question[:-1]}; the files hold none of its schedules. "
+        f"refused: this would {deletion}; the files hold none of its schedules. "
         "If that is meant, add --yes; nothing was published",
         code=2,
     )
