@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Annotated
 
@@ -31,11 +32,40 @@ from kairos.cli.connection import (
     ConnectionFlags,
 )
 
+DISTRIBUTION = "kairos-scheduler"
+"""The distribution's name on PyPI (the import name and the command stay `kairos`)."""
+
 app = typer.Typer(
     name="kairos",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
+
+
+def installed_version() -> str:
+    """The version pip installed, read from the package metadata (one source: pyproject.toml)."""
+    try:
+        return version(DISTRIBUTION)
+    except PackageNotFoundError:
+        # Run from a source tree that was never installed: say so rather than guess a number.
+        return "unknown (not installed; `pip install -e .` records the version)"
+
+
+def _print_version(asked: bool) -> None:
+    if asked:
+        typer.echo(f"kairos {installed_version()}")
+        raise typer.Exit()
+
+
+_VersionOption = Annotated[
+    bool,
+    typer.Option(
+        "--version",
+        is_eager=True,
+        callback=_print_version,
+        help="Print the installed version of Kairos and exit.",
+    ),
+]
 
 
 @app.callback()
@@ -85,6 +115,7 @@ def deployment(
             show_default=False,
         ),
     ] = None,
+    _version: _VersionOption = False,
 ) -> None:
     """Kairos: every scheduled run happens — late, never lost, never fired twice.
 

@@ -1,27 +1,43 @@
-"""`kairos apply -f schedules.yaml`: make the schedules topic match a file, kubectl-style.
+"""`kairos apply -f FILE|DIR|- ...`: make the schedules topic match files, kubectl-style.
 
-The whole file is validated before anything else; one invalid schedule publishes nothing. Then
-the file is compared with the current state of the topic and only the differences are
-published: new schedules (create), changed definitions (update), and with `--prune --owner TEAM`
-the deletion of TEAM's schedules the file no longer has. A schedule whose file entry does not
-set `paused` keeps its current paused state, so an apply never undoes an operator's pause;
-`paused: true` or `paused: false` in the file is applied like any other field.
+Every file is validated before anything else, each job's parameters for its kind included; one
+invalid schedule publishes nothing. Then the files are compared with the current state of the
+topic and only the differences are published: new schedules (create), changed definitions
+(update), and with `--prune --owner TEAM` the deletion of TEAM's schedules the files no longer
+have. A schedule whose entry does not set `paused` keeps its current paused state, so an apply
+never undoes an operator's pause; `paused: true` or `paused: false` is applied like any other
+field.
+
+Exit codes: 0 applied (or, with `--dry-run`, nothing would change); 1 with `--dry-run`, changes
+would be published (drift, for CI), without it, nothing or not everything could be applied; 2 a
+usage error, a refused prune, or with `--dry-run` anything that kept apply from comparing.
 """
 
 from __future__ import annotations
 
-import json
 import sys
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated
 
 import typer
 
-from kairos.cli.options import (
-    fail,
-    kafka_settings,
-    refused,
+from kairos.cli.apply_report import (
+    Action,
+    FieldChange,
+    OutputFormat,
+    PlanLine,
+    document,
+    summary,
+    table_lines,
+)
+from kairos.cli.options import fail, kafka_settings, refused
+from kairos.cli.schedule_files import (
+    STDIN,
+    ApplySourceError,
+    SourcedSchedule,
+    SourcesInvalidError,
+    load_sources,
+    schedule_files,
 )
 from kairos.cli.schedules import (
     ChangedByOption,
@@ -31,12 +47,7 @@ from kairos.cli.schedules import (
     warn_rejected,
 )
 from kairos.core.errors import KairosError
-from kairos.core.schedule import (
-    Schedule,
-    SchedulesInvalidError,
-    ScheduleValidationError,
-    load_schedules,
-)
+from kairos.core.schedule import Schedule
 from kairos.streams.acls import Role
 from kairos.streams.calendar_reader import read_calendars
 from kairos.streams.records import definition_record
@@ -45,9 +56,9 @@ from kairos.streams.schedule_reader import StoredSchedule
 from kairos.streams.settings import KafkaSettings
 from kairos.streams.topics import TopicRole
 
-Action = Literal["create", "update", "delete", "unchanged"]
-
-_SHOWN_VALUE_LIMIT = 60
+DRIFT_EXIT = 1
+"""`--dry-run`'s exit code when the files differ from the topic, as `kubectl diff`'s."""
+CANNOT_COMPARE_EXIT = 2
 
 
 @dataclass(frozen=True)
@@ -59,7 +70,7 @@ class PlannedChange:
     schedule: Schedule | None
     """The definition to publish; None for a delete."""
     revision: int
-    diff: tuple[str, ...] = ()
+    diff: tuple[FieldChange, ...] = ()
 
 
 def plan_apply(
@@ -92,149 +103,205 @@ def plan_apply(
 
 
 _FileOption = Annotated[
-    str,
+    list[str],
     typer.Option(
         "-f",
         "--file",
-        help="Schedules file {schedules: [...]}, YAML or JSON (by extension, else by "
-        "content); '-' reads stdin.",
+        help="Schedules file {schedules: [...]}, YAML or JSON (by extension, else by content), "
+        "or a directory of *.yaml, *.yml and *.json files; '-' reads stdin. Repeatable.",
     ),
 ]
-
+_RecursiveOption = Annotated[
+    bool, typer.Option("-R", "--recursive", help="Read the -f directories' subdirectories too.")
+]
 _PruneOption = Annotated[
     bool,
-    typer.Option("--prune", help="Delete the --owner's schedules that the file lacks."),
+    typer.Option("--prune", help="Delete the --owner's schedules that the files lack."),
 ]
-
 _OwnerOption = Annotated[
     str | None,
-    typer.Option("--owner", help="Team whose schedules the file holds; each must have it."),
+    typer.Option("--owner", help="Team whose schedules the files hold; each must have it."),
 ]
-
 _DryRunOption = Annotated[
-    bool, typer.Option("--dry-run", help="Show what would change; publish nothing.")
+    bool,
+    typer.Option(
+        "--dry-run",
+        help="Show what would change and publish nothing; exit 1 if something would change, "
+        "0 if nothing would, 2 if the files or the topic could not be read.",
+    ),
+]
+_OutputOption = Annotated[
+    OutputFormat,
+    typer.Option("-o", "--output", help="table: the diff; json or yaml: one document."),
+]
+_YesOption = Annotated[
+    bool,
+    typer.Option(
+        "--yes", "-y", help="Confirm a --prune that deletes every schedule of the --owner."
+    ),
 ]
 
 
 def apply(
     context: typer.Context,
-    file: _FileOption,
+    files: _FileOption,
+    recursive: _RecursiveOption = False,
     prune: _PruneOption = False,
     owner: _OwnerOption = None,
     dry_run: _DryRunOption = False,
+    output: _OutputOption = "table",
+    yes: _YesOption = False,
     changed_by: ChangedByOption = None,
     reason: ReasonOption = None,
 ) -> None:
-    """Publish the schedules of a file that differ from the topic (unchanged ones are not)."""
-    if prune and owner is None:
-        raise fail("--prune deletes one owner's schedules: name it with --owner TEAM")
+    """Publish the schedules of files that differ from the topic (unchanged ones are not)."""
     try:
-        desired = load_schedules(*_read(file))
-        _check_owner(desired, owner)
-    except SchedulesInvalidError as invalid:
-        typer.echo(
-            f"error: {file}: {len(invalid.errors)} problem(s); nothing was published:", err=True
-        )
-        for problem in invalid.errors:
-            typer.echo(f"  - {problem}", err=True)
+        plan, settings = _planned(context, files, recursive, prune, owner)
+    except typer.Exit as stopped:
+        # With --dry-run, 1 means drift: a failure to compare must not read as drift to CI.
+        if dry_run and stopped.exit_code == 1:
+            raise typer.Exit(CANNOT_COMPARE_EXIT) from None
+        raise
+    _show(plan, dry_run, output)
+    changes = [_change_of(planned) for planned in plan if planned.action != "unchanged"]
+    if dry_run:
+        _warn_if_owner_emptied(plan, owner)
+        if output == "table":
+            typer.echo(f"dry run: {summary(_lines(plan))}; nothing was published")
+        if changes:
+            raise typer.Exit(DRIFT_EXIT)
+        return
+    _confirm_owner_emptied(plan, owner, yes, interactive=STDIN not in files)
+    if changes:
+        _publish(settings, changes, changed_by, reason)
+    if output == "table":
+        typer.echo(f"applied: {summary(_lines(plan))}")
+
+
+def _planned(
+    context: typer.Context, files: list[str], recursive: bool, prune: bool, owner: str | None
+) -> tuple[list[PlannedChange], KafkaSettings]:
+    if prune and owner is None:
+        raise fail("--prune deletes one owner's schedules: name it with --owner TEAM", code=2)
+    try:
+        sourced = load_sources(schedule_files(files, recursive), owner)
+    except ApplySourceError as error:
+        raise fail(f"{error}; nothing was published", code=2) from None
+    except SourcesInvalidError as invalid:
+        for one in invalid.invalid:
+            typer.echo(
+                f"error: {one.source}: {len(one.problems)} problem(s); nothing was published:",
+                err=True,
+            )
+            for problem in one.problems:
+                typer.echo(f"  - {problem}", err=True)
         raise typer.Exit(1) from None
-    except KairosError as error:
-        raise fail(f"{file}: {error}; nothing was published") from None
+    desired = [one.schedule for one in sourced]
     for schedule in desired:
         if schedule.zone_warning is not None:
             typer.echo(f"warning: schedule '{schedule.id}': {schedule.zone_warning}", err=True)
-
     settings = kafka_settings(context)
     reader = reader_for(settings)
-    schedules = settings.layout.name(TopicRole.SCHEDULES)
     try:
         snapshot = reader.read_all()
     except KairosError as error:
-        reason = refused(settings, error, Role.PRODUCER, schedules) or str(error)
-        raise fail(f"{reason}; nothing was published") from None
+        topic = settings.layout.name(TopicRole.SCHEDULES)
+        why = refused(settings, error, Role.PRODUCER, topic) or str(error)
+        raise fail(f"{why}; nothing was published") from None
     warn_rejected(snapshot, reader)
-    _check_calendars(settings, desired, file)
-    plan = plan_apply(desired, snapshot.schedules, owner if prune else None)
-    for planned in plan:
-        typer.echo(f"{planned.action:<10} {planned.schedule_id}")
-        for line in planned.diff:
-            typer.echo(f"             {line}")
-
-    changes = [_change_of(planned) for planned in plan if planned.action != "unchanged"]
-    if dry_run:
-        typer.echo(f"dry run: {_summary(plan)}; nothing was published")
-        return
-    if changes:
-        try:
-            with SchedulesClient(settings, changed_by_or_default(changed_by)) as client:
-                client.publish(changes, reason)
-        except KairosError as error:
-            reason = refused(settings, error, Role.PRODUCER, schedules) or str(error)
-            raise fail(
-                f"{reason}; some changes may have been published: "
-                "`kairos apply --dry-run` shows what remains"
-            ) from None
-    typer.echo(f"applied: {_summary(plan)}")
+    _check_calendars(settings, sourced)
+    return plan_apply(desired, snapshot.schedules, owner if prune else None), settings
 
 
-def _read(file: str) -> tuple[str, Literal["yaml", "json"]]:
+def _show(plan: list[PlannedChange], dry_run: bool, output: OutputFormat) -> None:
+    lines = _lines(plan)
+    if output == "table":
+        for line in table_lines(lines):
+            typer.echo(line)
+    else:
+        typer.echo(document(lines, dry_run, output))
+
+
+def _publish(
+    settings: KafkaSettings,
+    changes: list[ScheduleChange],
+    changed_by: str | None,
+    reason: str | None,
+) -> None:
     try:
-        text = sys.stdin.read() if file == "-" else Path(file).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        raise fail(f"cannot read schedules file {file}: {error}") from None
-    suffix = Path(file).suffix.lower()
-    if suffix == ".json":
-        return text, "json"
-    if suffix in (".yaml", ".yml"):
-        return text, "yaml"
-    # JSON is (nearly) YAML, but JSON's parser gives the clearer errors for a JSON document.
-    return text, "json" if text.lstrip().startswith("{") else "yaml"
+        with SchedulesClient(settings, changed_by_or_default(changed_by)) as client:
+            client.publish(changes, reason)
+    except KairosError as error:
+        topic = settings.layout.name(TopicRole.SCHEDULES)
+        why = refused(settings, error, Role.PRODUCER, topic) or str(error)
+        raise fail(
+            f"{why}; some changes may have been published: "
+            "`kairos apply --dry-run` shows what remains"
+        ) from None
 
 
-def _check_owner(schedules: list[Schedule], owner: str | None) -> None:
-    """With --owner, every schedule of the file must be that owner's, or a prune would miss it."""
-    if owner is None:
-        return
-    problems = [
-        ScheduleValidationError(
-            schedule_id=schedule.id,
-            index=index,
-            field="owner",
-            problem=f"is {schedule.owner!r}, but --owner is {owner!r}; set owner: {owner}",
+def _owner_emptied(plan: list[PlannedChange], owner: str | None) -> int:
+    """How many schedules a prune deletes when it leaves the owner none (else 0)."""
+    deletes = sum(planned.action == "delete" for planned in plan)
+    kept = sum(planned.action != "delete" for planned in plan)
+    return deletes if owner is not None and kept == 0 else 0
+
+
+def _warn_if_owner_emptied(plan: list[PlannedChange], owner: str | None) -> None:
+    deleted = _owner_emptied(plan, owner)
+    if deleted:
+        typer.echo(
+            f"warning: this prune deletes all {deleted} schedule(s) of owner {owner!r}; "
+            "applying it will ask for --yes",
+            err=True,
         )
-        for index, schedule in enumerate(schedules)
-        if schedule.owner != owner
-    ]
-    if problems:
-        raise SchedulesInvalidError(problems)
 
 
-def _check_calendars(settings: KafkaSettings, desired: list[Schedule], file: str) -> None:
+def _confirm_owner_emptied(
+    plan: list[PlannedChange], owner: str | None, yes: bool, interactive: bool
+) -> None:
+    """An empty file (a truncated render, a wrong directory) must not silently delete a team."""
+    deleted = _owner_emptied(plan, owner)
+    if not deleted or yes:
+        return
+    deletion = f"delete all {deleted} schedule(s) of owner {owner!r}, leaving it none"
+    if interactive and sys.stdin.isatty():
+        if typer.confirm(f"{deletion}?", default=False, err=True):
+            return
+        raise fail("not confirmed; nothing was published", code=2)
+    raise fail(
+        f"refused: this would {deletion}; the files hold none of its schedules. "
+        "If that is meant, add --yes; nothing was published",
+        code=2,
+    )
+
+
+def _check_calendars(settings: KafkaSettings, sourced: list[SourcedSchedule]) -> None:
     """Refuse schedules naming a calendar nobody published: it would skip nothing."""
-    named = {
-        schedule.id: [*schedule.exclude, *schedule.blackout]
-        for schedule in desired
-        if schedule.exclude or schedule.blackout
-    }
+    named = [
+        (one, [*one.schedule.exclude, *one.schedule.blackout])
+        for one in sourced
+        if one.schedule.exclude or one.schedule.blackout
+    ]
     if not named:
         return
     try:
         book = read_calendars(settings)
     except KairosError as error:
         raise fail(
-            f"{file}: the schedules name shared calendars, which could not be read: {error}; "
+            f"the schedules name shared calendars, which could not be read: {error}; "
             "nothing was published"
         ) from None
     problems = [
-        f"  - schedule '{schedule_id}': calendar '{calendar_id}' is not published; publish it "
-        "with `kairos calendars apply -f FILE` first, or fix the id "
+        f"  - {one.source}: schedule '{one.schedule.id}': calendar '{calendar_id}' is not "
+        "published; publish it with `kairos calendars apply -f FILE` first, or fix the id "
         f"(published: {', '.join(sorted(book.versions)) or 'none'})"
-        for schedule_id, calendar_ids in named.items()
+        for one, calendar_ids in named
         for calendar_id in calendar_ids
         if calendar_id not in book
     ]
     if problems:
-        typer.echo(f"error: {file}: {len(problems)} problem(s); nothing was published:", err=True)
+        typer.echo(f"error: {len(problems)} problem(s); nothing was published:", err=True)
         for line in problems:
             typer.echo(line, err=True)
         raise typer.Exit(1)
@@ -245,24 +312,25 @@ def _change_of(planned: PlannedChange) -> ScheduleChange:
     return ScheduleChange(kind, planned.schedule_id, planned.schedule, planned.revision)
 
 
-def _diff(old: Schedule, new: Schedule) -> tuple[str, ...]:
+def _lines(plan: list[PlannedChange]) -> list[PlanLine]:
+    return [
+        PlanLine(
+            planned.action,
+            planned.schedule_id,
+            planned.revision,
+            planned.diff,
+            planned.schedule.model_dump(mode="json", exclude_defaults=True)
+            if planned.action == "create" and planned.schedule is not None
+            else None,
+        )
+        for planned in plan
+    ]
+
+
+def _diff(old: Schedule, new: Schedule) -> tuple[FieldChange, ...]:
     before, after = old.model_dump(mode="json"), new.model_dump(mode="json")
     return tuple(
-        f"{field}: {_shown(before[field])} → {_shown(after[field])}"
+        FieldChange(field, before[field], after[field])
         for field in Schedule.model_fields
         if before[field] != after[field]
     )
-
-
-def _shown(value: object) -> str:
-    text = json.dumps(value, sort_keys=True)
-    if len(text) <= _SHOWN_VALUE_LIMIT:
-        return text
-    return text[: _SHOWN_VALUE_LIMIT - 3] + "..."
-
-
-def _summary(plan: list[PlannedChange]) -> str:
-    counts = dict.fromkeys(("create", "update", "delete", "unchanged"), 0)
-    for planned in plan:
-        counts[planned.action] += 1
-    return ", ".join(f"{count} {action}" for action, count in counts.items())

@@ -24,6 +24,7 @@ from kairos.cli.preview_histogram import (
 from kairos.cli.preview_listing import heading, occurrence_line, runs_json, upcoming
 from kairos.cli.preview_sources import PreviewInputError, file_schedules, published_schedules
 from kairos.core import limits
+from kairos.core.audit import TimeArgumentError, parse_time
 from kairos.core.calendar import never_fires_reason
 from kairos.core.calendar_rules import CalendarLookup
 from kairos.core.durations import format_duration, parse_duration
@@ -35,12 +36,13 @@ DEFAULT_HORIZON = "24h"
 DEFAULT_TOP = 20
 
 _FileOption = Annotated[
-    Path | None,
+    str | None,
     typer.Option(
         "-f",
         "--file",
         metavar="FILE",
-        help="Schedules file, YAML or JSON (by extension): {schedules: [...]}.",
+        help="Schedules file {schedules: [...]}, YAML or JSON (by extension, else by content); "
+        "'-' reads stdin.",
     ),
 ]
 
@@ -63,8 +65,9 @@ _FromOption = Annotated[
     typer.Option(
         "--from",
         metavar="INSTANT",
-        help="ISO-8601 instant with an offset, e.g. 2027-03-14T00:00:00Z; "
-        "default now. Fires strictly after it are shown.",
+        help="ISO-8601 instant with an offset (2027-03-14T00:00:00Z), 'now', or relative "
+        "(-1d), as `replay` and `audit` read them; default now. Fires strictly after it are "
+        "shown.",
     ),
 ]
 
@@ -138,7 +141,8 @@ def preview(
     ids = ids or []
     _check_options(file, ids, owner, histogram, as_json, count, horizon, top)
     try:
-        after = _parse_from(from_) if from_ is not None else datetime.now(UTC)
+        now = datetime.now(UTC)
+        after = _parse_from(from_, now) if from_ is not None else now
         span = _parse_horizon(horizon or DEFAULT_HORIZON) if histogram else None
         schedules = (
             file_schedules(file) if file is not None else published_schedules(context, ids, owner)
@@ -156,7 +160,7 @@ def preview(
 
 
 def _check_options(
-    file: Path | None,
+    file: str | None,
     ids: list[str],
     owner: str | None,
     histogram: bool,
@@ -187,22 +191,17 @@ def _check_options(
         raise fail("--top shortens the text histogram; --json prints every minute: drop one", 2)
 
 
-def _parse_from(text: str) -> datetime:
+def _parse_from(text: str, now: datetime) -> datetime:
     try:
-        instant = datetime.fromisoformat(text)
-    except ValueError:
-        raise PreviewInputError(
-            f"--from {text!r} is not an ISO-8601 instant; write e.g. 2027-03-14T00:00:00Z"
-        ) from None
-    if instant.tzinfo is None:
-        raise PreviewInputError(
-            f"--from {text!r} has no UTC offset; add one, e.g. {text}Z or {text}+01:00"
-        )
-    try:
-        in_range = limits.EARLIEST_INSTANT <= instant < limits.LATEST_INSTANT
+        # The parser `replay` and `audit` read their times with; relative ones count from the
+        # whole second, as theirs do.
+        instant: datetime | None = parse_time(text, now.replace(microsecond=0))
+    except TimeArgumentError as error:
+        raise PreviewInputError(f"--from: {error}") from None
     except OverflowError:
-        in_range = False
-    if not in_range:
+        # An instant within a day of year 1 or 9999, whose conversion to UTC leaves datetime's.
+        instant = None
+    if instant is None or not limits.EARLIEST_INSTANT <= instant < limits.LATEST_INSTANT:
         raise PreviewInputError(
             f"--from {text!r} is outside the instants schedules name, {limits.INSTANT_RANGE}"
         )

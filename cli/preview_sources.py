@@ -7,15 +7,13 @@ skipped with a warning, as the ticker skips them.
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Literal
-
 import typer
 
 from kairos.cli.options import fail, kafka_settings
+from kairos.cli.schedule_files import SourcesInvalidError, load_sources
 from kairos.cli.schedules import warn_rejected
 from kairos.core.errors import KairosError
-from kairos.core.schedule import Schedule, SchedulesInvalidError, load_schedules
+from kairos.core.schedule import Schedule
 from kairos.streams.schedule_reader import ScheduleReader, StoredSchedule
 
 READ_TIMEOUT_S = 300.0
@@ -29,26 +27,17 @@ class PreviewInputError(KairosError):
     """The preview's own input (the file, `--from`, `--horizon`) is unusable."""
 
 
-def file_schedules(file: Path) -> list[Schedule]:
-    """The schedules of a file; an invalid file prints each problem and exits 1."""
+def file_schedules(file: str) -> list[Schedule]:
+    """The schedules of a file (`-`: stdin), read and checked as `kairos apply` reads them, job
+    parameters included; an invalid file prints each problem and exits 1."""
     try:
-        return load_schedules(_read(file), _format_of(file))
-    except SchedulesInvalidError as error:
-        typer.echo(f"error: {file}: {len(error.errors)} invalid schedule field(s):", err=True)
-        for problem in error.errors:
-            typer.echo(f"  - {problem}", err=True)
+        return [one.schedule for one in load_sources([file], owner=None)]
+    except SourcesInvalidError as invalid:
+        for one in invalid.invalid:
+            typer.echo(f"error: {one.source}: {len(one.problems)} problem(s):", err=True)
+            for problem in one.problems:
+                typer.echo(f"  - {problem}", err=True)
         raise typer.Exit(1) from None
-
-
-def _read(file: Path) -> str:
-    try:
-        return file.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        raise PreviewInputError(f"cannot read schedules file {file}: {error}") from None
-
-
-def _format_of(file: Path) -> Literal["yaml", "json"]:
-    return "json" if file.suffix.lower() == ".json" else "yaml"
 
 
 def published_schedules(

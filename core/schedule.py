@@ -38,6 +38,7 @@ from kairos.core.schedule_calendars import (
     calendar_field_problem,
 )
 from kairos.core.schedule_text import listed_entries, unique_entries
+from kairos.core.suggestions import model_suggestion
 from kairos.core.zones import legacy_fixed_zone_warning, zone_problem
 
 SCHEDULE_ID_PATTERN = re.compile(r"[A-Za-z0-9._:/-]{1,200}")
@@ -476,11 +477,12 @@ def _describe(detail: ErrorDetails) -> tuple[str, str]:
         return field, str(context["error"])
     if kind == "missing":
         return field, "is required"
+    suggestion = model_suggestion(Schedule, detail)
     if kind == "extra_forbidden":
         known = ", ".join(Schedule.model_fields) if len(detail["loc"]) == 1 else ""
-        return field, "unknown field" + (f"; the fields are {known}" if known else "")
+        return field, "unknown field" + (f"; the fields are {known}" if known else "") + suggestion
     if kind == "model_type" and not detail["loc"]:
         return "", "each schedule must be a mapping of fields"
     shown = detail.get("input")
     got = f" (got {shown!r})" if isinstance(shown, str | int | float | bool) else ""
-    return field, f"{detail['msg']}{got}"
+    return field, f"{detail['msg']}{got}{suggestion}"

@@ -16,6 +16,8 @@ from __future__ import annotations
 from functools import lru_cache
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
+from kairos.core.suggestions import did_you_mean
+
 _EXAMPLES = "'UTC', 'Europe/Berlin' or 'America/New_York'"
 
 HOST_ZONE_NAMES = {
@@ -48,7 +50,11 @@ def zone_problem(name: str) -> str | None:
             f"schedule fires; name the zone, such as {_EXAMPLES}"
         )
     if name not in _iana_zones():
-        return f"{name!r} is not a known IANA time zone; use a name such as {_EXAMPLES}"
+        # Offered only here, on the error path: comparing with ~600 names takes milliseconds.
+        return (
+            f"{name!r} is not a known IANA time zone; use a name such as {_EXAMPLES}"
+            f"{did_you_mean(name, _iana_zones())}"
+        )
     try:
         ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError, OSError) as error:

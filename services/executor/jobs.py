@@ -1,9 +1,10 @@
-"""The built-in job kinds: their parameters (validated when a run is admitted) and how to run them.
+"""How to run the built-in job kinds; their parameters' rules are `kairos.core.job_kinds`'s.
 
 A job is `{"kind": …, …}` in the schedule; `JobSpec` carries the kind and the other fields as its
-parameters. Each runner raises `JobFailedError` with a reason when the attempt fails, returns
-when it succeeds, and stops early when the attempt's `stop` event is set (replaced, lease lost,
-shutdown) or its timeout passes.
+parameters, which `job_params` validates when a run is admitted, with the rules `kairos apply`
+checks before publishing. Each runner raises `JobFailedError` with a reason when the attempt
+fails, returns when it succeeds, and stops early when the attempt's `stop` event is set
+(replaced, lease lost, shutdown) or its timeout passes.
 """
 
 from __future__ import annotations
@@ -25,10 +26,38 @@ from datetime import datetime, timedelta
 from typing import IO, Any, Protocol
 
 from confluent_kafka import KafkaError, Message, Producer
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kairos.core.errors import KairosError
-from kairos.core.schedule import JobSpec
+from kairos.core.job_kinds import (
+    JOB_KINDS,
+    HttpJob,
+    JobParams,
+    JobParamsError,
+    KafkaJob,
+    NoopJob,
+    PythonJob,
+    ShellJob,
+    job_params,
+)
+
+# The parameter models are re-exported: the executor's modules read every job's rules here.
+__all__ = [
+    "JOB_KINDS",
+    "HttpJob",
+    "Invocation",
+    "JobFailedError",
+    "JobParams",
+    "JobParamsError",
+    "KafkaJob",
+    "NoopJob",
+    "ProcessGroups",
+    "PythonJob",
+    "ShellJob",
+    "job_params",
+    "run_http",
+    "run_kafka",
+    "run_shell",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -43,77 +72,6 @@ class JobFailedError(KairosError):
     def __init__(self, reason: str) -> None:
         self.reason = reason
         super().__init__(reason)
-
-
-class JobParamsError(KairosError):
-    """A job's parameters do not fit its kind: the run is dead-lettered with `problem`."""
-
-    def __init__(self, kind: str, problem: str) -> None:
-        self.kind = kind
-        self.problem = problem
-        super().__init__(f"job kind {kind!r}: {problem}")
-
-
-class _Params(BaseModel):
-    # Unknown parameters are refused, not ignored: a job written for a newer executor must not
-    # run with half its meaning.
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class NoopJob(_Params):
-    """Does nothing and succeeds: the default job of a schedule without one."""
-
-
-class ShellJob(_Params):
-    command: str = Field(min_length=1)
-    env: dict[str, str] = Field(default_factory=dict)
-
-
-class HttpJob(_Params):
-    url: str = Field(pattern=r"^https?://")
-    method: str = "POST"
-    headers: dict[str, str] = Field(default_factory=dict)
-    body: str | dict[str, Any] | list[Any] | None = None
-
-
-class KafkaJob(_Params):
-    topic: str = Field(min_length=1)
-    payload: str | dict[str, Any] | list[Any]
-    headers: dict[str, str] = Field(default_factory=dict)
-
-
-class PythonJob(_Params):
-    handler: str = Field(min_length=1)
-    args: dict[str, Any] = Field(default_factory=dict)
-
-
-JobParams = NoopJob | ShellJob | HttpJob | KafkaJob | PythonJob
-JOB_KINDS: dict[str, type[JobParams]] = {
-    "noop": NoopJob,
-    "shell": ShellJob,
-    "http": HttpJob,
-    "kafka": KafkaJob,
-    "python": PythonJob,
-}
-
-
-def job_params(job: JobSpec) -> JobParams:
-    """The job's parameters, validated for its kind; raises `JobParamsError`."""
-    model = JOB_KINDS.get(job.kind)
-    if model is None:
-        raise JobParamsError(
-            job.kind,
-            f"unknown kind; executors run {', '.join(sorted(JOB_KINDS))} "
-            '(a team\'s own code runs as {"kind": "python", "handler": …})',
-        )
-    try:
-        return model.model_validate(job.model_extra or {})
-    except ValidationError as invalid:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in error['loc']) or 'job'}: {error['msg']}"
-            for error in invalid.errors(include_url=False)
-        )
-        raise JobParamsError(job.kind, problems) from None
 
 
 class ProcessGroups(Protocol):

@@ -66,6 +66,7 @@ def test_one_invalid_schedule_publishes_nothing_and_names_it(
     assert "schedule 'billing.broken' (schedules[2]): field 'cron'" in result.stderr
     assert "schedule schedules[3]: field 'id': is required" in result.stderr
     assert "schedule schedules[3]: field 'timezon': unknown field" in result.stderr
+    assert "did you mean 'timezone'?" in result.stderr
     assert "Traceback" not in result.output
     assert records(kafka_settings) == []
 
@@ -129,17 +130,22 @@ def test_only_the_changed_schedule_is_published_and_dry_run_publishes_nothing(
     edited = BILLING.replace('cron: "0 2 * * *"', 'cron: "30 3 * * *"')
 
     dry = apply(kafka_settings, tmp_path, edited, "--dry-run")
-    assert dry.exit_code == 0, dry.output
+    # Drift: exit 1, so that CI can fail on it.
+    assert dry.exit_code == 1, dry.output
     assert dry.stdout.splitlines() == [
         "update     billing.nightly",
         '             cron: "0 2 * * *" → "30 3 * * *"',
-        "unchanged  billing.poll",
         "dry run: 0 create, 1 update, 0 delete, 1 unchanged; nothing was published",
     ]
     assert len(records(kafka_settings)) == before
 
     real = apply(kafka_settings, tmp_path, edited)
     assert real.exit_code == 0, real.output
+    in_sync = apply(kafka_settings, tmp_path, edited, "--dry-run")
+    assert in_sync.exit_code == 0, in_sync.output
+    assert in_sync.stdout.splitlines() == [
+        "dry run: 0 create, 0 update, 0 delete, 2 unchanged; nothing was published"
+    ]
     after = records(kafka_settings)
     assert len(after) == before + 1
     nightly = [value for key, value in after if key == "billing.nightly"]
@@ -163,14 +169,14 @@ schedules:
     only_nightly = BILLING.split("  - id: billing.poll", maxsplit=1)[0]
 
     refused = apply(kafka_settings, tmp_path, only_nightly, "--prune")
-    assert refused.exit_code == 1
+    assert refused.exit_code == 2
     assert "--owner" in refused.stderr
 
     dry = apply(
         kafka_settings, tmp_path, only_nightly, "--prune", "--owner", "billing", "--dry-run"
     )
-    assert dry.exit_code == 0, dry.output
-    assert "delete     billing.poll" in dry.stdout
+    assert dry.exit_code == 1, dry.output
+    assert "delete     billing.poll  (--prune: not in the files)" in dry.stdout
     assert "ops.report" not in dry.stdout
     before = len(records(kafka_settings))
     assert before == 3
@@ -206,8 +212,7 @@ def test_apply_keeps_a_pause_unless_the_file_sets_paused(
 
     result = apply(kafka_settings, tmp_path, text)
     assert result.exit_code == 0, result.output
-    action = "unchanged" if stays_paused else "update   "
-    assert f"{action}  billing.nightly" in result.stdout
+    assert ("update     billing.nightly" in result.stdout) is not stays_paused
     if not stays_paused:
         assert "paused: true → false" in result.stdout
     with SchedulesClient(kafka_settings, changed_by="test") as client:
@@ -222,7 +227,7 @@ def test_json_files_are_read_by_extension_or_content(
     assert by_extension.exit_code == 0, by_extension.output
     by_content = apply(kafka_settings, tmp_path, json.dumps(document), name="schedules")
     assert by_content.exit_code == 0, by_content.output
-    assert "unchanged  json.one" in by_content.stdout
+    assert "applied: 0 create, 0 update, 0 delete, 1 unchanged" in by_content.stdout
 
     broken = apply(kafka_settings, tmp_path, '{"schedules": [', name="s.json")
     assert broken.exit_code == 1

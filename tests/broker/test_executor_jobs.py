@@ -177,10 +177,13 @@ def test_bad_records_are_dead_lettered_and_the_executor_keeps_going(
         "run (no run id): a tombstone is not a RunRequested",
     )
     assert by_key[unknown_kind["run_id"].encode()][0] == "JobParamsError"
-    assert "job kind 'spark': unknown kind" in by_key[unknown_kind["run_id"].encode()][1]
+    assert (
+        "job kind 'spark': unknown kind 'spark'; executors run"
+        in by_key[unknown_kind["run_id"].encode()][1]
+    )
     assert by_key[no_command["run_id"].encode()] == (
         "JobParamsError",
-        "job kind 'shell': command: Field required",
+        "job kind 'shell': command: is required for a shell job; add command: 'echo hi'",
     )
     assert by_key[b"another-run-id"][0] == "RunRequestInvalidError"
     # Nothing that was dead-lettered was claimed or run.

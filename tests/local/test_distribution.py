@@ -130,6 +130,8 @@ def test_the_wheel_is_named_kairos_scheduler_and_its_kairos_command_runs(tmp_pat
     module, version, sample = found.stdout.splitlines()
     assert Path(module).is_relative_to(target), f"kairos imported from {module}, not the wheel"
     assert version == "0.1.0"
+    # `kairos --version` reads the installed wheel's metadata, not a number kept in the code.
+    assert _run(tmp_path, kairos, "--version").stdout == f"kairos {version}\n"
 
     preview = _run(tmp_path, kairos, "preview", "-f", sample, "-n", "1")
     assert preview.returncode == 0, preview.stderr

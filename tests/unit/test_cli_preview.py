@@ -151,7 +151,7 @@ def test_invalid_input_is_reported_without_traceback(
     [
         pytest.param(
             ["--from", "yesterday"],
-            "--from 'yesterday' is not an ISO-8601 instant",
+            "--from: invalid time 'yesterday': not an ISO-8601 instant",
             id="unreadable-from",
         ),
         pytest.param(["--from", "2027-01-01T00:00:00"], "has no UTC offset", id="naive-from"),
