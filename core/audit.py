@@ -42,6 +42,7 @@ from kairos.core.durations import parse_duration
 from kairos.core.errors import KairosError
 from kairos.core.firing import Decision, ScheduleState, deleted, upserted
 from kairos.core.rerun_request import RerunRequest
+from kairos.core.reruns import take_rerun
 from kairos.core.schedule import Schedule
 
 _JUST_BEFORE = timedelta(microseconds=1)
@@ -162,6 +163,7 @@ def expected_occurrences(
     end: datetime,
     fired_through: Mapping[tuple[str, int], datetime] | None = None,
     calendars: CalendarLookup | None = None,
+    reruns: Sequence[RequestedRerun] = (),
 ) -> dict[str, list[ExpectedOccurrence]]:
     """Every occurrence owed with `start <= nominal < end`, per schedule, oldest first.
 
@@ -179,6 +181,10 @@ def expected_occurrences(
     `calendars` gives the shared calendars in force at each occurrence (`as_of_history`), for
     the schedules that name some: which business days count, where rolls and deferrals move an
     occurrence. What they skip is owed as a decision like any other (the skip record says why).
+
+    `reruns` are the re-run requests the schedules topic holds: each owes the runs
+    `kairos.core.reruns.take_rerun` names under the definition in force at its offset (pauses
+    and deletes after it do not cancel them), listed after the schedule's occurrences.
     """
     events: dict[str, list[HistoryEvent]] = {}
     for event in history:
@@ -192,6 +198,55 @@ def expected_occurrences(
             for occurrence in _owed(schedule_events, start, end, fired, calendars)
             if not any(stop.holds(occurrence.nominal) for stop in stops)
         ]
+    requests: dict[str, list[RequestedRerun]] = {}
+    for rerun in reruns:
+        requests.setdefault(rerun.request.schedule_id, []).append(rerun)
+    for sid, asked in requests.items():
+        owed.setdefault(sid, []).extend(
+            occurrence
+            for occurrence in _rerun_owed(events.get(sid, []), asked, calendars)
+            if start <= occurrence.nominal < end
+        )
+    return owed
+
+
+def _rerun_owed(
+    events: Sequence[HistoryEvent],
+    reruns: Sequence[RequestedRerun],
+    calendars: CalendarLookup | None,
+) -> list[ExpectedOccurrence]:
+    """The runs each request owes, replayed as the ticker takes them: in topic order, under the
+    definition in force, a retry of a request the schedule completed owing nothing."""
+    ordered: list[HistoryEvent | RequestedRerun] = sorted(
+        [*events, *reruns], key=lambda record: record.offset
+    )
+    state: ScheduleState | None = None
+    owed: list[ExpectedOccurrence] = []
+    for record in ordered:
+        if isinstance(record, HistoryEvent):
+            if record.definition is None:
+                state = None  # deleted: a re-created id remembers no request
+            else:
+                done = () if state is None else state.reruns_done
+                state = ScheduleState(
+                    record.definition, record.offset, None, reruns_done=done, calendars=calendars
+                )
+            continue
+        if state is None:
+            continue  # the ticker dead-letters a request for a schedule it does not hold
+        request = record.request
+        taken = take_rerun(state, request, request.requested_at, limit=None)
+        owed += [
+            ExpectedOccurrence(
+                run_id=decision.run_id,
+                schedule_id=decision.schedule_id,
+                nominal=decision.nominal,
+                due_at=request.requested_at,
+                version=state.version,
+            )
+            for decision in taken.decisions
+        ]
+        state = taken.state
     return owed
 
 

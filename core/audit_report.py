@@ -101,6 +101,11 @@ class ScheduleAudit:
     skipped_runs: tuple[tuple[str, str | None], ...] = ()
     """(run id, the recorded reason) of each occurrence skipped by policy."""
     findings: tuple[Finding, ...] = ()
+    reruns: int = 0
+    """Runs a re-run request owed (`kairos schedules trigger`, `backfill`) that were fired:
+    intentional, never counted as duplicates of the occurrence they re-run."""
+    recovered: int = 0
+    """Occurrences whose scheduled run is missing but a re-run of them was fired: not lost."""
 
     @property
     def lost(self) -> int:

@@ -46,6 +46,7 @@ from kairos.core.audit_report import (
     FindingKind,
     ScheduleAudit,
 )
+from kairos.core.run_id import rerun_request_of
 
 _MS = timedelta(milliseconds=1)
 
@@ -87,6 +88,8 @@ class _Seen:
     outcomes: OutcomeCheck | None
     dead_letters: Mapping[tuple[int, int], AdmissionDeadLetter]
     as_of: datetime
+    rerun_of: frozenset[tuple[str, datetime]] = frozenset()
+    """(schedule id, nominal instant) of every occurrence a committed re-run ran again."""
 
 
 def verify(
@@ -177,6 +180,11 @@ def _index(
         if _counts(record) and wanted(record.schedule_id, record.nominal):
             hidden.setdefault(record.run_id, []).append(record)
     return _Seen(
+        rerun_of=frozenset(
+            (runs[0].schedule_id, runs[0].nominal)
+            for run_id, runs in commits.items()
+            if rerun_request_of(run_id) is not None
+        ),
         commits=commits,
         story=story,
         unsettled=hidden,
@@ -211,10 +219,16 @@ def _audit_one(
     lost: list[ExpectedOccurrence] = []
     skipped: list[tuple[str, str | None]] = []
     findings: list[Finding] = []
-    fired = pending = 0
+    fired = pending = reruns = recovered = 0
     for occurrence in owed:
         runs = seen.commits.get(occurrence.run_id)
         events = seen.story.get(occurrence.run_id, [])
+        if runs and rerun_request_of(occurrence.run_id) is not None:
+            # Asked for by a person, fired when asked: its lateness is not the schedule's.
+            reruns += 1
+            first = min(runs, key=lambda r: r.offset)
+            findings += _fire_findings(first, _millis(occurrence.due_at), runs, events, seen)
+            continue
         if runs:
             fired += 1
             # Commits of one run id share its key and so its partition: the first is the fire.
@@ -228,6 +242,8 @@ def _audit_one(
         skip = next((e for e in events if e.kind == "skipped"), None)
         if skip is not None:
             skipped.append((occurrence.run_id, skip.reason))
+        elif (schedule_id, occurrence.nominal) in seen.rerun_of:
+            recovered += 1
         elif occurrence.due_at >= seen.settled_before:
             pending += 1
         elif occurrence.run_id in seen.unsettled:
@@ -257,6 +273,8 @@ def _audit_one(
         unexpected_runs=tuple(unexpected),
         skipped_runs=tuple(skipped),
         findings=tuple(sorted(findings, key=lambda f: (f.nominal, f.run_id, f.kind))),
+        reruns=reruns,
+        recovered=recovered,
     )
 
 
