@@ -63,7 +63,7 @@ def list_(
             events = reader.run_events(keep=lambda e: wanted(e.schedule_id, e.nominal))
     except KairosError as error:
         raise fail(f"{error} (broker {settings.bootstrap_servers})") from None
-    summaries = sorted(_summaries(fired, events), key=lambda s: (s["nominal_at"], s["run_id"]))
+    summaries = sorted(run_summaries(fired, events), key=lambda s: (s["nominal_at"], s["run_id"]))
     shown = summaries[-limit:]
     if as_json:
         typer.echo(json.dumps([jsonable(s) for s in shown], indent=2))
@@ -89,7 +89,7 @@ def list_(
         typer.echo(f"{len(summaries) - limit} earlier run(s) not shown; raise --limit", err=True)
 
 
-def _summaries(fired: list[FiredRun], events: list[RunEventRecord]) -> list[dict[str, Any]]:
+def run_summaries(fired: list[FiredRun], events: list[RunEventRecord]) -> list[dict[str, Any]]:
     fires: dict[str, list[FiredRun]] = {}
     for run in fired:
         if run.attempt == 1:
