@@ -94,7 +94,7 @@ def _stored(settings: KafkaSettings, schedule_id: str) -> StoredSchedule:
         known = list(reader.read_all().schedules)
     except KairosError as error:
         raise fail(str(error)) from None
-    close = difflib.get_close_matches(schedule_id, known, n=3, cutoff=0.6)
+    close = difflib.get_close_matches(schedule_id, known, n=3, cutoff=0.8)
     hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
     raise fail(
         f"no schedule {schedule_id!r} on {reader.topic} (never published, or deleted){hint} "
