@@ -18,7 +18,7 @@ from kairos.cli.options import fail, kafka_settings
 from kairos.cli.output import JsonAliasOption, OutputOption, as_yaml, chosen, render, table_lines
 from kairos.cli.partitions import GroupOption
 from kairos.cli.preview_listing import MARKS, heading, occurrence_line, upcoming
-from kairos.cli.reading import history_reader, text
+from kairos.cli.reading import TIME_HELP, history_reader, instant_option, text
 from kairos.cli.runs import run_summaries
 from kairos.core.audit import HistoryEvent
 from kairos.core.calendar import never_fires_reason
@@ -33,6 +33,12 @@ CountOption = Annotated[
     int, typer.Option("--count", "-n", min=1, help="How many next fires to show.")
 ]
 RunsOption = Annotated[int, typer.Option("--runs", min=0, help="How many of the last runs.")]
+FromOption = Annotated[
+    str | None,
+    typer.Option(
+        "--from", help=f"List the next fires after this instant, not after now. {TIME_HELP}"
+    ),
+]
 ChangesOption = Annotated[
     int, typer.Option("--changes", min=0, help="How many of the last changes.")
 ]
@@ -42,6 +48,7 @@ def describe(
     context: typer.Context,
     schedule_id: Annotated[str, typer.Argument(help="The schedule's id.")],
     count: CountOption = 5,
+    fires_from: FromOption = None,
     runs: RunsOption = 5,
     changes: ChangesOption = 5,
     group_id: GroupOption = None,
@@ -55,6 +62,7 @@ def describe(
     stored = _stored(settings, schedule_id)
     schedule = stored.schedule
     now = datetime.now(UTC)
+    after = instant_option(fires_from, "--from", now) or now
     # Imported here: preview's modules import cli.schedules, which registers this command.
     from kairos.cli.preview_calendars import preview_calendars  # noqa: PLC0415
 
@@ -67,7 +75,7 @@ def describe(
             history = reader.schedule_events(schedule_id) if changes else []
     except KairosError as error:
         raise fail(f"{error} (broker {settings.bootstrap_servers})") from None
-    upcoming_fires = upcoming(schedule, now, count, calendars)
+    upcoming_fires = upcoming(schedule, after, count, calendars)
     summaries = sorted(run_summaries(fired, events), key=lambda s: (s["nominal_at"], s["run_id"]))
     document = {
         "schedule": schedule.model_dump(mode="json"),
@@ -76,7 +84,7 @@ def describe(
         "labels": dict(schedule.labels),
         "placement": placement,
         "next_fires": [_fire_document(p, schedule) for p in upcoming_fires],
-        "never_fires": None if upcoming_fires else never_fires_reason(schedule, now),
+        "never_fires": None if upcoming_fires else never_fires_reason(schedule, after),
         "last_runs": summaries[-runs:] if runs else [],
         "last_changes": [_change_document(e) for e in history[-changes:]] if changes else [],
     }
