@@ -25,6 +25,7 @@ from kairos.core.calendar import never_fires_reason
 from kairos.core.calendar_rules import Planned
 from kairos.core.errors import KairosError
 from kairos.core.schedule import Schedule
+from kairos.streams.history import HistoryReader
 from kairos.streams.partition_status import PartitionStatusError, read_group_status
 from kairos.streams.schedule_reader import ScheduleReader, StoredSchedule
 from kairos.streams.settings import TICKER_GROUP, KafkaSettings
@@ -98,16 +99,28 @@ def _stored(settings: KafkaSettings, schedule_id: str) -> StoredSchedule:
         stored = reader.read_one(schedule_id)
         if stored is not None:
             return stored
-        # Only on a miss: every id, to suggest the one a typo meant.
+        # Only on a miss: every id, to suggest the one a typo meant, and the schedule's own
+        # history, to say when it was deleted.
         known = list(reader.read_all().schedules)
+        history = HistoryReader(settings).schedule_events(schedule_id)
     except KairosError as error:
         raise fail(str(error)) from None
     close = difflib.get_close_matches(schedule_id, known, n=3, cutoff=0.8)
     hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
     raise fail(
-        f"no schedule {schedule_id!r} on {reader.topic} (never published, or deleted){hint} "
+        f"no schedule {schedule_id!r} on {reader.topic} ({_gone(history)}){hint} "
         "`kairos schedules list` shows the published ones"
     )
+
+
+def _gone(history: list[HistoryEvent]) -> str:
+    if not history:
+        return "never published, or deleted and compacted away"
+    # The `deleted` event names who and why; the tombstone after it does not.
+    last = next((e for e in reversed(history) if e.change == "deleted"), history[-1])
+    by = f" by {last.changed_by}" if last.changed_by else ""
+    why = f": {last.reason}" if last.reason else ""
+    return f"deleted at {text(last.changed_at)}{by}{why}"
 
 
 def _placement(settings: KafkaSettings, stored: StoredSchedule, group_id: str) -> dict[str, Any]:

@@ -132,6 +132,14 @@ def test_an_unknown_id_suggests_the_close_one(published: KafkaSettings) -> None:
     assert "Traceback" not in result.output
     far = kairos(published, "schedules", "describe", "zzz")
     assert far.exit_code == 1 and "did you mean" not in far.stderr
+    assert "never published" in far.stderr
+
+    with SchedulesClient(published, changed_by="dave") as client:
+        client.delete(REPORT.id, reason="replaced by ops.weekly")
+    gone = kairos(published, "schedules", "describe", REPORT.id)
+    assert gone.exit_code == 1
+    assert "deleted at " in gone.stderr
+    assert "by dave: replaced by ops.weekly" in gone.stderr
 
 
 def describe(settings: KafkaSettings, schedule_id: str, *args: str) -> dict[str, Any]:
