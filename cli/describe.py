@@ -59,11 +59,11 @@ def describe(
     """Show one schedule: definition, owner, labels, where it fires from, next fires, last runs
     and last changes."""
     chosen_output = chosen(output, as_json)
+    now = datetime.now(UTC)
+    after = instant_option(fires_from, "--from", now) or now
     settings = kafka_settings(context)
     stored = _stored(settings, schedule_id)
     schedule = stored.schedule
-    now = datetime.now(UTC)
-    after = instant_option(fires_from, "--from", now) or now
     # Imported here: preview's modules import cli.schedules, which registers this command.
     from kairos.cli.preview_calendars import preview_calendars  # noqa: PLC0415
 
