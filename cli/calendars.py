@@ -17,7 +17,8 @@ from typing import Annotated, Any, Literal
 import typer
 import yaml
 
-from kairos.cli.options import JsonOption, fail, kafka_settings, refused
+from kairos.cli.options import fail, kafka_settings, refused
+from kairos.cli.output import JsonAliasOption, OutputOption, chosen, render, table_lines
 from kairos.cli.schedules import ChangedByOption, ReasonOption, changed_by_or_default
 from kairos.core.business_calendar import (
     BusinessCalendar,
@@ -175,19 +176,22 @@ def list_(
     owner: Annotated[
         str | None, typer.Option("--owner", help="Only the calendars of this owner.")
     ] = None,
-    as_json: JsonOption = False,
+    output: OutputOption = None,
+    as_json: JsonAliasOption = False,
 ) -> None:
     """List the current calendars with their versions."""
+    chosen_output = chosen(output, as_json)
     book = _book(kafka_settings(context))
     shown = sorted(
         (v for v in book.versions.values() if owner is None or v.calendar.owner == owner),
         key=lambda v: v.calendar.id,
     )
-    if as_json:
-        typer.echo(json.dumps([_as_json(version) for version in shown], indent=2))
-        return
+    render([_as_json(version) for version in shown], chosen_output, lambda: _print_list(shown))
+
+
+def _print_list(shown: list[CalendarVersion]) -> None:
     header = ["ID", "OWNER", "TIMEZONE", "HOLIDAYS", "WINDOWS", "VERSION", "CHANGED AT", "BY"]
-    rows = [header] + [
+    rows = [
         [
             v.calendar.id,
             v.calendar.owner,
@@ -200,9 +204,8 @@ def list_(
         ]
         for v in shown
     ]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    for row in rows:
-        typer.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)))
+    for line in table_lines(header, rows):
+        typer.echo(line)
 
 
 def _holiday_span(calendar: BusinessCalendar) -> str:
@@ -214,15 +217,20 @@ def _holiday_span(calendar: BusinessCalendar) -> str:
 
 @app.command("show")
 def show(
-    context: typer.Context, calendar_id: CalendarIdArgument, as_json: JsonOption = False
+    context: typer.Context,
+    calendar_id: CalendarIdArgument,
+    output: OutputOption = None,
+    as_json: JsonAliasOption = False,
 ) -> None:
     """Show one calendar's definition and its version."""
+    chosen_output = chosen(output, as_json)
     found = _book(kafka_settings(context)).get(calendar_id)
     if found is None:
         raise fail(f"no calendar {calendar_id!r}; `kairos calendars list` shows the calendars")
-    if as_json:
-        typer.echo(json.dumps(_as_json(found), indent=2))
-        return
+    render(_as_json(found), chosen_output, lambda: _print_calendar(found))
+
+
+def _print_calendar(found: CalendarVersion) -> None:
     document = {
         **_version_json(found),
         "calendar": calendar_document([found.calendar])["calendars"][0],

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
@@ -10,11 +9,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from kairos.cli.options import (
-    JsonOption,
-    fail,
-    kafka_settings,
-)
+from kairos.cli.options import fail, kafka_settings
+from kairos.cli.output import JsonAliasOption, OutputOption, chosen, render
 from kairos.cli.reading import text, wide_console
 from kairos.streams.partition_status import (
     GroupStatus,
@@ -38,21 +34,20 @@ GroupOption = Annotated[
 def partitions(
     context: typer.Context,
     group_id: GroupOption = None,
-    as_json: JsonOption = False,
+    output: OutputOption = None,
+    as_json: JsonAliasOption = False,
 ) -> None:
     """Show each schedules partition's owner, lag and next due fire, and the tickers' group.
 
     Exits 1 when a partition has no owner: nobody fires its schedules.
     """
+    chosen_output = chosen(output, as_json)
     settings = kafka_settings(context)
     try:
         status = read_group_status(settings, group_id or settings.deployment_id(TICKER_GROUP))
     except PartitionStatusError as error:
         raise fail(f"{error} (broker {settings.bootstrap_servers})") from None
-    if as_json:
-        typer.echo(json.dumps(as_document(status), indent=2))
-    else:
-        _print(status, wide_console())
+    render(as_document(status), chosen_output, lambda: _print(status, wide_console()))
     if status.unowned:
         raise typer.Exit(1)
 

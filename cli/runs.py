@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
@@ -10,18 +9,14 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from kairos.cli.options import (
-    JsonOption,
-    fail,
-    kafka_settings,
-)
+from kairos.cli.options import fail, kafka_settings
+from kairos.cli.output import JsonAliasOption, OutputOption, chosen, render
 from kairos.cli.reading import (
     ScheduleFilterOption,
     SinceOption,
     UntilOption,
     history_reader,
     instant_option,
-    jsonable,
     text,
     wide_console,
 )
@@ -42,9 +37,11 @@ def list_(
     limit: Annotated[
         int, typer.Option("--limit", min=1, help="Show the latest N runs by nominal instant.")
     ] = 50,
-    as_json: JsonOption = False,
+    output: OutputOption = None,
+    as_json: JsonAliasOption = False,
 ) -> None:
     """List runs by nominal instant (--since/--until bound it), with their status."""
+    chosen_output = chosen(output, as_json)
     now = datetime.now(UTC)
     start = instant_option(since, "--since", now)
     end = instant_option(until, "--until", now)
@@ -63,11 +60,14 @@ def list_(
             events = reader.run_events(keep=lambda e: wanted(e.schedule_id, e.nominal))
     except KairosError as error:
         raise fail(f"{error} (broker {settings.bootstrap_servers})") from None
-    summaries = sorted(_summaries(fired, events), key=lambda s: (s["nominal_at"], s["run_id"]))
+    summaries = sorted(run_summaries(fired, events), key=lambda s: (s["nominal_at"], s["run_id"]))
     shown = summaries[-limit:]
-    if as_json:
-        typer.echo(json.dumps([jsonable(s) for s in shown], indent=2))
-        return
+    render(shown, chosen_output, lambda: _print_runs(shown))
+    if len(summaries) > limit:
+        typer.echo(f"{len(summaries) - limit} earlier run(s) not shown; raise --limit", err=True)
+
+
+def _print_runs(shown: list[dict[str, Any]]) -> None:
     if not shown:
         typer.echo("no runs match", err=True)
         return
@@ -85,11 +85,9 @@ def list_(
             s["status"] + duplicate,
         )
     wide_console().print(table)
-    if len(summaries) > limit:
-        typer.echo(f"{len(summaries) - limit} earlier run(s) not shown; raise --limit", err=True)
 
 
-def _summaries(fired: list[FiredRun], events: list[RunEventRecord]) -> list[dict[str, Any]]:
+def run_summaries(fired: list[FiredRun], events: list[RunEventRecord]) -> list[dict[str, Any]]:
     fires: dict[str, list[FiredRun]] = {}
     for run in fired:
         if run.attempt == 1:
@@ -131,9 +129,11 @@ def _status(commits: list[FiredRun], steps: list[RunEventRecord]) -> str:
 def get(
     context: typer.Context,
     run_id: Annotated[str, typer.Argument(help="The run id, e.g. report@2027-03-14T07:00:00Z.")],
-    as_json: JsonOption = False,
+    output: OutputOption = None,
+    as_json: JsonAliasOption = False,
 ) -> None:
     """Show one run's whole story: the definition that owed it, its fire(s), every event."""
+    chosen_output = chosen(output, as_json)
     try:
         schedule_id, nominal = parse_run_id(run_id)
     except RunIdError as error:
@@ -155,10 +155,7 @@ def get(
             f"--from {text(nominal)} --to <a later instant>` tells whether it was owed"
         )
     story = _story(run_id, schedule_id, nominal, fired, events, history)
-    if as_json:
-        typer.echo(json.dumps(jsonable(story), indent=2))
-        return
-    _print_story(story)
+    render(story, chosen_output, lambda: _print_story(story))
 
 
 def _story(

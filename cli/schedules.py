@@ -1,21 +1,21 @@
-"""`kairos schedules list|get|delete|pause|resume`: the compacted schedules topic, by hand."""
+"""`kairos schedules list|get|delete|pause|resume`: the compacted schedules topic, by hand.
+
+`describe` (cli/describe.py) is registered here too; the re-running verbs live in cli/reruns.py.
+"""
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 from collections.abc import Callable
 from typing import Annotated, Any
 
 import typer
-import yaml
 
-from kairos.cli.options import (
-    JsonOption,
-    fail,
-    kafka_settings,
-)
+from kairos.cli.describe import describe
+from kairos.cli.label_selector import LabelSelectorError, parse_selector
+from kairos.cli.options import fail, kafka_settings
+from kairos.cli.output import Format, JsonAliasOption, OutputOption, chosen, render, table_lines
 from kairos.core.errors import KairosError
 from kairos.core.schedule import Schedule
 from kairos.streams.schedule_publisher import SchedulesClient
@@ -34,9 +34,10 @@ ReasonOption = Annotated[str | None, typer.Option("--reason", help="Why, for the
 ScheduleIdArgument = Annotated[str, typer.Argument(help="The schedule's id.")]
 
 app = typer.Typer(
-    help="List, show, delete, pause and resume the schedules on the schedules topic.",
+    help="List, show, describe, delete, pause and resume the schedules on the schedules topic.",
     no_args_is_help=True,
 )
+app.command("describe")(describe)
 
 
 def changed_by_or_default(changed_by: str | None) -> str:
@@ -63,15 +64,43 @@ def warn_rejected(snapshot: ScheduleSnapshot, reader: ScheduleReader) -> None:
     )
 
 
+LabelsOption = Annotated[
+    str | None,
+    typer.Option(
+        "--selector",
+        "-l",
+        help="Only the schedules whose labels match, as kubectl reads selectors: "
+        "team=billing,tier!=batch,critical,!legacy.",
+        show_default=False,
+    ),
+]
+StateOption = Annotated[
+    bool | None,
+    typer.Option(
+        "--paused/--active",
+        help="Only the paused, or only the active, schedules.",
+        show_default=False,
+    ),
+]
+
+
 @app.command("list")
 def list_(
     context: typer.Context,
     owner: Annotated[
         str | None, typer.Option("--owner", help="Only the schedules of this owner.")
     ] = None,
-    as_json: JsonOption = False,
+    selector: LabelsOption = None,
+    paused: StateOption = None,
+    output: OutputOption = None,
+    as_json: JsonAliasOption = False,
 ) -> None:
-    """List the current schedules."""
+    """List the current schedules, filtered by owner, labels and state (all must match)."""
+    chosen_output = chosen(output, as_json)
+    try:
+        wanted = None if selector is None else parse_selector(selector)
+    except LabelSelectorError as error:
+        raise fail(str(error), code=2) from None
     reader = reader_for(kafka_settings(context))
     try:
         snapshot = reader.read_all()
@@ -79,37 +108,46 @@ def list_(
         raise fail(str(error)) from None
     warn_rejected(snapshot, reader)
     shown = sorted(
-        (s for s in snapshot.schedules.values() if owner is None or s.schedule.owner == owner),
+        (
+            s
+            for s in snapshot.schedules.values()
+            if owner in (None, s.schedule.owner)
+            and (wanted is None or wanted.matches(s.schedule.labels))
+            and paused in (None, s.schedule.paused)
+        ),
         key=lambda s: s.id,
     )
-    if as_json:
-        typer.echo(json.dumps([_as_json(stored) for stored in shown], indent=2))
-        return
+    render([as_document(s) for s in shown], chosen_output, lambda: _print_table(shown))
+
+
+def _print_table(shown: list[StoredSchedule]) -> None:
     rows = [
         [
             s.id,
-            _trigger(s.schedule),
+            trigger_text(s.schedule),
             s.schedule.timezone,
             "paused" if s.schedule.paused else "active",
             s.schedule.owner or "-",
+            ",".join(f"{k}={v}" for k, v in sorted(s.schedule.labels.items())) or "-",
             s.changed_at.isoformat(timespec="seconds"),
             s.changed_by,
         ]
         for s in shown
     ]
-    header = ["ID", "TRIGGER", "TIMEZONE", "STATE", "OWNER", "CHANGED AT", "CHANGED BY"]
-    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
-    for row in [header, *rows]:
-        typer.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)))
+    header = ["ID", "TRIGGER", "TIMEZONE", "STATE", "OWNER", "LABELS", "CHANGED AT", "CHANGED BY"]
+    for line in table_lines(header, rows):
+        typer.echo(line)
 
 
 @app.command("get")
 def get(
     context: typer.Context,
     schedule_id: ScheduleIdArgument,
-    as_json: JsonOption = False,
+    output: OutputOption = None,
+    as_json: JsonAliasOption = False,
 ) -> None:
-    """Show one schedule's full definition and its last change."""
+    """Show one schedule's full definition and its last change (YAML unless -o says otherwise)."""
+    chosen_output = chosen(output, as_json, default=Format.YAML)
     reader = reader_for(kafka_settings(context))
     try:
         stored = reader.read_one(schedule_id)
@@ -117,10 +155,7 @@ def get(
         raise fail(str(error)) from None
     if stored is None:
         raise fail(f"no schedule {schedule_id!r} on {reader.topic}")
-    if as_json:
-        typer.echo(json.dumps(_as_json(stored), indent=2))
-        return
-    typer.echo(yaml.safe_dump(_as_json(stored), sort_keys=False).rstrip())
+    render(as_document(stored), chosen_output, lambda: _print_table([stored]))
 
 
 @app.command("delete")
@@ -181,7 +216,7 @@ def _change(
         raise fail(str(error)) from None
 
 
-def _trigger(schedule: Schedule) -> str:
+def trigger_text(schedule: Schedule) -> str:
     shown = schedule.model_dump(mode="json")
     if schedule.cron is not None:
         return f"cron {schedule.cron}"
@@ -190,7 +225,7 @@ def _trigger(schedule: Schedule) -> str:
     return f"at {shown['at']}"
 
 
-def _as_json(stored: StoredSchedule) -> dict[str, Any]:
+def as_document(stored: StoredSchedule) -> dict[str, Any]:
     return {
         "schedule": stored.schedule.model_dump(mode="json"),
         "last_change": {

@@ -1,0 +1,235 @@
+"""`kairos schedules describe ID`: one schedule, everything a team asks about it at 2 a.m.
+
+Its definition, owner and labels; the partition it lives on and the ticker firing that partition
+now; its next fires with DST and calendar notes; its last runs with outcome, attempts and
+lateness; and its last changes. Each part reuses the reader of the command that shows it alone
+(`partitions`, `preview`, `runs list`, `replay`), so describe never disagrees with them.
+"""
+
+from __future__ import annotations
+
+import difflib
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+import typer
+
+from kairos.cli.options import fail, kafka_settings
+from kairos.cli.output import JsonAliasOption, OutputOption, as_yaml, chosen, render, table_lines
+from kairos.cli.partitions import GroupOption
+from kairos.cli.preview_listing import MARKS, heading, occurrence_line, upcoming
+from kairos.cli.reading import TIME_HELP, history_reader, instant_option, text
+from kairos.cli.runs import run_summaries
+from kairos.core.audit import HistoryEvent
+from kairos.core.calendar import never_fires_reason
+from kairos.core.calendar_rules import Planned
+from kairos.core.errors import KairosError
+from kairos.core.schedule import Schedule
+from kairos.streams.history import HistoryReader
+from kairos.streams.partition_status import PartitionStatusError, read_group_status
+from kairos.streams.schedule_reader import ScheduleReader, StoredSchedule
+from kairos.streams.settings import TICKER_GROUP, KafkaSettings
+
+CountOption = Annotated[
+    int, typer.Option("--count", "-n", min=1, help="How many next fires to show.")
+]
+RunsOption = Annotated[int, typer.Option("--runs", min=0, help="How many of the last runs.")]
+FromOption = Annotated[
+    str | None,
+    typer.Option(
+        "--from", help=f"List the next fires after this instant, not after now. {TIME_HELP}"
+    ),
+]
+ChangesOption = Annotated[
+    int, typer.Option("--changes", min=0, help="How many of the last changes.")
+]
+
+
+def describe(
+    context: typer.Context,
+    schedule_id: Annotated[str, typer.Argument(help="The schedule's id.")],
+    count: CountOption = 5,
+    fires_from: FromOption = None,
+    runs: RunsOption = 5,
+    changes: ChangesOption = 5,
+    group_id: GroupOption = None,
+    output: OutputOption = None,
+    as_json: JsonAliasOption = False,
+) -> None:
+    """Show one schedule: definition, owner, labels, where it fires from, next fires, last runs
+    and last changes."""
+    chosen_output = chosen(output, as_json)
+    now = datetime.now(UTC)
+    after = instant_option(fires_from, "--from", now) or now
+    settings = kafka_settings(context)
+    stored = _stored(settings, schedule_id)
+    schedule = stored.schedule
+    # Imported here: preview's modules import cli.schedules, which registers this command.
+    from kairos.cli.preview_calendars import preview_calendars  # noqa: PLC0415
+
+    try:
+        calendars = preview_calendars(context, None, [schedule])
+        placement = _placement(settings, stored, group_id or settings.deployment_id(TICKER_GROUP))
+        with history_reader(settings) as reader:
+            fired = reader.runs(keep=lambda r: r.schedule_id == schedule_id) if runs else []
+            events = reader.run_events(keep=lambda e: e.schedule_id == schedule_id) if runs else []
+            history = reader.schedule_events(schedule_id) if changes else []
+    except KairosError as error:
+        raise fail(f"{error} (broker {settings.bootstrap_servers})") from None
+    upcoming_fires = upcoming(schedule, after, count, calendars)
+    summaries = sorted(run_summaries(fired, events), key=lambda s: (s["nominal_at"], s["run_id"]))
+    document = {
+        "schedule": schedule.model_dump(mode="json"),
+        "state": "paused" if schedule.paused else "active",
+        "owner": schedule.owner,
+        "labels": dict(schedule.labels),
+        "placement": placement,
+        "next_fires": [_fire_document(p, schedule) for p in upcoming_fires],
+        "never_fires": None if upcoming_fires else never_fires_reason(schedule, after),
+        "last_runs": summaries[-runs:] if runs else [],
+        "last_changes": [_change_document(e) for e in history[-changes:]] if changes else [],
+    }
+    render(document, chosen_output, lambda: _print(document, schedule, upcoming_fires))
+
+
+def _stored(settings: KafkaSettings, schedule_id: str) -> StoredSchedule:
+    """The schedule as the topic has it now; a clear error, with close ids, when it is not there."""
+    reader = ScheduleReader(settings)
+    try:
+        stored = reader.read_one(schedule_id)
+        if stored is not None:
+            return stored
+        # Only on a miss: every id, to suggest the one a typo meant, and the schedule's own
+        # history, to say when it was deleted.
+        known = list(reader.read_all().schedules)
+        history = HistoryReader(settings).schedule_events(schedule_id)
+    except KairosError as error:
+        raise fail(str(error)) from None
+    close = difflib.get_close_matches(schedule_id, known, n=3, cutoff=0.8)
+    hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
+    raise fail(
+        f"no schedule {schedule_id!r} on {reader.topic} ({_gone(history)}){hint} "
+        "`kairos schedules list` shows the published ones"
+    )
+
+
+def _gone(history: list[HistoryEvent]) -> str:
+    if not history:
+        return "never published, or deleted and compacted away"
+    # The `deleted` event names who and why; the tombstone after it does not.
+    last = next((e for e in reversed(history) if e.change == "deleted"), history[-1])
+    by = f" by {last.changed_by}" if last.changed_by else ""
+    why = f": {last.reason}" if last.reason else ""
+    return f"deleted at {text(last.changed_at)}{by}{why}"
+
+
+def _placement(settings: KafkaSettings, stored: StoredSchedule, group_id: str) -> dict[str, Any]:
+    try:
+        status = read_group_status(settings, group_id)
+    except PartitionStatusError as error:
+        raise KairosError(str(error)) from None
+    partition = next(p for p in status.partitions if p.partition == stored.partition)
+    return {
+        "topic": status.topic,
+        "partition": stored.partition,
+        "definition_offset": stored.offset,
+        "group_id": status.group_id,
+        "group_state": status.state,
+        "ticker": partition.owner,
+        "ticker_host": partition.owner_host,
+        # The owner's committed offset is past this definition once its state holds it.
+        "applied": partition.committed_offset is not None
+        and partition.committed_offset > stored.offset,
+    }
+
+
+def _fire_document(occurrence: Planned, schedule: Schedule) -> dict[str, Any]:
+    fire, verdict = occurrence.fire, occurrence.verdict
+    runs_at = occurrence.runs_at
+    return {
+        "nominal_at": fire.nominal,
+        "wall": fire.wall.isoformat(),
+        "runs_at": None if runs_at is None else runs_at.astimezone(fire.wall.tzinfo).isoformat(),
+        "dst": [note for mark in MARKS if (note := mark(fire, schedule)) is not None],
+        "skipped": verdict.skip_reason,
+        "moved_why": verdict.moved_why,
+    }
+
+
+def _change_document(event: HistoryEvent) -> dict[str, Any]:
+    return {
+        "revision": event.revision,
+        "change": event.change,
+        "changed_by": event.changed_by,
+        "changed_at": event.changed_at,
+        "reason": event.reason,
+        "offset": event.offset,
+    }
+
+
+def _print(document: dict[str, Any], schedule: Schedule, fires: list[Planned]) -> None:
+    place = document["placement"]
+    labels = ", ".join(f"{k}={v}" for k, v in sorted(document["labels"].items()))
+    ticker = place["ticker"] or "NO OWNER: no ticker fires this partition now"
+    if place["ticker"] and not place["applied"]:
+        ticker += " (has not applied this definition yet)"
+    set_fields = schedule.model_dump(mode="json", exclude_defaults=True)
+    lines = [
+        heading(schedule),
+        f"  state       {document['state']}",
+        f"  owner       {document['owner'] or '-'}",
+        f"  labels      {labels or '-'}",
+        f"  partition   {place['partition']} of {place['topic']} "
+        f"(definition at offset {place['definition_offset']})",
+        f"  ticker      {ticker} [group {place['group_id']}, {place['group_state']}]",
+        "",
+        # Only what differs from the defaults: `-o yaml` has every field.
+        "Definition (fields set):",
+        *(f"  {line}" for line in as_yaml(set_fields).splitlines()),
+        "",
+        f"Next {len(fires)} fire(s), on the schedule's clock:",
+        *(occurrence_line(fire, schedule) for fire in fires),
+    ]
+    if document["never_fires"]:
+        lines.append(f"  none: {document['never_fires']}")
+    if schedule.paused and fires:
+        lines.append("  (paused: these run only if it is resumed before them)")
+    lines += ["", f"Last {len(document['last_runs'])} run(s):", *_runs_table(document)]
+    lines += ["", f"Last {len(document['last_changes'])} change(s):", *_changes_table(document)]
+    for line in lines:
+        typer.echo(line)
+
+
+def _runs_table(document: dict[str, Any]) -> list[str]:
+    if not document["last_runs"]:
+        return ["  none on the runs topic"]
+    header = ["RUN ID", "FIRED AT", "LATENESS", "TICKER", "ATTEMPTS", "OUTCOME"]
+    rows = [
+        [
+            s["run_id"],
+            text(s["fired_at"]) or "-",
+            "-" if s["lateness_ms"] is None else f"{s['lateness_ms']} ms",
+            s["ticker_instance"] or "-",
+            str(s["attempts"]),
+            s["status"] + (f" ({s['commits']} commits!)" if s["commits"] > 1 else ""),
+        ]
+        for s in document["last_runs"]
+    ]
+    return [f"  {line}" for line in table_lines(header, rows)]
+
+
+def _changes_table(document: dict[str, Any]) -> list[str]:
+    if not document["last_changes"]:
+        return ["  none on the schedules topic"]
+    header = ["REVISION", "CHANGED AT", "BY", "CHANGE", "REASON"]
+    rows = [
+        [
+            str(c["revision"]),
+            text(c["changed_at"]) or "-",
+            c["changed_by"] or "-",
+            c["change"],
+            c["reason"] or "-",
+        ]
+        for c in document["last_changes"]
+    ]
+    return [f"  {line}" for line in table_lines(header, rows)]
