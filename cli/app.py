@@ -19,6 +19,7 @@ from kairos.cli import (
     partitions,
     preview,
     replay,
+    reruns,
     runs,
     schedules,
     ticker,
@@ -134,6 +135,8 @@ app.command("ticker")(ticker.ticker)
 app.command("executor")(executor.executor)
 app.command("apply")(apply.apply)
 app.command("acls")(acls.acls)
+schedules.app.command("trigger")(reruns.trigger)
+schedules.app.command("backfill")(reruns.backfill)
 app.add_typer(schedules.app, name="schedules")
 app.add_typer(calendars.app, name="calendars")
 app.command("partitions")(partitions.partitions)

@@ -36,6 +36,7 @@ from kairos.core.audit import (
     FiredRun,
     HistoryEvent,
     OpenTransaction,
+    RequestedRerun,
     RunEventRecord,
     expected_occurrences,
     fired_through,
@@ -64,7 +65,18 @@ app = typer.Typer(
 )
 
 EXIT_CODES = {Verdict.HOLDS: 0, Verdict.BREACH: 1, Verdict.INCONCLUSIVE: 3}
-_COUNTS = ("expected", "fired", "skipped", "lost", "pending", "duplicates", "unexpected", "hidden")
+_COUNTS = (
+    "expected",
+    "fired",
+    "reruns",
+    "recovered",
+    "skipped",
+    "lost",
+    "pending",
+    "duplicates",
+    "unexpected",
+    "hidden",
+)
 _SHOWN_FINDINGS = 20
 _MS = timedelta(milliseconds=1)
 
@@ -74,6 +86,7 @@ class _Read:
     """What the audit read from the topics."""
 
     history: list[HistoryEvent]
+    reruns: list[RequestedRerun]
     fired: list[FiredRun]
     events: list[RunEventRecord]
     unsettled: Unsettled
@@ -154,7 +167,14 @@ def verify_command(
     if read.rejected:
         warnings.append(f"{read.rejected} record(s) were not valid events and were skipped")
     report = verify(
-        expected_occurrences(read.history, start, end, fired_through(read.fired), calendars),
+        expected_occurrences(
+            read.history,
+            start,
+            end,
+            fired_through(read.fired),
+            calendars=calendars,
+            reruns=read.reruns,
+        ),
         read.fired,
         read.events,
         start=start,
@@ -215,7 +235,7 @@ def _read(
     unsettled = Unsettled(
         tuple(reader.open_transactions), tuple(unsettled_fires), tuple(unsettled_events)
     )
-    return _Read(history, fired, events, unsettled, check, len(reader.rejected))
+    return _Read(history, reader.reruns, fired, events, unsettled, check, len(reader.rejected))
 
 
 def as_document(report: AuditReport, warnings: list[str]) -> dict[str, Any]:

@@ -162,6 +162,7 @@ def expected_occurrences(
     start: datetime,
     end: datetime,
     fired_through: Mapping[tuple[str, int], datetime] | None = None,
+    *,
     calendars: CalendarLookup | None = None,
     reruns: Sequence[RequestedRerun] = (),
 ) -> dict[str, list[ExpectedOccurrence]]:

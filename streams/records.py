@@ -12,7 +12,7 @@ from typing import Any
 
 from kairos.core.calendar_rules import CalendarLookup
 from kairos.core.firing import Decision, ScheduleState
-from kairos.core.rerun_request import RerunProgress
+from kairos.core.rerun_request import RerunProgress, RerunRequest
 from kairos.core.schedule import DURATIONS_IN_MS, JobSpec, Schedule
 
 _MS = timedelta(milliseconds=1)
@@ -209,6 +209,17 @@ def state_from_records(
         reruns_done=tuple(definition["reruns_done"]),
         calendars=calendars,
     )
+
+
+def rerun_record(request: RerunRequest) -> dict[str, Any]:
+    """The `rerun` of a rerun_requested `ScheduleEvent` (read back by `schedule_events`)."""
+    return {
+        "request_id": request.request_id,
+        "kind": request.kind.value,
+        "start_at": request.start,
+        "end_at": request.end,
+        "overlap": None if request.overlap is None else request.overlap.value,
+    }
 
 
 def run_requested_record(

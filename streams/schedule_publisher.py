@@ -20,10 +20,13 @@ from typing import Any, Literal
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from kairos.core.errors import KairosError
+from kairos.core.rerun_request import RerunRequest
+from kairos.core.run_id import RERUN_MARK
 from kairos.core.schedule import Schedule, parse_schedule
 from kairos.streams.authorization import kafka_error_of
 from kairos.streams.codec import Codecs, make_codecs
-from kairos.streams.records import definition_record
+from kairos.streams.partitioner import partition_for
+from kairos.streams.records import definition_record, rerun_record
 from kairos.streams.schedule_events import check_event_size
 from kairos.streams.schedule_reader import ScheduleReader, StoredSchedule
 from kairos.streams.settings import KafkaSettings
@@ -109,6 +112,7 @@ class SchedulesClient:
             raise ValueError("changed_by must name who publishes, for the audit trail")
         self.changed_by = changed_by
         self.topic = settings.layout.name(TopicRole.SCHEDULES)
+        self._partitions = settings.layout.schedules_partitions
         self._codecs = codecs or make_codecs()
         self._timeout_s = timeout_s
         self._reader = ScheduleReader(settings, self._codecs, timeout_s)
@@ -156,12 +160,37 @@ class SchedulesClient:
 
     def publish(self, changes: Sequence[ScheduleChange], reason: str | None = None) -> None:
         """Publish prepared changes in order; every one is encoded before the first is sent."""
-        records: builtins.list[tuple[str, bytes | None]] = []
+        records: builtins.list[_Outgoing] = []
         for change in changes:
-            records.append((change.schedule_id, self._event(change, reason)))
+            sid = change.schedule_id
+            records.append(_Outgoing(sid, sid, self._event(change, reason)))
             if change.change == "deleted":
-                records.append((change.schedule_id, None))
+                records.append(_Outgoing(sid, sid, None))
         self._deliver_all(records)
+
+    def request_rerun(self, request: RerunRequest) -> int:
+        """Publish a re-run request for the ticker owning the schedule to fire; the partition.
+
+        Keyed `<schedule id>~rerun-<request id>` on the schedule's own partition (see
+        `kairos.streams.schedule_events`); `ScheduleNotFoundError` when the schedule is gone.
+        """
+        self.get(request.schedule_id)
+        event = {
+            "schedule_id": request.schedule_id,
+            "event_id": uuid.uuid4(),
+            "change": "rerun_requested",
+            "definition": None,
+            "revision": 0,
+            "changed_by": self.changed_by,
+            "changed_at": request.requested_at,
+            "reason": request.reason,
+            "rerun": rerun_record(request),
+        }
+        value = self._codecs.schedule_event.encode(event)
+        partition = partition_for(request.schedule_id, self._partitions)
+        key = f"{request.schedule_id}{RERUN_MARK}{request.request_id}"
+        self._deliver_all([_Outgoing(request.schedule_id, key, value, partition)])
+        return partition
 
     def close(self) -> None:
         self._producer.flush(self._timeout_s)
@@ -199,15 +228,19 @@ class SchedulesClient:
         check_event_size(change.schedule_id, value)
         return value
 
-    def _deliver_all(self, records: Sequence[tuple[str, bytes | None]]) -> None:
+    def _deliver_all(self, records: Sequence[_Outgoing]) -> None:
         outcomes: dict[int, KafkaError | None] = {}
-        for index, (schedule_id, value) in enumerate(records):
+        for index, record in enumerate(records):
+            schedule_id = record.schedule_id
+            # -1: the key's partition (murmur2), unless the record says where it belongs.
+            partition = -1 if record.partition is None else record.partition
             while True:
                 try:
                     self._producer.produce(
                         self.topic,
-                        key=schedule_id.encode("utf-8"),
-                        value=value,
+                        key=record.key.encode("utf-8"),
+                        value=record.value,
+                        partition=partition,
                         on_delivery=partial(_store_outcome, outcomes, index),
                     )
                     break
@@ -225,11 +258,11 @@ class SchedulesClient:
             fatal = kafka_error_of(failure)
             if fatal is None:
                 raise
-            raise PublishError(records[0][0], fatal.str(), fatal) from failure
+            raise PublishError(records[0].schedule_id, fatal.str(), fatal) from failure
         # (schedule id, the broker's error, or None when no delivery report came in time)
         failures: builtins.list[tuple[str, KafkaError | None]] = [
-            (schedule_id, outcomes.get(index))
-            for index, (schedule_id, _) in enumerate(records)
+            (record.schedule_id, outcomes.get(index))
+            for index, record in enumerate(records)
             if index not in outcomes or outcomes[index] is not None
         ]
         if not failures:
@@ -239,6 +272,14 @@ class SchedulesClient:
         if error is None:
             raise PublishError(schedule_id, f"no acknowledgement within {self._timeout_s}s{more}")
         raise PublishError(schedule_id, error.str() + more, error)
+
+
+@dataclass(frozen=True)
+class _Outgoing:
+    schedule_id: str
+    key: str
+    value: bytes | None
+    partition: int | None = None
 
 
 def _store_outcome(

@@ -1,0 +1,226 @@
+"""`kairos schedules trigger` and `backfill`: run a schedule's job again, with its guarantees.
+
+Both publish a re-run request on the schedule's own partition; the ticker owning it fires the
+runs, fenced like every fire, and the audit replays them (`kairos.core.reruns`). The request id
+names the runs, so asking again with the same id fires nothing new.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+import typer
+
+from kairos.cli.options import fail, kafka_settings
+from kairos.cli.output import Format, OutputOption, render
+from kairos.cli.reading import TIME_HELP
+from kairos.cli.schedules import (
+    ChangedByOption,
+    ReasonOption,
+    ScheduleIdArgument,
+    changed_by_or_default,
+)
+from kairos.core.audit import parse_time
+from kairos.core.errors import KairosError
+from kairos.core.rerun_request import RerunKind, RerunRequest
+from kairos.core.reruns import MAX_BACKFILL_RUNS, rerun_occurrences
+from kairos.core.run_id import check_request_id, format_instant, rerun_id
+from kairos.core.schedule import OverlapPolicy, Schedule
+from kairos.streams.schedule_publisher import SchedulesClient
+
+RequestIdOption = Annotated[
+    str | None,
+    typer.Option(
+        "--request-id",
+        help="Names the request and its runs (letters, digits, . _ -); the same id again fires "
+        "nothing new. Default: made from the schedule and the instants, so a retried command "
+        "is a no-op.",
+        show_default=False,
+    ),
+]
+OverlapOption = Annotated[
+    OverlapPolicy | None,
+    typer.Option(
+        "--overlap",
+        case_sensitive=False,
+        help="Overlap policy of these runs instead of the schedule's (allow, skip, queue, "
+        "replace).",
+        show_default=False,
+    ),
+]
+
+
+def trigger(
+    context: typer.Context,
+    schedule_id: ScheduleIdArgument,
+    at: Annotated[
+        str,
+        typer.Option("--at", help=f"The run's instant, now or before. {TIME_HELP}"),
+    ] = "now",
+    request_id: RequestIdOption = None,
+    overlap: OverlapOption = None,
+    reason: ReasonOption = None,
+    changed_by: ChangedByOption = None,
+    output: OutputOption = None,
+) -> None:
+    """Run the schedule's job once now (or as of --at), fired by the ticker that owns it."""
+    now = _now()
+    instant = _time(at, now, "--at")
+    if instant > now:
+        raise fail(
+            f"--at {format_instant(instant)} is in the future: a trigger runs now or re-runs a "
+            "past instant; for a later one-off run, apply a schedule with `at:`",
+            code=2,
+        )
+    request = _request(
+        schedule_id,
+        RerunKind.TRIGGER,
+        (instant, instant),
+        request_id=request_id,
+        overlap=overlap,
+        reason=reason,
+        requested=(changed_by_or_default(changed_by), now),
+    )
+    _publish(context, request, output, counted=None)
+
+
+def backfill(
+    context: typer.Context,
+    schedule_id: ScheduleIdArgument,
+    start: Annotated[str, typer.Option("--from", help=f"First instant, included. {TIME_HELP}")],
+    end: Annotated[str, typer.Option("--to", help=f"Last instant, included. {TIME_HELP}")],
+    request_id: RequestIdOption = None,
+    overlap: OverlapOption = None,
+    reason: ReasonOption = None,
+    changed_by: ChangedByOption = None,
+    output: OutputOption = None,
+) -> None:
+    """Run the job for every occurrence of the schedule from --from through --to, at the
+    catch-up rate (never ahead of on-time fires); each run gets a re-run id of its own."""
+    now = _now()
+    first, last = _time(start, now, "--from"), _time(end, now, "--to")
+    if last < first:
+        raise fail(f"--to {end} is before --from {start}; swap them", code=2)
+    if last > now:
+        raise fail(
+            f"--to {format_instant(last)} is in the future: a backfill re-runs occurrences "
+            "that are due already; future ones fire on schedule",
+            code=2,
+        )
+    request = _request(
+        schedule_id,
+        RerunKind.BACKFILL,
+        (first, last),
+        request_id=request_id,
+        overlap=overlap,
+        reason=reason,
+        requested=(changed_by_or_default(changed_by), now),
+    )
+    _publish(context, request, output, counted=MAX_BACKFILL_RUNS)
+
+
+def _now() -> datetime:
+    return datetime.now(UTC).replace(microsecond=0)
+
+
+def _time(text: str, now: datetime, option: str) -> datetime:
+    try:
+        return parse_time(text, now)
+    except KairosError as error:
+        raise fail(f"{option}: {error}", code=2) from None
+
+
+def _request(
+    schedule_id: str,
+    kind: RerunKind,
+    instants: tuple[datetime, datetime],
+    *,
+    request_id: str | None,
+    overlap: OverlapPolicy | None,
+    reason: str | None,
+    requested: tuple[str, datetime],
+) -> RerunRequest:
+    start, end = instants
+    requested_by, requested_at = requested
+    stamp = [format_instant(start).replace("-", "").replace(":", "")]
+    if kind is RerunKind.BACKFILL:
+        stamp.append(format_instant(end).replace("-", "").replace(":", ""))
+    chosen_id = request_id or "-".join([kind.value, *stamp])
+    try:
+        check_request_id(chosen_id)
+    except KairosError as error:
+        raise fail(f"--request-id: {error}", code=2) from None
+    return RerunRequest(
+        request_id=chosen_id,
+        schedule_id=schedule_id,
+        kind=kind,
+        start=start,
+        end=end,
+        overlap=overlap,
+        requested_by=requested_by,
+        requested_at=requested_at,
+        reason=reason,
+    )
+
+
+def _publish(
+    context: typer.Context,
+    request: RerunRequest,
+    output: Format | None,
+    *,
+    counted: int | None,
+) -> None:
+    settings = kafka_settings(context)
+    try:
+        with SchedulesClient(settings, request.requested_by) as client:
+            schedule = client.get(request.schedule_id).schedule
+            runs = _runs(schedule, request, counted)
+            partition = client.request_rerun(request)
+    except KairosError as error:
+        raise fail(str(error)) from None
+    document: dict[str, Any] = {
+        "request_id": request.request_id,
+        "schedule_id": request.schedule_id,
+        "kind": request.kind.value,
+        "from": format_instant(request.start),
+        "to": format_instant(request.end),
+        "partition": partition,
+        "runs": runs,
+    }
+
+    def table() -> None:
+        what = "trigger" if request.kind is RerunKind.TRIGGER else "backfill"
+        typer.echo(
+            f"requested {what} {request.request_id} of {request.schedule_id} (partition "
+            f"{partition}): {len(runs)} run(s), fired by the ticker that owns the partition"
+        )
+        for run in runs[:3]:
+            typer.echo(f"  {run}")
+        if len(runs) > 3:
+            typer.echo(f"  … {runs[-1]}")
+
+    render(document, output or Format.TABLE, table)
+
+
+def _runs(schedule: Schedule, request: RerunRequest, limit: int | None) -> list[str]:
+    """The run ids the request will fire, as of the definition read now (the ticker's may be
+    newer); refused when a backfill names none or more than `limit`."""
+    if schedule.business_day is not None:
+        return []  # its occurrences need the shared calendars; the ticker computes them
+    runs: list[str] = []
+    for nominal in rerun_occurrences(schedule, request):
+        runs.append(rerun_id(schedule.id, nominal, request.request_id))
+        if limit is not None and len(runs) > limit:
+            raise fail(
+                f"the range names more than {limit} occurrences of {schedule.id}; split it into "
+                "several backfills",
+                code=2,
+            )
+    if not runs:
+        raise fail(
+            f"no occurrence of {schedule.id} from {format_instant(request.start)} through "
+            f"{format_instant(request.end)}; nothing to backfill",
+            code=2,
+        )
+    return runs
