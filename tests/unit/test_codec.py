@@ -63,6 +63,10 @@ DEFINITION: dict[str, Any] = {
     "owner": "billing",
     "labels": {"tier": "gold", "équipe": "facturation"},
     "description": "Nightly invoices — every day at 07:00 Paris time",
+    "deadline": {"start_by_ms": 600_000, "finish_by_ms": 3_600_000},
+    "pause_on_failure": 3,
+    "max_runs": None,
+    "after_last_run": "pause",
 }
 ONE_SHOT: dict[str, Any] = {
     **DEFINITION,
@@ -88,6 +92,10 @@ ONE_SHOT: dict[str, Any] = {
     "owner": None,
     "labels": {},
     "description": None,
+    "deadline": {"start_by_ms": None, "finish_by_ms": 60_000},
+    "pause_on_failure": None,
+    "max_runs": 1,
+    "after_last_run": "delete",
 }
 
 
