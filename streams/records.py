@@ -245,7 +245,15 @@ def run_requested_record(
         "schedule_offset": state.version,
         "ticker_instance": ticker_instance,
         "owner": schedule.owner,
+        # Durations, not instants: the same for every run of the schedule version, so they stay
+        # in the run encoder's per-version template (`kairos.streams.run_encoder`).
+        **_run_deadline(schedule.deadline),
     }
+
+
+def _run_deadline(deadline: Deadline | None) -> dict[str, int | None]:
+    record = _deadline_record(deadline) or {"start_by_ms": None, "finish_by_ms": None}
+    return {f"deadline_{name}": value for name, value in record.items()}
 
 
 def skipped_run_event_record(

@@ -280,10 +280,13 @@ class Executor:
             if now >= self._next_reap:
                 self._next_reap = now + _REAP_EVERY
                 self.metrics.reaped.inc(len(self.store.reap_expired(now, self.settings.instance)))
+            # Before dispatch: a run taken now, past its start deadline, is reported first.
+            self._report_missed_deadlines(now)
             self._dispatch(now)
             if now >= self._next_prune:
                 self._next_prune = now + _PRUNE_EVERY
                 self.store.prune_finished(now - self.settings.retention, _PRUNE_LIMIT)
+                self.store.prune_deadlines(_PRUNE_LIMIT)
         except DedupeStoreError as error:
             self.metrics.store_errors.inc()
             logger.error(
@@ -298,6 +301,8 @@ class Executor:
             accepted = self._check(records, now)
             self.publisher.flush()  # the dead letters, before their offsets can be committed
             admissions = self.store.admit(accepted, now, self.settings.instance) if accepted else []
+            # Before the offsets are marked: a crash in between redelivers, and writes it then.
+            self.store.track_deadlines(accepted)
         except (DedupeStoreError, PublishError) as error:
             self._access.raise_if_refused(error, getattr(error, "topic", None))
             # Nothing of this batch is marked: consume it again from its first record.
@@ -389,6 +394,14 @@ class Executor:
         self._last_commit = time.monotonic()
         for tp in offsets:
             del self._marked[tp.partition]
+
+    def _report_missed_deadlines(self, now: datetime) -> None:
+        for missed in self.store.report_missed_deadlines(now, self.settings.instance):
+            owner = self.codecs.run_requested.decode(missed.value)["owner"] or ""
+            self.metrics.deadlines_missed.labels(
+                owner, missed.schedule_id, missed.deadline.value
+            ).inc()
+            logger.warning("run=%s %s", missed.run_id, missed.reason)
 
     def _dispatch(self, now: datetime) -> None:
         free = self.settings.concurrency - len(self.attempts)

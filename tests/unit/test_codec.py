@@ -154,6 +154,8 @@ SAMPLES: list[tuple[RecordType, str, dict[str, Any]]] = [
             "schedule_offset": 123_456_789_012,
             "ticker_instance": "ticker-1",
             "owner": "billing",
+            "deadline_start_by_ms": 600_000,
+            "deadline_finish_by_ms": None,
         },
     ),
     (RecordType.RUN_EVENT, "started", _run_event("started", started_at=T1)),
@@ -162,6 +164,11 @@ SAMPLES: list[tuple[RecordType, str, dict[str, Any]]] = [
     (RecordType.RUN_EVENT, "retrying", _run_event("retrying", next_attempt_at=T1, reason="503")),
     (RecordType.RUN_EVENT, "skipped", _run_event("skipped", reason="overlap: skip")),
     (RecordType.RUN_EVENT, "dead-lettered", _run_event("dead_lettered", reason="3 attempts")),
+    (
+        RecordType.RUN_EVENT,
+        "deadline-missed",
+        _run_event("deadline_missed", reason="start_by 10m missed: not started by 07:10:00Z"),
+    ),
     (
         RecordType.TICKER_STATE,
         "ticker-state",
