@@ -32,6 +32,7 @@ from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPa
 from confluent_kafka.admin import AdminClient
 
 from kairos.core.errors import KairosError
+from kairos.core.run_id import parse_run_id
 from kairos.services.executor.admission import (
     PassedOver,
     Rejected,
@@ -46,6 +47,7 @@ from kairos.services.executor.attempts import (
     ShellJobGuard,
 )
 from kairos.services.executor.events import EventPublisher, PublishError, dead_letter_record
+from kairos.services.executor.failure_pause import FailurePause
 from kairos.services.executor.fleet import (
     FleetCheckError,
     SeparateStoresError,
@@ -65,6 +67,7 @@ from kairos.streams.dedupe.base import (
     Admitted,
     DedupeStoreError,
     OutboxEvent,
+    RunEnd,
     RunRequest,
     SourceRecord,
 )
@@ -145,6 +148,7 @@ class Executor:
             raise
         self.publisher = EventPublisher(self.kafka, self.codecs, s.instance, _FLUSH_TIMEOUT_S)
         self.watchdog = JobWatchdog()
+        self.failure_pause = FailurePause(self.kafka, self.store, s.instance)
         shell_jobs = ShellJobGuard(self.watchdog, s.lease)
         self.keeper = LeaseKeeper(self.store, self.attempts, s.lease, self.clock, shell_jobs)
         self.runner = AttemptRunner(
@@ -157,6 +161,7 @@ class Executor:
             job_producer=self._kafka_jobs,
             clock=self.clock,
             shell_jobs=shell_jobs,
+            on_dead_letter=self.failure_pause.failed,
         )
         self.pool = ThreadPoolExecutor(s.concurrency, thread_name_prefix="attempt")
         # read_committed: runs of an aborted ticker transaction were never fired.
@@ -223,6 +228,7 @@ class Executor:
         # 4. Publish the events of the last outcomes, then close.
         self._publish_events()
         self.publisher.close()
+        self.failure_pause.close()
         if self._job_producer is not None:
             self._job_producer.flush(_FLUSH_TIMEOUT_S)
         self.store.close()
@@ -279,7 +285,7 @@ class Executor:
         try:
             if now >= self._next_reap:
                 self._next_reap = now + _REAP_EVERY
-                self.metrics.reaped.inc(len(self.store.reap_expired(now, self.settings.instance)))
+                self._reap(now)
             # Before dispatch: a run taken now, past its start deadline, is reported first.
             self._report_missed_deadlines(now)
             self._dispatch(now)
@@ -293,6 +299,15 @@ class Executor:
                 "executor instance=%s store unavailable: %s", self.settings.instance, error
             )
         self._publish_events()
+        self.failure_pause.check()
+
+    def _reap(self, now: datetime) -> None:
+        reaped = self.store.reap_expired(now, self.settings.instance)
+        self.metrics.reaped.inc(len(reaped))
+        for run_id, end in reaped:
+            if end is RunEnd.DEAD_LETTERED:
+                schedule_id, _ = parse_run_id(run_id)
+                self.failure_pause.failed(schedule_id, "its executor stopped renewing the lease")
 
     def _admit(self, messages: list[Message]) -> None:
         now = self.clock()

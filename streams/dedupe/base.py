@@ -360,6 +360,11 @@ class DedupeStore(Protocol):
         """Delete up to `limit` settled deadlines of pruned runs; returns how many."""
         ...
 
+    def failures_in_a_row(self, schedule_id: str, since: datetime, limit: int) -> int:
+        """How many of the schedule's latest ended runs fired since `since` failed for good in
+        a row (`kairos.streams.dedupe.streaks`), at most `limit`."""
+        ...
+
     def get(self, run_id: str) -> StoredRun | None: ...
 
     def prune_finished(self, before: datetime, limit: int) -> int:
