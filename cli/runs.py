@@ -9,6 +9,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from kairos.cli import runs_late
 from kairos.cli.options import fail, kafka_settings
 from kairos.cli.output import JsonAliasOption, OutputOption, chosen, render
 from kairos.cli.reading import (
@@ -26,6 +27,7 @@ from kairos.core.run_id import RunIdError, parse_run_id
 from kairos.streams.topics import TopicRole
 
 app = typer.Typer(help="The runs fired, and what became of each.", no_args_is_help=True)
+app.command("late")(runs_late.late)
 
 
 @app.command("list")

@@ -28,6 +28,7 @@ from pydantic import (
 from pydantic_core import ErrorDetails, PydanticCustomError
 
 from kairos.core import limits
+from kairos.core import schedule_lifecycle as lifecycle
 from kairos.core.cron import parse_cron
 from kairos.core.durations import duration_from_ms, format_duration, parse_duration
 from kairos.core.errors import KairosError
@@ -283,6 +284,11 @@ class Schedule(BaseModel):
     """The team that answers for the schedule."""
     labels: dict[Text, Text] = Field(default_factory=dict)
     description: Text | None = None
+    deadline: lifecycle.Deadline | None = None
+    pause_on_failure: lifecycle.FailuresInARow | None = None
+    """Failed runs in a row after which the schedule pauses itself; `None`: never."""
+    max_runs: lifecycle.RunCount | None = None
+    after_last_run: lifecycle.AfterLastRun = lifecycle.AfterLastRun.PAUSE
 
     @field_validator("id")
     @classmethod
@@ -337,7 +343,7 @@ class Schedule(BaseModel):
                 "(for example '2027-01-01T00:00:00Z')",
             )
         self._check_jitter()
-        problem = calendar_field_problem(self)
+        problem = calendar_field_problem(self) or lifecycle.lifecycle_field_problem(self)
         if problem is not None:
             raise _rule(*problem)
         if self.start_at is not None and self.end_at is not None and self.end_at <= self.start_at:

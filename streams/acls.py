@@ -154,6 +154,19 @@ def _executor(names: DeploymentNames) -> list[Grant]:
         ),
         _topic(names, TopicRole.RUN_EVENTS, Operation.WRITE, "publish run events"),
         _topic(names, TopicRole.DEAD_LETTERS, Operation.WRITE, "dead-letter refused runs"),
+        _topic(
+            names,
+            TopicRole.SCHEDULES,
+            Operation.READ,
+            "read a schedule's latest definition to pause it (pause_on_failure)",
+        ),
+        _topic(
+            names,
+            TopicRole.SCHEDULES,
+            Operation.WRITE,
+            "pause a schedule after its pause_on_failure failed runs in a row",
+        ),
+        _reader_group(names.schedule_readers_group),
         Grant(
             Resource.GROUP,
             names.executor_group,

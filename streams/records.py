@@ -14,6 +14,7 @@ from kairos.core.calendar_rules import CalendarLookup
 from kairos.core.firing import Decision, ScheduleState
 from kairos.core.rerun_request import RerunProgress, RerunRequest
 from kairos.core.schedule import DURATIONS_IN_MS, JobSpec, Schedule
+from kairos.core.schedule_lifecycle import Deadline
 
 _MS = timedelta(milliseconds=1)
 
@@ -92,7 +93,24 @@ def definition_record(schedule: Schedule) -> dict[str, Any]:
         "owner": schedule.owner,
         "labels": dict(schedule.labels),
         "description": schedule.description,
+        "deadline": _deadline_record(schedule.deadline),
+        "pause_on_failure": schedule.pause_on_failure,
+        "max_runs": schedule.max_runs,
+        "after_last_run": schedule.after_last_run.value,
     }
+
+
+def _deadline_record(deadline: Deadline | None) -> dict[str, Any] | None:
+    if deadline is None:
+        return None
+    return {"start_by_ms": _ms(deadline.start_by), "finish_by_ms": _ms(deadline.finish_by)}
+
+
+def _deadline_fields(record: dict[str, Any] | None) -> dict[str, Any] | None:
+    if record is None:
+        return None
+    fields = {"start_by": record["start_by_ms"], "finish_by": record["finish_by_ms"]}
+    return {name: value for name, value in fields.items() if value is not None}
 
 
 def schedule_from_definition(record: dict[str, Any]) -> Schedule:
@@ -131,6 +149,10 @@ def schedule_from_definition(record: dict[str, Any]) -> Schedule:
         "owner": record["owner"],
         "labels": record["labels"],
         "description": record["description"],
+        "deadline": _deadline_fields(record["deadline"]),
+        "pause_on_failure": record["pause_on_failure"],
+        "max_runs": record["max_runs"],
+        "after_last_run": record["after_last_run"],
     }
     return Schedule.model_validate(
         {k: v for k, v in fields.items() if v is not None}, context=DURATIONS_IN_MS
@@ -251,7 +273,15 @@ def run_requested_record(
         "ticker_instance": ticker_instance,
         "owner": schedule.owner,
         "rerun_request_id": None if rerun is None else rerun.request_id,
+        # Durations, not instants: the same for every run of the schedule version, so they stay
+        # in the run encoder's per-version template (`kairos.streams.run_encoder`).
+        **_run_deadline(schedule.deadline),
     }
+
+
+def _run_deadline(deadline: Deadline | None) -> dict[str, int | None]:
+    record = _deadline_record(deadline) or {"start_by_ms": None, "finish_by_ms": None}
+    return {f"deadline_{name}": value for name, value in record.items()}
 
 
 def skipped_run_event_record(

@@ -9,7 +9,7 @@ another consumer group) that do.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from functools import cached_property
 from typing import Any
 
@@ -147,5 +147,17 @@ def _valid_request(
         runner=runner_of(job.kind, job_params(job)),
         value=value,
         source=source,
+        start_by=_after(nominal, record.get("deadline_start_by_ms")),
+        finish_by=_after(nominal, record.get("deadline_finish_by_ms")),
     )
     return request, job.kind
+
+
+def _after(nominal: datetime, milliseconds: int | None) -> datetime | None:
+    """The instant a deadline falls on; one beyond any instant is no deadline at all."""
+    if milliseconds is None:
+        return None
+    try:
+        return nominal + timedelta(milliseconds=milliseconds)
+    except OverflowError:
+        return None

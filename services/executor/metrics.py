@@ -63,6 +63,13 @@ class ExecutorMetrics:
             ["kind"],
             registry=r,
         )
+        self.deadlines_missed = Counter(
+            "kairos_executor_deadlines_missed",
+            "Runs that missed their schedule's deadline (start_by or finish_by), counted once "
+            "per run and deadline across the executors sharing a dedupe store.",
+            ["owner", "schedule", "deadline"],
+            registry=r,
+        )
         self.store_errors = Counter(
             "kairos_executor_store_errors",
             "Dedupe store calls that failed (retried on the next turn).",

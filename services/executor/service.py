@@ -32,6 +32,7 @@ from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPa
 from confluent_kafka.admin import AdminClient
 
 from kairos.core.errors import KairosError
+from kairos.core.run_id import parse_run_id
 from kairos.services.executor.admission import (
     PassedOver,
     Rejected,
@@ -46,6 +47,7 @@ from kairos.services.executor.attempts import (
     ShellJobGuard,
 )
 from kairos.services.executor.events import EventPublisher, PublishError, dead_letter_record
+from kairos.services.executor.failure_pause import FailurePause
 from kairos.services.executor.fleet import (
     FleetCheckError,
     SeparateStoresError,
@@ -65,6 +67,7 @@ from kairos.streams.dedupe.base import (
     Admitted,
     DedupeStoreError,
     OutboxEvent,
+    RunEnd,
     RunRequest,
     SourceRecord,
 )
@@ -145,6 +148,7 @@ class Executor:
             raise
         self.publisher = EventPublisher(self.kafka, self.codecs, s.instance, _FLUSH_TIMEOUT_S)
         self.watchdog = JobWatchdog()
+        self.failure_pause = FailurePause(self.kafka, self.store, s.instance)
         shell_jobs = ShellJobGuard(self.watchdog, s.lease)
         self.keeper = LeaseKeeper(self.store, self.attempts, s.lease, self.clock, shell_jobs)
         self.runner = AttemptRunner(
@@ -157,6 +161,7 @@ class Executor:
             job_producer=self._kafka_jobs,
             clock=self.clock,
             shell_jobs=shell_jobs,
+            on_dead_letter=self.failure_pause.failed,
         )
         self.pool = ThreadPoolExecutor(s.concurrency, thread_name_prefix="attempt")
         # read_committed: runs of an aborted ticker transaction were never fired.
@@ -223,6 +228,7 @@ class Executor:
         # 4. Publish the events of the last outcomes, then close.
         self._publish_events()
         self.publisher.close()
+        self.failure_pause.close()
         if self._job_producer is not None:
             self._job_producer.flush(_FLUSH_TIMEOUT_S)
         self.store.close()
@@ -279,17 +285,29 @@ class Executor:
         try:
             if now >= self._next_reap:
                 self._next_reap = now + _REAP_EVERY
-                self.metrics.reaped.inc(len(self.store.reap_expired(now, self.settings.instance)))
+                self._reap(now)
+            # Before dispatch: a run taken now, past its start deadline, is reported first.
+            self._report_missed_deadlines(now)
             self._dispatch(now)
             if now >= self._next_prune:
                 self._next_prune = now + _PRUNE_EVERY
                 self.store.prune_finished(now - self.settings.retention, _PRUNE_LIMIT)
+                self.store.prune_deadlines(_PRUNE_LIMIT)
         except DedupeStoreError as error:
             self.metrics.store_errors.inc()
             logger.error(
                 "executor instance=%s store unavailable: %s", self.settings.instance, error
             )
         self._publish_events()
+        self.failure_pause.check()
+
+    def _reap(self, now: datetime) -> None:
+        reaped = self.store.reap_expired(now, self.settings.instance)
+        self.metrics.reaped.inc(len(reaped))
+        for run_id, end in reaped:
+            if end is RunEnd.DEAD_LETTERED:
+                schedule_id, _ = parse_run_id(run_id)
+                self.failure_pause.failed(schedule_id, "its executor stopped renewing the lease")
 
     def _admit(self, messages: list[Message]) -> None:
         now = self.clock()
@@ -298,6 +316,8 @@ class Executor:
             accepted = self._check(records, now)
             self.publisher.flush()  # the dead letters, before their offsets can be committed
             admissions = self.store.admit(accepted, now, self.settings.instance) if accepted else []
+            # Before the offsets are marked: a crash in between redelivers, and writes it then.
+            self.store.track_deadlines(accepted)
         except (DedupeStoreError, PublishError) as error:
             self._access.raise_if_refused(error, getattr(error, "topic", None))
             # Nothing of this batch is marked: consume it again from its first record.
@@ -389,6 +409,14 @@ class Executor:
         self._last_commit = time.monotonic()
         for tp in offsets:
             del self._marked[tp.partition]
+
+    def _report_missed_deadlines(self, now: datetime) -> None:
+        for missed in self.store.report_missed_deadlines(now, self.settings.instance):
+            owner = self.codecs.run_requested.decode(missed.value)["owner"] or ""
+            self.metrics.deadlines_missed.labels(
+                owner, missed.schedule_id, missed.deadline.value
+            ).inc()
+            logger.warning("run=%s %s", missed.run_id, missed.reason)
 
     def _dispatch(self, now: datetime) -> None:
         free = self.settings.concurrency - len(self.attempts)

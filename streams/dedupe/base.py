@@ -44,11 +44,14 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kairos.core.errors import KairosError
 from kairos.core.overlap import RunState
 from kairos.core.schedule import OverlapPolicy
+
+if TYPE_CHECKING:
+    from kairos.streams.dedupe.deadlines import MissedDeadline
 
 
 class DedupeStoreError(KairosError):
@@ -103,6 +106,10 @@ class RunRequest:
     runners they have, so executors with different kinds and handlers can share a store."""
     value: bytes
     source: SourceRecord
+    start_by: datetime | None = None
+    """The run is late if its first attempt has not started by then (the schedule's deadline)."""
+    finish_by: datetime | None = None
+    """The run is late if it has not succeeded by then."""
 
 
 class Admitted(StrEnum):
@@ -174,6 +181,7 @@ class EventKind(StrEnum):
     RETRYING = "retrying"
     SKIPPED = "skipped"
     DEAD_LETTERED = "dead_lettered"
+    DEADLINE_MISSED = "deadline_missed"
 
 
 @dataclass(frozen=True, slots=True)
@@ -336,6 +344,25 @@ class DedupeStore(Protocol):
         order; returns 0 at once when another holds the outbox. If `publish` raises, the events
         stay for the next call.
         """
+        ...
+
+    def track_deadlines(self, requests: Sequence[RunRequest]) -> None:
+        """Keep the deadline of each request that has one (`kairos.streams.dedupe.deadlines`);
+        call it for every admitted delivery, duplicates included."""
+        ...
+
+    def report_missed_deadlines(self, now: datetime, instance: str) -> list[MissedDeadline]:
+        """Settle the deadlines passed by `now`, once each across executors; the missed ones
+        get a `deadline_missed` event in the outbox and are returned."""
+        ...
+
+    def prune_deadlines(self, limit: int) -> int:
+        """Delete up to `limit` settled deadlines of pruned runs; returns how many."""
+        ...
+
+    def failures_in_a_row(self, schedule_id: str, since: datetime, limit: int) -> int:
+        """How many of the schedule's latest ended runs fired since `since` failed for good in
+        a row (`kairos.streams.dedupe.streaks`), at most `limit`."""
         ...
 
     def get(self, run_id: str) -> StoredRun | None: ...

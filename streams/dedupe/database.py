@@ -108,6 +108,18 @@ def schema_statements(*, bigint: str, blob: str, serial_key: str) -> list[str]:
             reason TEXT,
             next_attempt_ms {bigint},
             dead_letter INTEGER NOT NULL)""",
+        # The deadlines of claimed runs that have one (kairos.streams.dedupe.deadlines); each is
+        # settled once, reported late or found on time, so it is reported once per run id.
+        f"""CREATE TABLE IF NOT EXISTS kairos_deadlines (
+            run_id TEXT PRIMARY KEY,
+            start_by_ms {bigint},
+            finish_by_ms {bigint},
+            start_settled INTEGER NOT NULL,
+            finish_settled INTEGER NOT NULL)""",
+        "CREATE INDEX IF NOT EXISTS kairos_deadlines_by_start "
+        "ON kairos_deadlines (start_settled, start_by_ms)",
+        "CREATE INDEX IF NOT EXISTS kairos_deadlines_by_finish "
+        "ON kairos_deadlines (finish_settled, finish_by_ms)",
     ]
 
 

@@ -45,12 +45,13 @@ from kairos.streams.dedupe.base import (
 )
 from kairos.streams.dedupe.database import (
     Connection,
-    Database,
     LazyTransaction,
     from_ms,
     to_ms,
 )
+from kairos.streams.dedupe.deadlines import DeadlineBook
 from kairos.streams.dedupe.outbox import NewEvent, delete_events, oldest_events, write_event
+from kairos.streams.dedupe.streaks import FailureStreaks
 
 _MS = timedelta(milliseconds=1)
 _REAP_BATCH = 100
@@ -81,7 +82,7 @@ class _RunningAttempt:
     started_ms: int
 
 
-class SqlDedupeStore(Database):
+class SqlDedupeStore(DeadlineBook, FailureStreaks):
     """A `DedupeStore` on a SQL database."""
 
     for_update: ClassVar[str]

@@ -84,7 +84,10 @@ def test_a_refused_group_names_the_roles_group_grants() -> None:
     error = refusal(KafkaError(KafkaError.GROUP_AUTHORIZATION_FAILED), Role.EXECUTOR, NAMES)
 
     assert isinstance(error, NotAuthorizedError)
-    assert [(g.resource, g.name) for g in error.needed] == [(Resource.GROUP, "prod.executors")]
+    assert [(g.resource, g.name) for g in error.needed] == [
+        (Resource.GROUP, "prod.schedule-readers"),
+        (Resource.GROUP, "prod.executors"),
+    ]
 
 
 def test_refused_credentials_say_which_settings_to_check() -> None:

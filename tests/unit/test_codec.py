@@ -63,6 +63,10 @@ DEFINITION: dict[str, Any] = {
     "owner": "billing",
     "labels": {"tier": "gold", "équipe": "facturation"},
     "description": "Nightly invoices — every day at 07:00 Paris time",
+    "deadline": {"start_by_ms": 600_000, "finish_by_ms": 3_600_000},
+    "pause_on_failure": 3,
+    "max_runs": None,
+    "after_last_run": "pause",
 }
 ONE_SHOT: dict[str, Any] = {
     **DEFINITION,
@@ -88,6 +92,10 @@ ONE_SHOT: dict[str, Any] = {
     "owner": None,
     "labels": {},
     "description": None,
+    "deadline": {"start_by_ms": None, "finish_by_ms": 60_000},
+    "pause_on_failure": None,
+    "max_runs": 1,
+    "after_last_run": "delete",
 }
 
 
@@ -157,6 +165,8 @@ SAMPLES: list[tuple[RecordType, str, dict[str, Any]]] = [
             "ticker_instance": "ticker-1",
             "owner": "billing",
             "rerun_request_id": None,
+            "deadline_start_by_ms": 600_000,
+            "deadline_finish_by_ms": None,
         },
     ),
     (RecordType.RUN_EVENT, "started", _run_event("started", started_at=T1)),
@@ -165,6 +175,11 @@ SAMPLES: list[tuple[RecordType, str, dict[str, Any]]] = [
     (RecordType.RUN_EVENT, "retrying", _run_event("retrying", next_attempt_at=T1, reason="503")),
     (RecordType.RUN_EVENT, "skipped", _run_event("skipped", reason="overlap: skip")),
     (RecordType.RUN_EVENT, "dead-lettered", _run_event("dead_lettered", reason="3 attempts")),
+    (
+        RecordType.RUN_EVENT,
+        "deadline-missed",
+        _run_event("deadline_missed", reason="start_by 10m missed: not started by 07:10:00Z"),
+    ),
     (
         RecordType.TICKER_STATE,
         "ticker-state",
