@@ -93,6 +93,8 @@ class ScheduleState:
     """A re-run request of this schedule fired in part (`kairos.core.reruns`)."""
     reruns_done: tuple[str, ...] = ()
     """The ids of the re-run requests last completed, oldest first: a retry fires nothing."""
+    runs_fired: int = 0
+    """Occurrences fired under this version (`max_runs` counts them; a change starts again)."""
     calendars: CalendarLookup | None = field(default=None, compare=False, repr=False)
     """The shared calendars the schedule's calendar fields are read with (not persisted: the
     ticker gives the latest it read, the audit the ones in force at each occurrence)."""
@@ -122,6 +124,12 @@ class ScheduleState:
     @property
     def settling(self) -> bool:
         return self.settle_before is not None
+
+    @property
+    def ran_out(self) -> bool:
+        """The schedule fired its `max_runs`-th run under this version: nothing more fires."""
+        limit = self.schedule.max_runs
+        return limit is not None and self.runs_fired >= limit
 
 
 @dataclass(frozen=True, slots=True)
@@ -335,6 +343,7 @@ def _decide(
             nominal,
             rerun=state.rerun,
             reruns_done=state.reruns_done,
+            runs_fired=current.runs_fired,
             calendars=state.calendars,
         )
         moved_to = current.verdict.moved_to
@@ -346,6 +355,8 @@ def _decide(
             until=until,
             now=now,
         )
+        if reason is None and schedule.max_runs is not None:
+            successor = _counted(successor)
         decisions.append(
             Decision(
                 run_id=run_id(schedule.id, nominal),
@@ -359,6 +370,12 @@ def _decide(
         )
         current = successor
     return Outcome(current, decisions)
+
+
+def _counted(successor: ScheduleState) -> ScheduleState:
+    """The state after one more fire; after the `max_runs`-th nothing is owed any more."""
+    counted = replace(successor, runs_fired=successor.runs_fired + 1)
+    return replace(counted, next_nominal=None) if counted.ran_out else counted
 
 
 def _skip_reason(

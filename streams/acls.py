@@ -112,6 +112,12 @@ def _topic(names: DeploymentNames, role: TopicRole, operation: Operation, why: s
 def _ticker(names: DeploymentNames) -> list[Grant]:
     return [
         _topic(names, TopicRole.SCHEDULES, Operation.READ, "consume schedule changes"),
+        _topic(
+            names,
+            TopicRole.SCHEDULES,
+            Operation.WRITE,
+            "pause or delete a schedule after its last run (max_runs)",
+        ),
         _topic(names, TopicRole.CHANGELOG, Operation.READ, "restore owned partitions' state"),
         _topic(names, TopicRole.CHANGELOG, Operation.WRITE, "record state in each transaction"),
         _topic(names, TopicRole.RUNS, Operation.WRITE, "fire RunRequested records"),

@@ -187,6 +187,7 @@ def progress_record(state: ScheduleState) -> dict[str, Any]:
         "last_decided_nominal_at": state.last_decided_nominal,
         "next_nominal_at": state.next_nominal,
         "settle_before_at": state.settle_before,
+        "runs_fired": state.runs_fired,
     }
 
 
@@ -198,6 +199,7 @@ def floor_record(schedule_id: str, version: int, floor: datetime) -> dict[str, A
         "last_decided_nominal_at": floor,
         "next_nominal_at": None,
         "settle_before_at": None,
+        "runs_fired": 0,
     }
 
 
@@ -229,6 +231,7 @@ def state_from_records(
         settle_before=progress["settle_before_at"],
         rerun=_rerun_progress(definition),
         reruns_done=tuple(definition["reruns_done"]),
+        runs_fired=progress["runs_fired"],
         calendars=calendars,
     )
 

@@ -9,7 +9,7 @@ encodes one whole record per schedule version, the encoder keeps the bytes aroun
 fields as a template, and each run writes only the leading fields, in Avro's binary encoding,
 between them.
 
-`TickerProgress`: five fields, written by hand after the codec's header.
+`TickerProgress`: six fields, written by hand after the codec's header.
 """
 
 from __future__ import annotations
@@ -66,9 +66,10 @@ class ProgressEncoder:
             "last_decided_nominal_at": None,
             "next_nominal_at": None,
             "settle_before_at": None,
+            "runs_fired": 0,
         }
         # Everything before the first field is the codec's header (single-object or registry):
-        # the sample's five fields are one zero byte each.
+        # the sample's six fields are one zero byte each.
         whole = codec.encode(sample)
         self._header = whole[: len(whole) - len(sample)]
 
@@ -82,6 +83,7 @@ class ProgressEncoder:
                 _optional_instant(state.last_decided_nominal),
                 _optional_instant(state.next_nominal),
                 _optional_instant(state.settle_before),
+                _long(state.runs_fired),
             )
         )
 

@@ -25,6 +25,7 @@ from confluent_kafka import (
 
 from kairos.core.clock import ClockAheadError, clock_skew_ms
 from kairos.core.firing import ScheduleState, decide_ahead
+from kairos.services.ticker.lifecycle import after_last_run_records
 from kairos.services.ticker.partition import (
     CHECKPOINT_KEY,
     Ahead,
@@ -288,6 +289,12 @@ class FiringTransactions:
             )
         for key, value in work.dead_letters:
             self._produce(self.topics.dead_letters, value, key)
+        # After a schedule's last run (`max_runs`): its pause or delete, on its own partition.
+        for partition, state in work.ran_out:
+            for key, ended in after_last_run_records(
+                state, self.codecs, self.ticker_instance, fired_at
+            ):
+                self._produce(self.topics.schedules, ended, key, partition)
 
     def _produce_changelog(
         self,

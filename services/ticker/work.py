@@ -35,6 +35,8 @@ class TransactionWork:
     held: set[int] = field(default_factory=set)
     """Partitions whose next change waits for its schedule's old definition to settle: nothing
     after it is taken in this transaction, and the consumer reads it again (see `settle`)."""
+    ran_out: list[tuple[int, ScheduleState]] = field(default_factory=list)
+    """(partition, state) of each schedule whose `max_runs`-th run this transaction fires."""
     consumed: int = 0
     quarantined: int = 0
     """Schedules removed from the state because they could not be decoded, decided or encoded."""
@@ -106,6 +108,9 @@ class TransactionWork:
                 self.runs.append((decision, owed_by, partition))
             else:
                 self.skips.append(decision)
+        state = outcome.state
+        if state is not None and state.ran_out and owed_by is not None and not owed_by.ran_out:
+            self.ran_out.append((partition, state))
         self.states.setdefault(partition, {})[schedule_id] = outcome.state
         if redefined:
             self.redefined.setdefault(partition, set()).add(schedule_id)
@@ -119,6 +124,11 @@ class TransactionWork:
         """Drop everything this transaction holds of one schedule (it is being quarantined)."""
         self.runs = [
             run for run in self.runs if run[2] != partition or run[0].schedule_id != schedule_id
+        ]
+        self.ran_out = [
+            (p, state)
+            for p, state in self.ran_out
+            if p != partition or state.schedule.id != schedule_id
         ]
         self.skips = [skip for skip in self.skips if skip.schedule_id != schedule_id]
         self.states.get(partition, {}).pop(schedule_id, None)

@@ -20,6 +20,7 @@ def _described(role: Role) -> set[str]:
 def test_the_ticker_reads_schedules_writes_runs_and_owns_its_transactional_ids() -> None:
     assert _described(Role.TICKER) == {
         "READ on topic prod.schedules",
+        "WRITE on topic prod.schedules",
         "READ on topic prod.ticker-changelog",
         "WRITE on topic prod.ticker-changelog",
         "WRITE on topic prod.runs",

@@ -201,6 +201,7 @@ SAMPLES: list[tuple[RecordType, str, dict[str, Any]]] = [
             "last_decided_nominal_at": T0,
             "next_nominal_at": T1,
             "settle_before_at": None,
+            "runs_fired": 0,
         },
     ),
     (
@@ -212,6 +213,7 @@ SAMPLES: list[tuple[RecordType, str, dict[str, Any]]] = [
             "last_decided_nominal_at": T0,
             "next_nominal_at": T1,
             "settle_before_at": T1,
+            "runs_fired": 2,
         },
     ),
     (

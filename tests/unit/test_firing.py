@@ -164,3 +164,24 @@ def test_jitter_delays_the_fire_but_not_the_run_identity() -> None:
     assert [(d.run_id, d.fire_at) for d in outcome.decisions] == [
         ("report@2027-01-04T12:01:00Z", due_at)
     ]
+
+
+def test_skipped_occurrences_are_not_runs_for_max_runs() -> None:
+    state = created(minutely(max_runs=1, misfire="skip"))
+    late = decide_due(state, until=at(2), now=at(2) + MISFIRE_GRACE * 2, limit=None)
+    assert [d.action for d in late.decisions] == [Action.SKIP, Action.SKIP]
+    assert late.state is not None and late.state.runs_fired == 0 and not late.state.ran_out
+
+
+def test_after_the_last_of_max_runs_nothing_is_due_until_a_change() -> None:
+    state = created(minutely(max_runs=2))
+    first = decide_due(state, until=at(1), now=at(1), limit=None)
+    assert first.state is not None and first.state.runs_fired == 1
+    assert not first.state.ran_out and first.state.next_nominal == at(2)
+    last = decide_due(first.state, until=at(5), now=at(5, 0), limit=None)
+    fires = [d.nominal for d in last.decisions if d.action is Action.FIRE]
+    assert fires == [at(2)] and last.state is not None
+    assert last.state.ran_out and last.state.next_nominal is None and last.state.due_at is None
+    resumed = upserted(last.state, minutely(max_runs=2), version=2, changed_at=at(6), now=at(6))
+    assert resumed.state is not None and resumed.state.runs_fired == 0
+    assert resumed.state.next_nominal == at(6)  # owed from the change, as any resume

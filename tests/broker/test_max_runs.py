@@ -1,0 +1,74 @@
+"""`max_runs` and `after_last_run` end to end: real broker and ticker process.
+
+A schedule fires exactly its `max_runs` runs; the ticker that fired the last one pauses or
+deletes it on the schedules topic in the same transaction, so every reader sees it end.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from kairos.core.schedule import Schedule
+from kairos.streams.codec import make_codecs
+from kairos.streams.history import HistoryReader
+from kairos.streams.schedule_publisher import SchedulesClient
+from kairos.streams.schedule_reader import ScheduleReader
+from kairos.streams.settings import KafkaSettings
+from kairos.streams.topics import TopicRole
+from tests.helpers import eventually
+from tests.kafka_helpers import read_topic
+from tests.processes import start_ticker
+
+CODECS = make_codecs()
+
+
+def _fired(settings: KafkaSettings, schedule_id: str) -> list[str]:
+    topic = settings.layout.name(TopicRole.RUNS)
+    return [
+        value["run_id"]
+        for _, value in read_topic(settings.bootstrap_servers, topic, CODECS.run_requested.decode)
+        if value["schedule_id"] == schedule_id
+    ]
+
+
+def test_a_schedule_fires_max_runs_then_pauses_or_deletes_itself(
+    kafka_settings: KafkaSettings, tmp_path: Path
+) -> None:
+    start = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=3)
+    campaign = Schedule(
+        id="ops.campaign",
+        every=timedelta(seconds=1),
+        start_at=start,
+        max_runs=3,
+        after_last_run="delete",
+    )
+    trial = Schedule(id="ops.trial", every=timedelta(seconds=1), start_at=start, max_runs=2)
+    with SchedulesClient(kafka_settings, changed_by="ops") as client:
+        client.upsert_all([campaign, trial])
+    ticker = start_ticker(kafka_settings, "t1", tmp_path / "t1", tmp_path)
+    try:
+        reader = ScheduleReader(kafka_settings)
+        eventually(
+            lambda: reader.read_one("ops.campaign") is None or None,
+            timeout_s=60,
+            message="the campaign deleted after its last run",
+        )
+        paused = eventually(
+            lambda: (
+                ((s := reader.read_one("ops.trial")) is not None and s.schedule.paused and s)
+                or None
+            ),
+            timeout_s=60,
+            message="the trial paused after its last run",
+        )
+        time.sleep(3)  # three more periods: nothing more fires
+    finally:
+        ticker.stop()
+    assert len(_fired(kafka_settings, "ops.campaign")) == 3
+    assert len(_fired(kafka_settings, "ops.trial")) == 2
+    assert paused.changed_by == "ticker:t1"
+    assert paused.reason == "max_runs 2 reached (after_last_run: pause)"
+    history = HistoryReader(kafka_settings).schedule_events("ops.campaign")
+    assert [event.change for event in history][-2:] == ["deleted", "tombstone"]
