@@ -223,21 +223,18 @@ def _audit_one(
     for occurrence in owed:
         runs = seen.commits.get(occurrence.run_id)
         events = seen.story.get(occurrence.run_id, [])
-        if runs and rerun_request_of(occurrence.run_id) is not None:
-            # Asked for by a person, fired when asked: its lateness is not the schedule's.
-            reruns += 1
-            first = min(runs, key=lambda r: r.offset)
-            findings += _fire_findings(first, _millis(occurrence.due_at), runs, events, seen)
-            continue
         if runs:
-            fired += 1
             # Commits of one run id share its key and so its partition: the first is the fire.
             first = min(runs, key=lambda r: r.offset)
             due = _millis(occurrence.due_at)
+            findings += _fire_findings(first, due, runs, events, seen)
+            if rerun_request_of(occurrence.run_id) is not None:
+                reruns += 1  # asked for by a person, fired when asked: not the schedule's lateness
+                continue
+            fired += 1
             lateness.append((first.fired_at - due) // _MS)
             # Events of one run share its key, so topic order is the order they happened in.
             outcomes[events[-1].kind if events else "unreported"] += 1
-            findings += _fire_findings(first, due, runs, events, seen)
             continue
         skip = next((e for e in events if e.kind == "skipped"), None)
         if skip is not None:
@@ -251,15 +248,8 @@ def _audit_one(
         else:
             lost.append(occurrence)
             findings.append(_lost(occurrence))
-    unexpected = [run_id for run_id in sorted(seen.commits) if _unowed(run_id, schedule_id, seen)]
-    for run_id in unexpected:
-        findings += _unowed_findings(run_id, seen, stops, known)
-    findings += _hidden_beyond(schedule_id, seen)
-    duplicates = {
-        run_id: len(runs) - 1
-        for run_id, runs in sorted(seen.commits.items())
-        if len(runs) > 1 and runs[0].schedule_id == schedule_id
-    }
+    unexpected, duplicates, beyond = _beyond_owed(schedule_id, seen, stops, known)
+    findings += beyond
     return ScheduleAudit(
         schedule_id=schedule_id,
         expected=len(owed),
@@ -276,6 +266,23 @@ def _audit_one(
         reruns=reruns,
         recovered=recovered,
     )
+
+
+def _beyond_owed(
+    schedule_id: str, seen: _Seen, stops: Sequence[StopSpan], known: bool
+) -> tuple[list[str], dict[str, int], list[Finding]]:
+    """The schedule's fires nothing owed, its extra commits by run id, and their findings."""
+    unexpected = [run_id for run_id in sorted(seen.commits) if _unowed(run_id, schedule_id, seen)]
+    findings: list[Finding] = []
+    for run_id in unexpected:
+        findings += _unowed_findings(run_id, seen, stops, known)
+    findings += _hidden_beyond(schedule_id, seen)
+    duplicates = {
+        run_id: len(runs) - 1
+        for run_id, runs in sorted(seen.commits.items())
+        if len(runs) > 1 and runs[0].schedule_id == schedule_id
+    }
+    return unexpected, duplicates, findings
 
 
 def _unowed(run_id: str, schedule_id: str, seen: _Seen) -> bool:

@@ -63,6 +63,9 @@ class ExecutorMetrics:
             ["kind"],
             registry=r,
         )
+        self._failure_signals(r)
+
+    def _failure_signals(self, r: CollectorRegistry) -> None:
         self.deadlines_missed = Counter(
             "kairos_executor_deadlines_missed",
             "Runs that missed their schedule's deadline (start_by or finish_by), counted once "

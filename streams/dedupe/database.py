@@ -108,6 +108,12 @@ def schema_statements(*, bigint: str, blob: str, serial_key: str) -> list[str]:
             reason TEXT,
             next_attempt_ms {bigint},
             dead_letter INTEGER NOT NULL)""",
+        *_deadline_statements(bigint),
+    ]
+
+
+def _deadline_statements(bigint: str) -> list[str]:
+    return [
         # The deadlines of claimed runs that have one (kairos.streams.dedupe.deadlines); each is
         # settled once, reported late or found on time, so it is reported once per run id.
         f"""CREATE TABLE IF NOT EXISTS kairos_deadlines (

@@ -116,21 +116,26 @@ def test_trigger_and_backfill_run_once_each_and_the_audit_counts_them(
         executor.stop()
         ticker.stop()
 
+    report = _audit(kafka_settings, began - timedelta(hours=4))
+    assert report["verdict"] == "holds", report
+    assert report["reruns"] == 5, report
+    assert report["duplicates"] == 0 and report["lost"] == 0, report
+
+
+def _audit(settings: KafkaSettings, start: datetime) -> dict[str, Any]:
     audit = kairos(
-        kafka_settings,
+        settings,
         "audit",
         "verify",
         "--from",
-        (began - timedelta(hours=4)).isoformat(),
+        start.isoformat(),
         "--to",
         (datetime.now(UTC) - timedelta(seconds=1)).isoformat(),
         "--json",
     )
-    report = json.loads(audit.stdout)
     assert audit.exit_code == 0, audit.output
-    assert report["verdict"] == "holds", report
-    assert report["reruns"] == 5, report
-    assert report["duplicates"] == 0 and report["lost"] == 0, report
+    report: dict[str, Any] = json.loads(audit.stdout)
+    return report
 
 
 def test_a_rerun_of_a_schedule_that_does_not_exist_is_refused(
