@@ -31,6 +31,7 @@ from kairos.cli.apply_report import (
     table_lines,
 )
 from kairos.cli.options import fail, kafka_settings, refused
+from kairos.cli.reading import reader_for, warn_rejected
 from kairos.cli.schedule_files import (
     STDIN,
     ApplySourceError,
@@ -39,13 +40,7 @@ from kairos.cli.schedule_files import (
     load_sources,
     schedule_files,
 )
-from kairos.cli.schedules import (
-    ChangedByOption,
-    ReasonOption,
-    changed_by_or_default,
-    reader_for,
-    warn_rejected,
-)
+from kairos.cli.schedules import ChangedByOption, ReasonOption, changed_by_or_default
 from kairos.core.errors import KairosError
 from kairos.core.schedule import Schedule
 from kairos.streams.acls import Role

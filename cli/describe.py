@@ -17,6 +17,7 @@ import typer
 from kairos.cli.options import fail, kafka_settings
 from kairos.cli.output import JsonAliasOption, OutputOption, as_yaml, chosen, render, table_lines
 from kairos.cli.partitions import GroupOption
+from kairos.cli.preview_calendars import preview_calendars
 from kairos.cli.preview_listing import MARKS, heading, occurrence_line, upcoming
 from kairos.cli.reading import TIME_HELP, history_reader, instant_option, text
 from kairos.cli.runs import run_summaries
@@ -64,9 +65,6 @@ def describe(
     settings = kafka_settings(context)
     stored = _stored(settings, schedule_id)
     schedule = stored.schedule
-    # Imported here: preview's modules import cli.schedules, which registers this command.
-    from kairos.cli.preview_calendars import preview_calendars  # noqa: PLC0415
-
     try:
         calendars = preview_calendars(context, None, [schedule])
         placement = _placement(settings, stored, group_id or settings.deployment_id(TICKER_GROUP))

@@ -10,8 +10,8 @@ from __future__ import annotations
 import typer
 
 from kairos.cli.options import fail, kafka_settings
+from kairos.cli.reading import warn_rejected
 from kairos.cli.schedule_files import SourcesInvalidError, load_sources
-from kairos.cli.schedules import warn_rejected
 from kairos.core.errors import KairosError
 from kairos.core.schedule import Schedule
 from kairos.streams.schedule_reader import ScheduleReader, StoredSchedule

@@ -15,9 +15,12 @@ from kairos.cli.options import fail
 from kairos.core.audit import TimeArgumentError, parse_time
 from kairos.core.run_id import format_instant
 from kairos.streams.history import HistoryReader, ReadProgress
+from kairos.streams.schedule_reader import ScheduleReader, ScheduleSnapshot
 from kairos.streams.settings import KafkaSettings
 
-TIME_HELP = "ISO-8601 instant with an offset (2027-03-14T07:00:00Z), 'now', or relative (-10m)."
+TIME_HELP = (
+    "ISO-8601 instant with an offset (2027-03-14T07:00:00Z), 'now', or relative to now (-10m, +2h)."
+)
 
 SinceOption = Annotated[
     str | None, typer.Option("--since", help=f"Only what happened at or after it. {TIME_HELP}")
@@ -106,4 +109,21 @@ def _warn_rejected(reader: HistoryReader) -> None:
         f"{first.offset}: {first.reason}",
         style="yellow",
         highlight=False,
+    )
+
+
+def reader_for(settings: KafkaSettings) -> ScheduleReader:
+    return ScheduleReader(settings)
+
+
+def warn_rejected(snapshot: ScheduleSnapshot, reader: ScheduleReader) -> None:
+    """Say on stderr that records breaking the contract were skipped, as the ticker skips them."""
+    if not snapshot.rejected:
+        return
+    first = snapshot.rejected[0]
+    typer.echo(
+        f"warning: skipped {len(snapshot.rejected)} unreadable record(s) on {reader.topic}, "
+        "as the ticker does (the ticker copies them to the dead-letter topic); first at "
+        f"partition {first.partition} offset {first.offset}: {first.reason}",
+        err=True,
     )

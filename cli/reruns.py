@@ -96,8 +96,10 @@ def backfill(
     changed_by: ChangedByOption = None,
     output: OutputOption = None,
 ) -> None:
-    """Run the job for every occurrence of the schedule from --from through --to, at the
-    catch-up rate (never ahead of on-time fires); each run gets a re-run id of its own."""
+    """Run the job for every occurrence from --from through --to, at the catch-up rate.
+
+    The runs are fired after on-time fires, never ahead of them; each gets a re-run id of its
+    own."""
     now = _now()
     first, last = _time(start, now, "--from"), _time(end, now, "--to")
     if last < first:

@@ -8,7 +8,6 @@ by `start_by`, not succeeded by `finish_by`).
 
 from __future__ import annotations
 
-import json
 import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -16,13 +15,13 @@ from typing import Any
 import typer
 from rich.table import Table
 
-from kairos.cli.options import JsonOption, fail, kafka_settings
+from kairos.cli.options import fail, kafka_settings
+from kairos.cli.output import Format, JsonAliasOption, OutputOption, chosen, render
 from kairos.cli.reading import (
     ScheduleFilterOption,
     SinceOption,
     history_reader,
     instant_option,
-    jsonable,
     text,
     wide_console,
 )
@@ -39,9 +38,11 @@ def late(
     context: typer.Context,
     schedule: ScheduleFilterOption = None,
     since: SinceOption = None,
-    as_json: JsonOption = False,
+    output: OutputOption = None,
+    as_json: JsonAliasOption = False,
 ) -> None:
     """List runs (nominal at or after --since, default a day ago) that missed a deadline."""
+    chosen_output = chosen(output, as_json)
     now = datetime.now(UTC)
     start = instant_option(since, "--since", now) or now - _DEFAULT_SINCE
     settings = kafka_settings(context)
@@ -61,8 +62,8 @@ def late(
     rows = late_runs(fired, events, deadlines, now)
     for row in rows:
         row["owner"] = owners.get(row["schedule_id"])
-    if as_json:
-        typer.echo(json.dumps([jsonable(row) for row in rows], indent=2))
+    if chosen_output is not Format.TABLE:
+        render(rows, chosen_output, lambda: None)
         return
     if not rows:
         typer.echo("no late runs", err=True)

@@ -16,10 +16,11 @@ from kairos.cli.describe import describe
 from kairos.cli.label_selector import LabelSelectorError, parse_selector
 from kairos.cli.options import fail, kafka_settings
 from kairos.cli.output import Format, JsonAliasOption, OutputOption, chosen, render, table_lines
+from kairos.cli.reading import reader_for, warn_rejected
 from kairos.core.errors import KairosError
 from kairos.core.schedule import Schedule
 from kairos.streams.schedule_publisher import SchedulesClient
-from kairos.streams.schedule_reader import ScheduleReader, ScheduleSnapshot, StoredSchedule
+from kairos.streams.schedule_reader import StoredSchedule
 from kairos.streams.settings import KafkaSettings
 
 ChangedByOption = Annotated[
@@ -45,23 +46,6 @@ def changed_by_or_default(changed_by: str | None) -> str:
     if changed_by and changed_by.strip():
         return changed_by.strip()
     return f"{os.environ.get('USER') or 'unknown'}@{socket.gethostname()}"
-
-
-def reader_for(settings: KafkaSettings) -> ScheduleReader:
-    return ScheduleReader(settings)
-
-
-def warn_rejected(snapshot: ScheduleSnapshot, reader: ScheduleReader) -> None:
-    """Say on stderr that records breaking the contract were skipped, as the ticker skips them."""
-    if not snapshot.rejected:
-        return
-    first = snapshot.rejected[0]
-    typer.echo(
-        f"warning: skipped {len(snapshot.rejected)} unreadable record(s) on {reader.topic}, "
-        "as the ticker does (the ticker copies them to the dead-letter topic); first at "
-        f"partition {first.partition} offset {first.offset}: {first.reason}",
-        err=True,
-    )
 
 
 LabelsOption = Annotated[

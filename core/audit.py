@@ -56,19 +56,21 @@ class TimeArgumentError(KairosError, ValueError):
         self.problem = problem
         super().__init__(
             f"invalid time {text!r}: {problem}; give an ISO-8601 instant with an offset such as "
-            "2027-03-14T07:00:00Z, 'now', or a time before now such as -10m or -2h30m"
+            "2027-03-14T07:00:00Z, 'now', or a time relative to now such as -10m, -2h30m or +2h"
         )
 
 
 def parse_time(text: str, now: datetime) -> datetime:
-    """An instant from `2027-03-14T07:00:00Z`, `now`, or `-10m` (ten minutes before `now`)."""
+    """An instant from `2027-03-14T07:00:00Z`, `now`, `-10m` (ten minutes before `now`) or
+    `+2h` (two hours after it)."""
     value = text.strip()
     if value == "now":
         return now
-    if value.startswith("-"):
+    if value[:1] in ("-", "+"):
         try:
-            return now - parse_duration(value[1:])
-        except ValueError as error:
+            offset = parse_duration(value[1:])
+            return now - offset if value[0] == "-" else now + offset
+        except (ValueError, OverflowError) as error:
             raise TimeArgumentError(text, str(error)) from None
     try:
         instant = datetime.fromisoformat(value)
@@ -76,7 +78,10 @@ def parse_time(text: str, now: datetime) -> datetime:
         raise TimeArgumentError(text, "not an ISO-8601 instant") from None
     if instant.tzinfo is None or instant.utcoffset() is None:
         raise TimeArgumentError(text, "it has no UTC offset, so it is not an instant")
-    return instant.astimezone(UTC)
+    try:
+        return instant.astimezone(UTC)
+    except OverflowError:
+        raise TimeArgumentError(text, "it is outside the years 1 to 9999 in UTC") from None
 
 
 @dataclass(frozen=True, slots=True)

@@ -318,6 +318,7 @@ NOW = datetime(2027, 3, 14, 7, 0, tzinfo=UTC)
         pytest.param("now", NOW, id="now"),
         pytest.param("-10m", NOW - timedelta(minutes=10), id="relative"),
         pytest.param("-1h30m", NOW - timedelta(minutes=90), id="relative-compound"),
+        pytest.param("+2h", NOW + timedelta(hours=2), id="after-now"),
     ],
 )
 def test_time_arguments(text: str, expected: datetime) -> None:
@@ -333,6 +334,8 @@ def test_time_arguments(text: str, expected: datetime) -> None:
         "-10y",
         pytest.param("-99999999d", id="before-year-1"),
         pytest.param("-" + "9" * 40 + "w", id="past-any-timedelta"),
+        pytest.param("+99999999d", id="after-year-9999"),
+        pytest.param("0001-01-01T00:00:00+01:00", id="before-year-1-in-utc"),
     ],
 )
 def test_unusable_time_arguments_say_how_to_write_one(text: str) -> None:
