@@ -162,7 +162,7 @@ def test_invalid_input_is_reported_without_traceback(
         ),
         pytest.param(
             ["--from", "0001-01-01T00:00:00+01:00"],
-            "up to (not including) 9900",
+            "outside the years 1 to 9999",
             id="from-before-year-1-in-utc",
         ),
     ],
