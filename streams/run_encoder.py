@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
+from typing import Any
 
 from kairos.core.firing import Action, Decision, ScheduleState
 from kairos.core.run_id import run_id
@@ -110,14 +111,7 @@ class RunRequestedEncoder:
         """Exactly `codec.encode(run_requested_record(...))`, at a fraction of the cost."""
         if decision.rerun is not None:
             # Rare, and its overlap and request id differ from the schedule's template.
-            record = run_requested_record(
-                decision,
-                state,
-                fired_at=fired_at,
-                partition=partition,
-                ticker_instance=self._ticker_instance,
-            )
-            return self._codec.encode(record)
+            return self._codec.encode(self._record(decision, state, fired_at, partition))
         key = (decision.schedule_id, state.version, partition)
         template = self._templates.get(key)
         if template is None:
@@ -138,16 +132,21 @@ class RunRequestedEncoder:
             )
         )
 
-    def _template(
+    def _record(
         self, decision: Decision, state: ScheduleState, fired_at: datetime, partition: int
-    ) -> tuple[bytes, bytes, bytes]:
-        record = run_requested_record(
+    ) -> dict[str, Any]:
+        return run_requested_record(
             decision,
             state,
             fired_at=fired_at,
             partition=partition,
             ticker_instance=self._ticker_instance,
         )
+
+    def _template(
+        self, decision: Decision, state: ScheduleState, fired_at: datetime, partition: int
+    ) -> tuple[bytes, bytes, bytes]:
+        record = self._record(decision, state, fired_at, partition)
         whole = self._codec.encode(record)
         schedule_id = _string(decision.schedule_id)
         leading = (

@@ -65,6 +65,7 @@ def test_encoder_matches_the_codec_byte_for_byte(
     last=st.none() | instants,
     following=st.none() | instants,
     settle_before=st.none() | instants,
+    runs_fired=st.integers(0, 2**31),
 )
 def test_progress_encoder_matches_the_codec_byte_for_byte(
     schedule_id: str,
@@ -72,12 +73,14 @@ def test_progress_encoder_matches_the_codec_byte_for_byte(
     last: datetime | None,
     following: datetime | None,
     settle_before: datetime | None,
+    runs_fired: int,
 ) -> None:
     codec = make_codecs().ticker_progress
     state = ScheduleState(
         schedule=Schedule(id=schedule_id, cron="* * * * *"),
         version=version,
         next_nominal=following,
+        runs_fired=runs_fired,
         last_decided_nominal=last,
         settle_before=settle_before,
     )
