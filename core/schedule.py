@@ -21,7 +21,6 @@ from pydantic import (
     Field,
     PlainSerializer,
     ValidationError,
-    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -30,7 +29,7 @@ from pydantic_core import ErrorDetails, PydanticCustomError
 from kairos.core import limits
 from kairos.core import schedule_lifecycle as lifecycle
 from kairos.core.cron import parse_cron
-from kairos.core.durations import duration_from_ms, format_duration, parse_duration
+from kairos.core.durations import format_duration, read_duration
 from kairos.core.errors import KairosError
 from kairos.core.schedule_calendars import (
     BlackoutAction,
@@ -123,13 +122,6 @@ def _aware_utc(value: datetime) -> datetime:
     return utc
 
 
-def _read_duration(value: object, info: ValidationInfo) -> timedelta:
-    # Checked in this order, cheapest first: a restore reads a million definitions.
-    if type(value) is int and info.context is not None and info.context.get("durations_in_ms"):
-        return duration_from_ms(value)
-    return parse_duration(value)
-
-
 def _positive(value: timedelta) -> timedelta:
     if value <= timedelta(0):
         raise ValueError("must be longer than zero")
@@ -150,7 +142,7 @@ def _at_most(longest: timedelta, why: str) -> AfterValidator:
 
 Duration = Annotated[
     timedelta,
-    BeforeValidator(_read_duration),
+    BeforeValidator(read_duration),
     PlainSerializer(format_duration, return_type=str, when_used="json"),
 ]
 """A duration read by `parse_duration` (or from integer milliseconds, in the `DURATIONS_IN_MS`

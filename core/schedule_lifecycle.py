@@ -17,12 +17,11 @@ from pydantic import (
     ConfigDict,
     Field,
     PlainSerializer,
-    ValidationInfo,
     model_validator,
 )
 from pydantic_core import PydanticCustomError
 
-from kairos.core.durations import duration_from_ms, format_duration, parse_duration
+from kairos.core.durations import format_duration, read_duration
 
 LONGEST_DEADLINE = timedelta(days=366)
 """A run still not finished a year after its nominal instant is no longer late but lost; and a
@@ -44,14 +43,6 @@ class AfterLastRun(StrEnum):
     """It is deleted, as `kairos schedules delete` would, so that a one-off does not linger."""
 
 
-def _read_duration(value: object, info: ValidationInfo) -> timedelta:
-    # As `kairos.core.schedule` reads durations: integer milliseconds only in Avro records
-    # (the `DURATIONS_IN_MS` context), which the nested model is validated in too.
-    if type(value) is int and info.context is not None and info.context.get("durations_in_ms"):
-        return duration_from_ms(value)
-    return parse_duration(value)
-
-
 def _positive_and_bounded(value: timedelta) -> timedelta:
     if value <= timedelta(0):
         raise ValueError("must be longer than zero")
@@ -65,7 +56,7 @@ def _positive_and_bounded(value: timedelta) -> timedelta:
 
 DeadlineDuration = Annotated[
     timedelta,
-    BeforeValidator(_read_duration),
+    BeforeValidator(read_duration),
     AfterValidator(_positive_and_bounded),
     PlainSerializer(format_duration, return_type=str, when_used="json"),
 ]

@@ -12,8 +12,8 @@ from typing import Any
 
 from kairos.core.calendar_rules import CalendarLookup
 from kairos.core.firing import Decision, ScheduleState
-from kairos.core.rerun_request import RerunProgress, RerunRequest
-from kairos.core.schedule import DURATIONS_IN_MS, JobSpec, Schedule
+from kairos.core.rerun_request import RerunKind, RerunProgress, RerunRequest
+from kairos.core.schedule import DURATIONS_IN_MS, JobSpec, OverlapPolicy, Schedule
 from kairos.core.schedule_lifecycle import Deadline
 
 _MS = timedelta(milliseconds=1)
@@ -245,6 +245,23 @@ def rerun_record(request: RerunRequest) -> dict[str, Any]:
         "end_at": request.end,
         "overlap": None if request.overlap is None else request.overlap.value,
     }
+
+
+def rerun_from_event(event: dict[str, Any]) -> RerunRequest:
+    """The request a rerun_requested `ScheduleEvent` carries (checked by `schedule_events`)."""
+    rerun = event["rerun"]
+    overlap = rerun["overlap"]
+    return RerunRequest(
+        request_id=rerun["request_id"],
+        schedule_id=event["schedule_id"],
+        kind=RerunKind(rerun["kind"]),
+        start=rerun["start_at"],
+        end=rerun["end_at"],
+        overlap=None if overlap is None else OverlapPolicy(overlap),
+        requested_by=event["changed_by"],
+        requested_at=event["changed_at"],
+        reason=event["reason"],
+    )
 
 
 def run_requested_record(

@@ -40,10 +40,10 @@ from pydantic import ValidationError
 from kairos.core.errors import KairosError
 from kairos.core.rerun_request import RerunKind, RerunRequest
 from kairos.core.run_id import REQUEST_ID_PATTERN, RERUN_MARK
-from kairos.core.schedule import OverlapPolicy, Schedule
+from kairos.core.schedule import Schedule
 from kairos.streams.codec import Codec, DecodeError
 from kairos.streams.partitioner import partition_for
-from kairos.streams.records import schedule_from_definition
+from kairos.streams.records import rerun_from_event, schedule_from_definition
 
 MAX_SCHEDULE_EVENT_BYTES = 512 * 1024
 """The largest schedule event accepted. Every record the ticker derives from one (its changelog
@@ -312,28 +312,15 @@ def _rerun(
         raise InvalidScheduleEventError(
             "the re-run kind is newer than this reader; upgrade the ticker to fire it"
         )
-    kind = RerunKind(rerun["kind"])
     start, end = rerun["start_at"], rerun["end_at"]
-    if end < start or (kind is RerunKind.TRIGGER and end != start):
+    if end < start or (rerun["kind"] == RerunKind.TRIGGER and end != start):
         raise InvalidScheduleEventError(
             f"the re-run's end_at {end.isoformat()} must be at or after start_at "
             f"{start.isoformat()}, and equal to it for a trigger"
         )
-    overlap = rerun["overlap"]
-    if overlap == "unknown":
+    if rerun["overlap"] == "unknown":
         raise InvalidScheduleEventError("the re-run's overlap policy is newer than this reader")
-    request = RerunRequest(
-        request_id=request_id,
-        schedule_id=schedule_id,
-        kind=kind,
-        start=start,
-        end=end,
-        overlap=None if overlap is None else OverlapPolicy(overlap),
-        requested_by=event["changed_by"],
-        requested_at=event["changed_at"],
-        reason=event["reason"],
-    )
-    return RerunRequested(partition, offset, request)
+    return RerunRequested(partition, offset, rerun_from_event(event))
 
 
 def _schedule_of(definition: dict[str, Any]) -> Schedule:

@@ -7,22 +7,20 @@ from datetime import UTC, datetime, timedelta
 
 from kairos.streams.dedupe.base import DedupeStore, LeaseStatus, RunEnd
 from tests.helpers import eventually
-from tests.local.test_dedupe_contract import (  # noqa: F401 (fixtures)
+from tests.local.test_dedupe_contract import (
     LEASE,
     OK,
     SHELL,
     SHORT_LEASE,
     only,
     run_request,
-    store,
-    store_url,
 )
 
 SKEW = timedelta(seconds=20)
 
 
 def test_an_executor_whose_clock_is_ahead_does_not_reap_a_healthy_lease(
-    store: DedupeStore,  # noqa: F811
+    store: DedupeStore,
 ) -> None:
     now = datetime.now(UTC)
     store.admit([run_request()], now, "e1")
@@ -36,7 +34,7 @@ def test_an_executor_whose_clock_is_ahead_does_not_reap_a_healthy_lease(
 
 
 def test_an_executor_whose_clock_is_behind_holds_a_lease_no_longer_than_it_renews_it(
-    store: DedupeStore,  # noqa: F811
+    store: DedupeStore,
 ) -> None:
     behind = datetime.now(UTC) - timedelta(hours=1)
     request = run_request()

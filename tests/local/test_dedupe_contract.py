@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -38,21 +38,6 @@ SHORT_LEASE = timedelta(milliseconds=300)
 SHELL = frozenset({"shell"})
 OK = AttemptResult(succeeded=True)
 BROKEN = AttemptResult(succeeded=False, reason="exit status 1")
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return sqlite_url(tmp_path / "dedupe.sqlite3")
-    url: str = request.getfixturevalue("postgres_url")
-    return url
-
-
-@pytest.fixture
-def store(store_url: str) -> Iterator[DedupeStore]:
-    opened = open_dedupe_store(store_url)
-    yield opened
-    opened.close()
 
 
 def run_request(

@@ -8,35 +8,16 @@ run is delivered, each deadline of a run id is reported at most once.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from dataclasses import replace
 from datetime import timedelta
-from pathlib import Path
 
-import pytest
-
-from kairos.streams.dedupe import open_dedupe_store, sqlite_url
+from kairos.streams.dedupe import open_dedupe_store
 from kairos.streams.dedupe.base import DedupeStore, EventKind, RunRequest
 from kairos.streams.dedupe.deadlines import DeadlineKind, MissedDeadline
 from tests.local.test_dedupe_contract import BROKEN, OK, SHELL, T0, drain, run_request
 
 MINUTE = timedelta(minutes=1)
 LEASE = timedelta(minutes=5)
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return sqlite_url(tmp_path / "dedupe.sqlite3")
-    url: str = request.getfixturevalue("postgres_url")
-    return url
-
-
-@pytest.fixture
-def store(store_url: str) -> Iterator[DedupeStore]:
-    opened = open_dedupe_store(store_url)
-    yield opened
-    opened.close()
 
 
 def with_deadline(
