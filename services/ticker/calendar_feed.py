@@ -16,9 +16,8 @@ from datetime import datetime
 from typing import Protocol
 
 from kairos.core.business_calendar import CalendarBook, CalendarVersion
-from kairos.streams.calendar_reader import CalendarFeed, CalendarReadError
-from kairos.streams.codec import Codecs
-from kairos.streams.settings import KafkaSettings
+from kairos.services.ticker.clients import CalendarSource
+from kairos.streams.calendar_reader import CalendarReadError
 
 logger = logging.getLogger(__name__)
 
@@ -37,10 +36,8 @@ class Forgetful(Protocol):
 
 
 class TickerCalendars:
-    def __init__(self, settings: KafkaSettings, codecs: Codecs) -> None:
-        self._settings = settings
-        self._codecs = codecs
-        self._feed: CalendarFeed | None = None
+    def __init__(self) -> None:
+        self._feed: CalendarSource | None = None
         self._book = CalendarBook()
         self._next_read_at = 0.0
 
@@ -48,9 +45,9 @@ class TickerCalendars:
         """A `CalendarLookup`: the latest version read."""
         return self._book.get(calendar_id)
 
-    def start(self) -> None:
-        """Read the topic to its end (raises `CalendarReadError` when it cannot)."""
-        self._feed = CalendarFeed(self._settings, codecs=self._codecs)
+    def start(self, feed: CalendarSource) -> None:
+        """Read `feed` to its end (raises `CalendarReadError` when it cannot), and follow it."""
+        self._feed = feed
         self._book = self._feed.refresh()
         self._next_read_at = time.monotonic() + REFRESH_S
         logger.info("calendars read: %d from %s", len(self._book.versions), self._feed.topic)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from datetime import datetime
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
 from kairos.core.errors import KairosError
 from kairos.core.firing import Outcome, deleted, upserted
@@ -21,6 +21,7 @@ from kairos.services.ticker.partition import OwnedPartition
 from kairos.services.ticker.work import TransactionWork
 from kairos.streams.codec import Codecs
 from kairos.streams.dead_letters import dead_letter_record
+from kairos.streams.ports import GroupMember
 from kairos.streams.schedule_events import (
     RejectedEvent,
     RerunRemoved,
@@ -75,7 +76,7 @@ class ScheduleChanges:
         """The schedules topic's partition count, which decides each record's rightful place."""
 
     def learn_partitions(
-        self, consumer: Consumer, layout: TopicLayout, timeout_s: float = 30
+        self, consumer: GroupMember, layout: TopicLayout, timeout_s: float = 30
     ) -> None:
         """Ask the broker for the schedules and changelog topics' partition counts, and refuse
         (`PartitionCountError`) unless both are the layout's, which is fixed (docs/topics.md):
@@ -93,7 +94,7 @@ class ScheduleChanges:
         self.partitions = counts[0]
 
     @staticmethod
-    def _partition_count(consumer: Consumer, topic: str, timeout_s: float) -> int:
+    def _partition_count(consumer: GroupMember, topic: str, timeout_s: float) -> int:
         # A broker that does not answer raises KafkaException: the ticker retries its connection.
         found = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
         refused = found is not None and found.error is not None

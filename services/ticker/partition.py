@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import KafkaError, Message, TopicPartition
 
 from kairos.core.calendar_rules import CalendarLookup
 from kairos.core.errors import KairosError
@@ -33,6 +33,7 @@ from kairos.core.firing import Outcome, ScheduleState
 from kairos.streams.codec import Codecs
 from kairos.streams.ownership import OwnershipInfo
 from kairos.streams.passing import BROKER_GONE, LEADER_MOVING, ask_until_answered
+from kairos.streams.ports import PartitionReader
 from kairos.streams.records import floor_from_progress, state_from_records
 from kairos.streams.state_store import PartitionStore, StateWrite
 from kairos.streams.topics import CHANGELOG_DELETE_RETENTION_MS
@@ -265,7 +266,7 @@ class OwnedPartition:
 
     def restore(
         self,
-        consumer: Consumer,
+        consumer: PartitionReader,
         changelog_topic: str,
         timeout_s: float,
         *,
@@ -348,7 +349,7 @@ class OwnedPartition:
         return None
 
     def _replay(
-        self, consumer: Consumer, topic: str, start: int, target: int, timeout_s: float
+        self, consumer: PartitionReader, topic: str, start: int, target: int, timeout_s: float
     ) -> int:
         """Apply the changelog from `start` until the consumer's position reaches `target`."""
         assigned = TopicPartition(topic, self.partition)

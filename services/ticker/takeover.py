@@ -14,8 +14,7 @@ import time
 from collections.abc import Callable
 from datetime import datetime
 
-from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient, OffsetSpec
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from kairos.core.calendar_rules import CalendarLookup
 from kairos.services.ticker.metrics import TickerMetrics
@@ -24,7 +23,7 @@ from kairos.services.ticker.settings import TickerSettings
 from kairos.streams.codec import Codecs
 from kairos.streams.ownership import OwnershipInfo
 from kairos.streams.passing import BROKER_GONE, LEADER_MOVING, ask_until_answered, passes
-from kairos.streams.settings import RESTORE_GROUP, KafkaSettings
+from kairos.streams.ports import EndOffsets, GroupMember, PartitionReader
 from kairos.streams.state_store import PartitionStore
 
 logger = logging.getLogger(__name__)
@@ -50,12 +49,11 @@ class PartitionTopics:
 class TakeOver:
     """The partitions of one group session: those arriving and those owned.
 
-    Owns the restore consumer and the admin client it uses; `close` releases them.
+    Owns the changelog reader it restores with; `close` releases it.
     """
 
     def __init__(
         self,
-        kafka: KafkaSettings,
         settings: TickerSettings,
         topics: PartitionTopics,
         *,
@@ -63,6 +61,8 @@ class TakeOver:
         metrics: TickerMetrics,
         clock: Callable[[], datetime],
         calendars: CalendarLookup,
+        reader: PartitionReader,
+        ends: EndOffsets,
     ) -> None:
         self._settings = settings
         self._calendars = calendars
@@ -80,22 +80,10 @@ class TakeOver:
         """Arriving partitions whose restore an open changelog transaction holds back."""
         self._restoring: dict[int, OwnedPartition] = {}
         """Held-back partitions' stores, kept open between attempts (opening loads the index)."""
-        self._admin = AdminClient(kafka.client_config())
-        self._restorer = Consumer(
-            kafka.consumer_config(
-                **{
-                    "group.id": kafka.deployment_id(RESTORE_GROUP + settings.instance),
-                    "enable.auto.commit": False,
-                    "isolation.level": "read_committed",
-                    "enable.partition.eof": True,
-                    # The end of a partition is only noticed when an empty fetch returns: do not
-                    # let the broker hold it for the default half second.
-                    "fetch.wait.max.ms": 10,
-                }
-            )
-        )
+        self._ends = ends
+        self._restorer = reader
 
-    def assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+    def assign(self, consumer: GroupMember, partitions: list[TopicPartition]) -> None:
         """Take `partitions` paused, and take over at once those whose offsets are settled."""
         consumer.incremental_assign(partitions)
         consumer.pause(partitions)
@@ -115,7 +103,7 @@ class TakeOver:
         self._held_back.clear()
         self._restorer.close()
 
-    def settle(self, consumer: Consumer) -> None:
+    def settle(self, consumer: GroupMember) -> None:
         """Restore and start consuming the arriving partitions whose offsets are settled.
 
         With read_committed, the committed-offset fetch does not answer while a transaction of
@@ -136,7 +124,7 @@ class TakeOver:
         self._metrics.owned_partitions.set(len(self.owned))
         self._metrics.schedules_held.set(sum(o.store.count for o in self.owned.values()))
 
-    def _settled_offsets(self, consumer: Consumer) -> list[TopicPartition]:
+    def _settled_offsets(self, consumer: GroupMember) -> list[TopicPartition]:
         settled: list[TopicPartition] = []
         now = time.monotonic()
         for partition in list(self.arriving):
@@ -156,7 +144,7 @@ class TakeOver:
             settled.append(answer)
         return settled
 
-    def _take_over_or_postpone(self, consumer: Consumer, tp: TopicPartition) -> bool:
+    def _take_over_or_postpone(self, consumer: GroupMember, tp: TopicPartition) -> bool:
         """Take `tp` over; on a passing obstacle postpone it (True: taken over).
 
         A partition without a leader for a moment, or whose changelog an open transaction holds
@@ -208,7 +196,7 @@ class TakeOver:
             owned.store.close()
         self._postponed_until[partition] = time.monotonic() + delay_s
 
-    def _take_over(self, consumer: Consumer, tp: TopicPartition, waited_s: float) -> None:
+    def _take_over(self, consumer: GroupMember, tp: TopicPartition, waited_s: float) -> None:
         """Restore a settled partition to its committed state and start consuming it."""
         previous = OwnershipInfo.decode(tp.metadata)
         # Restore the store from the changelog up to where the last committed transaction's
@@ -251,7 +239,9 @@ class TakeOver:
             report.seconds,
         )
 
-    def _start_offset(self, consumer: Consumer, tp: TopicPartition, owned: OwnedPartition) -> int:
+    def _start_offset(
+        self, consumer: GroupMember, tp: TopicPartition, owned: OwnedPartition
+    ) -> int:
         """Where the partition's schedule changes resume: never below what the state applied.
 
         The group's committed offset is the fence, not the only memory: under a new group id,
@@ -282,22 +272,9 @@ class TakeOver:
 
     def _changelog_end(self, partition: int) -> int:
         """The changelog partition's end, uncommitted records included."""
-        assert self._admin is not None
-        asked = TopicPartition(self._topics.changelog, partition)
-        admin = self._admin
+        return self._ends.end_offset(TopicPartition(self._topics.changelog, partition), 30)
 
-        def ask(attempt_s: float) -> int:
-            futures = admin.list_offsets(
-                # confluent-kafka ships OffsetSpec's factories without annotations.
-                {asked: OffsetSpec.latest()},  # type: ignore[no-untyped-call]
-                isolation_level=IsolationLevel.READ_UNCOMMITTED,
-                request_timeout=attempt_s,
-            )
-            return int(futures[asked].result().offset)
-
-        return ask_until_answered(ask, 30, LEADER_MOVING | BROKER_GONE)
-
-    def release(self, consumer: Consumer, partitions: list[TopicPartition], event: str) -> None:
+    def release(self, consumer: GroupMember, partitions: list[TopicPartition], event: str) -> None:
         """Stop owning `partitions` (revoked or lost); their stores stay on disk for later."""
         try:
             consumer.incremental_unassign(partitions)

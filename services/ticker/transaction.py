@@ -15,11 +15,9 @@ from datetime import UTC, datetime
 
 from confluent_kafka import (
     TIMESTAMP_LOG_APPEND_TIME,
-    Consumer,
     KafkaError,
     KafkaException,
     Message,
-    Producer,
     TopicPartition,
 )
 
@@ -38,6 +36,7 @@ from kairos.services.ticker.quarantine import PoisonedScheduleError
 from kairos.services.ticker.work import TransactionWork
 from kairos.streams.codec import Codecs
 from kairos.streams.dead_letters import dead_letter_record
+from kairos.streams.ports import GroupMember, TransactionalProducer
 from kairos.streams.records import floor_record, skipped_run_event_record, state_record
 from kairos.streams.run_encoder import ProgressEncoder, RunRequestedEncoder
 from kairos.streams.state_store import StateWrite
@@ -67,7 +66,7 @@ class FiringTransactions:
 
     def __init__(
         self,
-        producer: Producer,
+        producer: TransactionalProducer,
         topics: Topics,
         codecs: Codecs,
         ticker_instance: str,
@@ -143,7 +142,7 @@ class FiringTransactions:
         self,
         work: TransactionWork,
         writes: dict[int, list[StateWrite]],
-        consumer: Consumer,
+        consumer: GroupMember,
         fired_at: datetime,
         *,
         runs: list[tuple[bytes, str]],
@@ -176,7 +175,7 @@ class FiringTransactions:
         self,
         work: TransactionWork,
         writes: dict[int, list[StateWrite]],
-        consumer: Consumer,
+        consumer: GroupMember,
         fired_at: datetime,
         *,
         runs: list[tuple[bytes, str]],

@@ -52,7 +52,7 @@ def ticker_of(
         ),
         clock=clock,
     )
-    ticker._connect()
+    ticker.connect()
     eventually(
         lambda: ticker.turn() or len(ticker.owned) == settings.schedules_partitions,
         timeout_s=60,
@@ -164,7 +164,7 @@ def test_an_edit_of_a_schedule_an_hour_behind_settles_in_bounded_transactions(
             message="the edit did not settle in slices",
         )
     finally:
-        first._disconnect()
+        first.disconnect()
     # Mid-settlement, another host takes the partitions over, restoring cold: the held state
     # and the offset held at the edit bring it to settle on where the first one stopped.
     second = tickers.ticker(tmp_path / "second")
@@ -176,7 +176,7 @@ def test_an_edit_of_a_schedule_an_hour_behind_settles_in_bounded_transactions(
             message="edit not applied",
         )
     finally:
-        second._disconnect()
+        second.disconnect()
 
     # Bounded by the catch-up budget, plus one schedule's catch-up slice should a turn have
     # decided the backlog before the edit reached it: never the whole hour in one transaction.
@@ -243,7 +243,7 @@ def test_a_deleted_and_re_created_schedule_never_fires_a_run_id_again(
             client.delete("r")
             turn_until_gone(first)
     finally:
-        first._disconnect()
+        first.disconnect()
     # A fresh host: the floor must come back from the changelog, the store's source of truth.
     second = ticker_of(kafka_settings, tmp_path / "fresh", group)
     try:
@@ -254,7 +254,7 @@ def test_a_deleted_and_re_created_schedule_never_fires_a_run_id_again(
         recreate_raw(kafka_settings, schedule, changed_at=start)
         turn_until_fired(second, 2)
     finally:
-        second._disconnect()
+        second.disconnect()
 
     run_ids = run_ids_of(kafka_settings, "r")
     twice = [run_id for run_id, n in Counter(run_ids).items() if n > 1]

@@ -54,7 +54,7 @@ def turned_by_the_test(
             instance="t", state_dir=state_dir, group_id=group, session_timeout_ms=3000, **overrides
         ),
     )
-    ticker._connect()
+    ticker.connect()
     return ticker
 
 
@@ -183,7 +183,7 @@ def test_leaving_the_group_does_not_take_up_an_assignment_that_arrives_meanwhile
     owners = wait_for_stable_group(kafka_settings.bootstrap_servers, group, members=1)
     assert owners == {"t": set(range(kafka_settings.schedules_partitions))}
     started = time.monotonic()
-    ticker._disconnect()
+    ticker.disconnect()
     assert time.monotonic() - started < 10, "leaving the group waited on a restore"
     assert not ticker.owned
 
@@ -215,8 +215,8 @@ def test_changes_delivered_again_below_the_committed_offset_are_not_applied_agai
 
         eventually(paused_and_committed, timeout_s=30, interval_s=0)
         committed = ticker.metrics.registry.get_sample_value(transactions)
-        assert ticker._consumer is not None
-        ticker._consumer.seek(
+        assert ticker.session is not None
+        ticker.session.member.seek(
             TopicPartition(kafka_settings.layout.name(TopicRole.SCHEDULES), owned.partition, 0)
         )
         for _ in range(30):
@@ -225,4 +225,4 @@ def test_changes_delivered_again_below_the_committed_offset_are_not_applied_agai
         state = owned.state("x")
         assert state is not None and state.paused
     finally:
-        ticker._disconnect()
+        ticker.disconnect()

@@ -1,0 +1,92 @@
+"""What a ticker session is made of: the clients, behind the ports of `kairos.streams.ports`.
+
+`ConfluentTickerClients` makes the real ones for a deployment; the unit tests pass in-memory ones
+(`tests/fakes/kafka.py`) with the same rules, so the session, take-over and commit paths run the
+same code on both.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from confluent_kafka import Consumer, IsolationLevel, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
+
+from kairos.core.business_calendar import CalendarBook
+from kairos.streams.authorization import RoleAccess
+from kairos.streams.calendar_reader import CalendarFeed
+from kairos.streams.codec import Codecs
+from kairos.streams.passing import BROKER_GONE, LEADER_MOVING, ask_until_answered
+from kairos.streams.ports import EndOffsets, GroupMember, PartitionReader, TransactionalProducer
+from kairos.streams.settings import KafkaSettings
+
+
+class CalendarSource(Protocol):
+    """The calendars topic, followed: each `refresh` folds in what was published since the last
+    (raises `CalendarReadError` when the topic cannot be read)."""
+
+    topic: str
+
+    def refresh(self, timeout_s: float | None = None) -> CalendarBook: ...
+    def close(self) -> None: ...
+
+
+class TickerClients(Protocol):
+    """Makes the clients of one group session; each is closed by the session that asked."""
+
+    def check_access(self) -> None:
+        """Refuse to start (`NotAuthorizedError`) without the ticker's grants, when asked first."""
+
+    def calendars(self) -> CalendarSource: ...
+    def group_member(self, config: dict[str, Any]) -> GroupMember: ...
+    def transactional_producer(self, config: dict[str, Any]) -> TransactionalProducer: ...
+    def partition_reader(self, config: dict[str, Any]) -> PartitionReader: ...
+    def end_offsets(self) -> EndOffsets: ...
+
+
+class AdminEndOffsets:
+    """`EndOffsets` through the admin client's ListOffsets (read_uncommitted: the log's end)."""
+
+    def __init__(self, admin: AdminClient) -> None:
+        self._admin = admin
+
+    def end_offset(self, partition: TopicPartition, timeout_s: float) -> int:
+        admin = self._admin
+
+        def ask(attempt_s: float) -> int:
+            futures = admin.list_offsets(
+                # confluent-kafka ships OffsetSpec's factories without annotations.
+                {partition: OffsetSpec.latest()},  # type: ignore[no-untyped-call]
+                isolation_level=IsolationLevel.READ_UNCOMMITTED,
+                request_timeout=attempt_s,
+            )
+            return int(futures[partition].result().offset)
+
+        return ask_until_answered(ask, timeout_s, LEADER_MOVING | BROKER_GONE)
+
+
+class ConfluentTickerClients:
+    """The real clients of a deployment's cluster."""
+
+    def __init__(self, kafka: KafkaSettings, codecs: Codecs, access: RoleAccess) -> None:
+        self._kafka = kafka
+        self._codecs = codecs
+        self._access = access
+
+    def check_access(self) -> None:
+        self._access.check()
+
+    def calendars(self) -> CalendarSource:
+        return CalendarFeed(self._kafka, codecs=self._codecs)
+
+    def group_member(self, config: dict[str, Any]) -> GroupMember:
+        return Consumer(config)
+
+    def transactional_producer(self, config: dict[str, Any]) -> TransactionalProducer:
+        return Producer(config)
+
+    def partition_reader(self, config: dict[str, Any]) -> PartitionReader:
+        return Consumer(config)
+
+    def end_offsets(self) -> EndOffsets:
+        return AdminEndOffsets(AdminClient(self._kafka.client_config()))

@@ -1,0 +1,153 @@
+"""The turn planner: the schedule changes consumed, the owned partitions and `now` in, the
+transaction's work out.
+
+Nothing here talks to Kafka or reads a clock: the states come from the owned partitions' stores
+(and what this turn already changed), the decisions from `kairos.core.firing`. A schedule whose
+state cannot be decoded or decided is quarantined, confined to itself.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from confluent_kafka import Message
+
+from kairos.core.firing import MISFIRE_GRACE, ScheduleState, decide_due, holds_at
+from kairos.services.ticker.changes import ScheduleChanges
+from kairos.services.ticker.partition import OwnedPartition, to_ms
+from kairos.services.ticker.quarantine import PoisonedScheduleError, Quarantine
+from kairos.services.ticker.work import TransactionWork
+
+logger = logging.getLogger(__name__)
+
+PER_SCHEDULE_LIMIT = 100
+"""Occurrences one schedule may decide per transaction; the rest of a backlog waits a turn."""
+
+
+@dataclass(frozen=True)
+class Budgets:
+    """How much one transaction may carry."""
+
+    decisions: int
+    """Occurrences decided in all (runs and skips)."""
+    catchup: int
+    """Of them, occurrences due before the misfire grace (a backlog), and those changes settle."""
+
+
+class TurnPlanner:
+    def __init__(self, changes: ScheduleChanges, quarantine: Quarantine, budgets: Budgets) -> None:
+        self._changes = changes
+        self._quarantine = quarantine
+        self._budgets = budgets
+
+    def plan(
+        self, messages: Sequence[Message], owned: Mapping[int, OwnedPartition], now: datetime
+    ) -> TransactionWork:
+        """What one transaction carries: the changes taken in order, then what is due.
+
+        `messages` are the schedule changes consumed this turn, without consumer errors. A
+        change below a partition's next offset is in the state already and skipped; a change
+        held (`TransactionWork.settle`) holds everything after it on its partition. Each owned
+        partition's `next_offset` moves past the changes taken.
+        """
+        work = TransactionWork(settle_room=self._budgets.catchup)
+        for message in messages:
+            self._take_change(message, owned, now, work)
+        self._decide_changed(owned, now, work)
+        self._decide_due(owned, now, work)
+        return work
+
+    def _take_change(
+        self,
+        message: Message,
+        owned: Mapping[int, OwnedPartition],
+        now: datetime,
+        work: TransactionWork,
+    ) -> None:
+        partition = message.partition()
+        offset = message.offset()
+        assert partition is not None and offset is not None
+        one = owned.get(partition)
+        if one is None or offset < one.next_offset or partition in work.held:
+            # Not ours, or already in the state: the restored store reflects everything before
+            # the committed offset, whichever offset the consumer starts from; or a change is held.
+            return
+        if self._changes.take(one, message, offset, now, work):
+            one.next_offset = offset + 1
+            work.consumed += 1
+
+    def _decide_changed(
+        self, owned: Mapping[int, OwnedPartition], now: datetime, work: TransactionWork
+    ) -> None:
+        """A change takes effect now: a changed schedule already due is decided at once."""
+        for one in list(owned.values()):
+            for changed in work.changed_due_by(one.partition, now):
+                try:
+                    self._decide(one, changed, now, work)
+                except PoisonedScheduleError as poisoned:
+                    self._quarantine.take(work, poisoned, one, changed.version, now)
+
+    def _decide_due(
+        self, owned: Mapping[int, OwnedPartition], now: datetime, work: TransactionWork
+    ) -> None:
+        """On-time occurrences first; then a bounded slice of the backlog, so a catch-up after
+        downtime never delays the fires that are due right now."""
+        now_ms = to_ms(now)
+        on_time_from = now_ms - int(MISFIRE_GRACE.total_seconds() * 1000)
+        budget = self._budgets.decisions
+        lanes = [(on_time_from, budget), (0, self._budgets.catchup)]
+        for lane_from, lane_limit in lanes:
+            for one in list(owned.values()):
+                room = min(lane_limit, budget - work.decisions)
+                if room <= 0:
+                    return
+                for _, schedule_id in one.store.due(lane_from, now_ms, room):
+                    try:
+                        self._decide_indexed(one, schedule_id, now, work)
+                    except PoisonedScheduleError as poisoned:
+                        self._quarantine.take(work, poisoned, one, -1, now)
+
+    def _decide_indexed(
+        self, owned: OwnedPartition, schedule_id: str, now: datetime, work: TransactionWork
+    ) -> None:
+        """Decide one schedule found due in the index; its failure is confined to it."""
+        in_this_work = work.states.get(owned.partition, {})
+        if schedule_id in in_this_work:
+            pending = in_this_work[schedule_id]
+            if pending is None or pending.due_at is None or pending.due_at > now:
+                return
+        else:
+            # Committed and in the due index up to now: due, no need to ask.
+            try:
+                pending = owned.state(schedule_id)
+            except Exception as failure:
+                raise PoisonedScheduleError(
+                    owned.partition, schedule_id, "decode", failure
+                ) from failure
+            if pending is None:
+                return
+        self._decide(owned, pending, now, work)
+
+    def _decide(
+        self, owned: OwnedPartition, state: ScheduleState, now: datetime, work: TransactionWork
+    ) -> None:
+        try:
+            ahead = owned.decided_ahead(state)
+            if ahead is not None and holds_at(ahead.outcome, now):
+                work.record(
+                    owned.partition,
+                    state.schedule.id,
+                    ahead.outcome,
+                    state,
+                    written_ahead=ahead.write,
+                )
+                return
+            outcome = decide_due(state, until=now, now=now, limit=PER_SCHEDULE_LIMIT)
+            work.record(owned.partition, state.schedule.id, outcome, state)
+        except Exception as failure:
+            raise PoisonedScheduleError(
+                owned.partition, state.schedule.id, "decide", failure
+            ) from failure
