@@ -82,11 +82,14 @@ class TurnPlanner:
     def _decide_changed(
         self, owned: Mapping[int, OwnedPartition], now: datetime, work: TransactionWork
     ) -> None:
-        """A change takes effect now: a changed schedule already due is decided at once."""
+        """A change takes effect now: a changed schedule already due is decided at once, a late
+        one within the catch-up budget (the index has it for the next turns)."""
+        on_time_from = now - MISFIRE_GRACE
         for one in list(owned.values()):
             for changed in work.changed_due_by(one.partition, now):
+                late = changed.due_at is not None and changed.due_at < on_time_from
                 try:
-                    self._decide(one, changed, now, work)
+                    self._decide(one, changed, now, work, late=late)
                 except PoisonedScheduleError as poisoned:
                     self._quarantine.take(work, poisoned, one, changed.version, now)
 
@@ -97,21 +100,31 @@ class TurnPlanner:
         downtime never delays the fires that are due right now."""
         now_ms = to_ms(now)
         on_time_from = now_ms - int(MISFIRE_GRACE.total_seconds() * 1000)
-        budget = self._budgets.decisions
-        lanes = [(on_time_from, budget), (0, self._budgets.catchup)]
-        for lane_from, lane_limit in lanes:
+        for lane_from, late in ((on_time_from, False), (0, True)):
             for one in list(owned.values()):
-                room = min(lane_limit, budget - work.decisions)
+                room = self._room(work, late=late)
                 if room <= 0:
-                    return
+                    break
                 for _, schedule_id in one.store.due(lane_from, now_ms, room):
                     try:
-                        self._decide_indexed(one, schedule_id, now, work)
+                        self._decide_indexed(one, schedule_id, now, work, late=late)
                     except PoisonedScheduleError as poisoned:
                         self._quarantine.take(work, poisoned, one, -1, now)
 
+    def _room(self, work: TransactionWork, *, late: bool) -> int:
+        """How many more occurrences this transaction may decide; late ones share the catch-up
+        budget with the changes' settlements (`TransactionWork.settle_room`)."""
+        room = self._budgets.decisions - work.decisions
+        return min(room, work.settle_room) if late else room
+
     def _decide_indexed(
-        self, owned: OwnedPartition, schedule_id: str, now: datetime, work: TransactionWork
+        self,
+        owned: OwnedPartition,
+        schedule_id: str,
+        now: datetime,
+        work: TransactionWork,
+        *,
+        late: bool,
     ) -> None:
         """Decide one schedule found due in the index; its failure is confined to it."""
         in_this_work = work.states.get(owned.partition, {})
@@ -129,11 +142,21 @@ class TurnPlanner:
                 ) from failure
             if pending is None:
                 return
-        self._decide(owned, pending, now, work)
+        self._decide(owned, pending, now, work, late=late)
 
     def _decide(
-        self, owned: OwnedPartition, state: ScheduleState, now: datetime, work: TransactionWork
+        self,
+        owned: OwnedPartition,
+        state: ScheduleState,
+        now: datetime,
+        work: TransactionWork,
+        *,
+        late: bool,
     ) -> None:
+        room = min(PER_SCHEDULE_LIMIT, self._room(work, late=late))
+        if room <= 0:
+            return
+        decided_before = work.decisions
         try:
             ahead = owned.decided_ahead(state)
             if ahead is not None and holds_at(ahead.outcome, now):
@@ -144,10 +167,12 @@ class TurnPlanner:
                     state,
                     written_ahead=ahead.write,
                 )
-                return
-            outcome = decide_due(state, until=now, now=now, limit=PER_SCHEDULE_LIMIT)
-            work.record(owned.partition, state.schedule.id, outcome, state)
+            else:
+                outcome = decide_due(state, until=now, now=now, limit=room)
+                work.record(owned.partition, state.schedule.id, outcome, state)
         except Exception as failure:
             raise PoisonedScheduleError(
                 owned.partition, state.schedule.id, "decide", failure
             ) from failure
+        if late:
+            work.settle_room -= work.decisions - decided_before

@@ -1,0 +1,184 @@
+"""The ticker's turn logic on the in-memory cluster (tests/fakes), with the fake clock.
+
+Real RocksDB stores, fake Kafka: catch-up slicing, take-over order, abort and rebuild, stores
+written only after a commit, fencing on a stale generation and of a zombie producer. The same
+paths against a real broker are in tests/broker/test_ticker_*.py.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from confluent_kafka import KafkaError, TopicPartition
+
+from kairos.services.ticker.rebuild import RebuildError
+from kairos.streams.topics import TopicRole
+from tests.fakes.kafka_log import Transaction
+from tests.fakes.ticker_world import START, World, turns
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> World:
+    return World(tmp_path)
+
+
+def _every(schedule_id: str, seconds: int) -> dict[str, object]:
+    return {"id": schedule_id, "every": f"{seconds}s", "start_at": START.isoformat()}
+
+
+def test_every_occurrence_fires_once_in_order_across_turns(world: World) -> None:
+    world.publish(_every("a", 10), _every("b", 7))
+    ticker, _ = world.ticker()
+    ticker.connect()
+    while world.clock() < START + timedelta(minutes=5):
+        ticker.turn()
+    ticker.disconnect()
+    fired = world.run_ids()
+    assert set(fired.values()) == {1}, "an occurrence fired twice"
+    for schedule_id, every_s in (("a", 10), ("b", 7)):
+        mine = sorted(r["nominal_at"] for r in world.runs() if r["schedule_id"] == schedule_id)
+        expected = [START + timedelta(seconds=every_s * n) for n in range(len(mine))]
+        assert mine == expected
+        assert len(mine) >= 300 // every_s
+
+
+def test_a_backlog_is_fired_in_slices_and_on_time_fires_go_first(world: World) -> None:
+    # Thirty schedules down for two hours each owe 120 late occurrences; one more is due now.
+    world.publish(*(_every(f"late-{n}", 60) for n in range(30)))
+    world.clock.advance(2 * 3600)
+    world.publish(_every("now", 1) | {"start_at": world.clock().isoformat()})
+    ticker, _ = world.ticker(catchup_per_transaction=50)
+    ticker.connect()
+    turns(ticker, 3)
+    runs_topic = world.topic(TopicRole.RUNS)
+    first = world.kafka.visible(runs_topic)
+    assert first, "nothing fired"
+    for _ in range(200):
+        ticker.turn()
+    per_transaction: Counter[int] = Counter()
+    for record in world.kafka.visible(runs_topic):
+        value = world.codecs.run_requested.decode(record.value or b"")
+        if value["lateness_ms"] > 60_000:  # beyond the misfire grace: a catch-up
+            assert record.transaction is not None
+            per_transaction[id(record.transaction)] += 1
+    assert max(per_transaction.values()) <= 50, "a transaction carried more than its catch-up slice"
+    late = [r for r in world.runs() if r["schedule_id"] != "now"]
+    assert len(late) == 30 * 121, "the backlog was not fired in full"
+    on_time = [r["nominal_at"] for r in world.runs() if r["schedule_id"] == "now"]
+    assert min(on_time) == START + timedelta(hours=2)
+    # The first transaction that fired anything carried the on-time run.
+    first_transaction = first[0].transaction
+    carried = [
+        world.codecs.run_requested.decode(r.value or b"")["schedule_id"]
+        for r in first
+        if r.transaction is first_transaction
+    ]
+    assert "now" in carried
+    ticker.disconnect()
+
+
+def _hold_offsets(world: World, partition: int, group: str) -> Transaction:
+    """A previous owner's transaction, open, carrying offsets for `partition`."""
+    transaction = world.kafka.begin("previous-owner")
+    transaction.group = group
+    topic = world.topic(TopicRole.SCHEDULES)
+    transaction.offsets[(topic, partition)] = TopicPartition(topic, partition, 0)
+    return transaction
+
+
+def test_a_partition_whose_offsets_are_unstable_does_not_hold_up_the_others(
+    world: World,
+) -> None:
+    mine = [f"s{n}" for n in range(40)]
+    world.publish(*(_every(sid, 5) for sid in mine))
+    ticker, _ = world.ticker()
+    group = ticker.settings.group(world.settings)
+    pending = _hold_offsets(world, 0, group)
+    ticker.connect()
+    turns(ticker, 40)
+    assert sorted(ticker.owned) == [1], "the settled partition was not taken over"
+    assert ticker.session is not None and 0 in ticker.session.take_over.arriving
+    fired_partitions = {world.partition_of(r["schedule_id"]) for r in world.runs()}
+    assert fired_partitions == {1}
+    world.kafka.end(pending, "aborted")
+    turns(ticker, 40)
+    assert sorted(ticker.owned) == [0, 1]
+    assert {world.partition_of(r["schedule_id"]) for r in world.runs()} == {0, 1}
+    ticker.disconnect()
+
+
+@pytest.mark.parametrize(
+    ("operation", "error"),
+    [
+        ("commit_transaction", KafkaError(KafkaError._TIMED_OUT, txn_requires_abort=True)),
+        ("send_offsets_to_transaction", KafkaError(KafkaError._TRANSPORT)),
+        ("flush", KafkaError(KafkaError._MSG_TIMED_OUT)),
+    ],
+)
+def test_a_failed_transaction_moves_no_store_and_fires_once_after_the_rebuild(
+    world: World, operation: str, error: KafkaError
+) -> None:
+    world.publish(_every("a", 10))
+    ticker, _ = world.ticker()
+    ticker.connect()
+    turns(ticker, 5)
+    assert world.run_ids() == Counter({"a@2026-03-02T09:00:00Z": 1})
+    owned = ticker.owned[world.partition_of("a")]
+    offset_before = owned.store.changelog_offset
+    due_before = owned.state("a")
+    assert due_before is not None
+    world.clock.advance(10)
+    world.kafka.fail_next(operation, error)
+    with pytest.raises(RebuildError):
+        turns(ticker, 5)
+    assert owned.store.changelog_offset == offset_before, "the store moved on an abort"
+    assert owned.state("a") is due_before
+    assert len(world.run_ids()) == 1, "an aborted run became visible"
+    ticker.disconnect()
+    ticker.connect()
+    turns(ticker, 5)
+    fired = world.run_ids()
+    assert fired["a@2026-03-02T09:00:10Z"] == 1
+    assert set(fired.values()) == {1}
+    ticker.disconnect()
+
+
+def test_a_commit_on_a_stale_generation_is_fenced_and_nothing_of_it_is_visible(
+    world: World,
+) -> None:
+    world.publish(_every("a", 10))
+    ticker, _ = world.ticker()
+    group = ticker.settings.group(world.settings)
+    ticker.connect()
+    turns(ticker, 5)
+    world.clock.advance(10)
+    # The group moves on between the turn's consume and its commit (a member joined or left).
+    world.kafka.before_next("send_offsets_to_transaction", lambda: world.kafka.rebalance(group))
+    with pytest.raises(RebuildError, match="stale"):
+        ticker.turn()
+    assert list(world.run_ids()) == ["a@2026-03-02T09:00:00Z"]
+    ticker.disconnect()
+    ticker.connect()
+    turns(ticker, 5)
+    assert set(world.run_ids().values()) == {1}
+    assert "a@2026-03-02T09:00:10Z" in world.run_ids()
+    ticker.disconnect()
+
+
+def test_a_zombie_whose_transactional_id_was_taken_commits_nothing(world: World) -> None:
+    world.publish(_every("a", 10))
+    zombie, _ = world.ticker("same")
+    zombie.connect()
+    turns(zombie, 5)
+    successor, _ = world.ticker("same")
+    # The successor's producer takes the transactional id: the zombie's is fenced.
+    successor.connect()
+    world.clock.advance(10)
+    with pytest.raises(RebuildError, match="fenced"):
+        turns(zombie, 5)
+    assert list(world.run_ids()) == ["a@2026-03-02T09:00:00Z"]
+    zombie.disconnect()
+    successor.disconnect()
