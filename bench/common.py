@@ -32,7 +32,7 @@ from bench.outcome import percentiles, process_tree_cpu_s
 from kairos.cli.ticker import ticker_arguments
 from kairos.core.run_id import run_id
 from kairos.core.schedule import Schedule
-from kairos.services.local_kafka import BrokerStatus, LocalKafka
+from kairos.devinfra.kafka_broker import BrokerStatus, LocalKafka
 from kairos.streams.codec import make_codecs
 from kairos.streams.schedule_publisher import SchedulesClient
 from kairos.streams.settings import KafkaSettings

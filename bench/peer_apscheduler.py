@@ -3,7 +3,7 @@
 Run: `.venv/bin/python -m bench.peer_apscheduler --scenarios herd steady failover
 --sizes 10000 100000 300000 --json bench/results/apscheduler.json`.
 
-The script starts and stops its own PostgreSQL cluster (kairos.services.local_postgres) and runs
+The script starts and stops its own PostgreSQL cluster (kairos.devinfra.postgres) and runs
 every scenario on a fresh database, with scheduler processes (bench/apscheduler_node.py,
 `role=scheduler`, no worker) and an observer in this process.
 
@@ -98,7 +98,7 @@ from bench.apscheduler_store import (
     whole_ms,
 )
 from bench.outcome import Outcome, percentiles, process_tree_cpu_s, write_outcomes
-from kairos.services.local_postgres import LocalPostgres
+from kairos.devinfra.postgres import LocalPostgres
 
 CONFIGS: dict[str, float | None] = {"tuned": 3.0, "default": None}
 """lease_duration in seconds per config; None keeps APScheduler's default (30 s)."""

@@ -8,9 +8,9 @@ from typing import Annotated
 import typer
 
 from kairos.cli.dev_up import up
-from kairos.services.local_cluster import ClusterStatus, LocalCluster, Security
-from kairos.services.local_cluster_users import ADMIN_USER
-from kairos.services.local_kafka import DEFAULT_DATA_DIR, LocalKafka, LocalKafkaError
+from kairos.devinfra.kafka_broker import DEFAULT_DATA_DIR, LocalKafka, LocalKafkaError
+from kairos.devinfra.kafka_cluster import ClusterStatus, LocalCluster, Security
+from kairos.devinfra.kafka_cluster_users import ADMIN_USER
 
 app = typer.Typer(help="Run Kairos locally on its embedded defaults.", no_args_is_help=True)
 kafka_app = typer.Typer(

@@ -28,7 +28,7 @@ from kairos.cli.options import fail
 from kairos.cli.ticker import ticker_arguments
 from kairos.core.errors import KairosError
 from kairos.core.schedule import load_schedules
-from kairos.services.local_kafka import DEFAULT_DATA_DIR, LocalKafka
+from kairos.devinfra.kafka_broker import DEFAULT_DATA_DIR, LocalKafka
 from kairos.streams.codec import DecodeError, make_codecs
 from kairos.streams.schedule_publisher import SchedulesClient
 from kairos.streams.settings import KafkaSettings

@@ -12,7 +12,7 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 from testcontainers.community.kafka import KafkaContainer
 
-from kairos.services.local_kafka import LocalKafka
+from kairos.devinfra.kafka_broker import LocalKafka
 from kairos.streams.settings import KafkaSettings
 from kairos.streams.topics import create_topics
 from tests.helpers import unique_name

@@ -1,4 +1,4 @@
-"""PostgreSQL for the tests: one throwaway cluster per session (kairos.services.local_postgres).
+"""PostgreSQL for the tests: one throwaway cluster per session (kairos.devinfra.postgres).
 
 One fresh database per test; a cluster that cannot start fails the tests that need it.
 The fixtures here are imported by `tests/local/conftest.py` and `tests/broker/conftest.py`.
@@ -14,7 +14,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from kairos.services.local_postgres import LocalPostgres
+from kairos.devinfra.postgres import LocalPostgres
 
 # The tests kill clients, never the server or the machine: skipping fsync loses nothing they
 # check, and keeps each commit off the disk's latency.

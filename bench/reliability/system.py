@@ -29,9 +29,9 @@ from bench.reliability.effects import CREATE_EFFECTS, EXECUTED_TWICE
 from bench.reliability.load import schedules
 from kairos.cli.executor import executor_arguments
 from kairos.cli.ticker import ticker_arguments
-from kairos.services.kafka_runtime import stop_pids
-from kairos.services.local_cluster import LocalCluster, Security
-from kairos.services.local_postgres import LocalPostgres
+from kairos.devinfra.kafka_cluster import LocalCluster, Security
+from kairos.devinfra.kafka_runtime import stop_pids
+from kairos.devinfra.postgres import LocalPostgres
 from kairos.streams.settings import KafkaSettings
 from kairos.streams.topics import TopicRole, create_topics
 

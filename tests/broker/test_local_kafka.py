@@ -9,7 +9,7 @@ from pathlib import Path
 
 from confluent_kafka.admin import AdminClient
 
-from kairos.services.local_kafka import LocalKafka
+from kairos.devinfra.kafka_broker import LocalKafka
 
 KAIROS = [sys.executable, "-c", "from kairos.cli.app import main; main()"]
 

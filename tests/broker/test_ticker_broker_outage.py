@@ -7,7 +7,7 @@ from pathlib import Path
 
 from confluent_kafka.admin import AdminClient
 
-from kairos.services.local_kafka import LocalKafka
+from kairos.devinfra.kafka_broker import LocalKafka
 from kairos.services.ticker.watchdog import EXIT_STUCK
 from kairos.streams.settings import KafkaSettings
 from kairos.streams.topics import create_topics

@@ -28,8 +28,8 @@ from typing import Any
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from kairos.services.local_cluster import LocalCluster, Security
-from kairos.services.local_cluster_users import ADMIN_USER
+from kairos.devinfra.kafka_cluster import LocalCluster, Security
+from kairos.devinfra.kafka_cluster_users import ADMIN_USER
 from tests.helpers import unique_name
 
 logger = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from confluent_kafka.admin import AdminClient
 
-from kairos.services.local_cluster import LocalCluster
+from kairos.devinfra.kafka_cluster import LocalCluster
 from tests.helpers import eventually
 
 KAIROS = [sys.executable, "-m", "kairos.cli"]

@@ -20,7 +20,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from kairos.services.local_cluster_users import ROLE_USERS
+from kairos.devinfra.kafka_cluster_users import ROLE_USERS
 from tests.helpers import eventually, unique_name
 
 ConfigFor = Callable[..., dict[str, Any]]

@@ -20,7 +20,17 @@ from pathlib import Path
 DISTRIBUTION = "kairos-scheduler"
 REPOSITORY = Path(__file__).resolve().parents[2]
 # What the wheel is built from; `kairos/` links the other folders under one namespace.
-SOURCES = ("pyproject.toml", "README.md", "kairos", "core", "streams", "services", "cli", "schemas")
+SOURCES = (
+    "pyproject.toml",
+    "README.md",
+    "kairos",
+    "core",
+    "streams",
+    "services",
+    "cli",
+    "schemas",
+    "devinfra",
+)
 
 
 def _build_wheel(tmp_path: Path) -> Path:
@@ -116,10 +126,14 @@ def test_the_wheel_is_named_kairos_scheduler_and_its_kairos_command_runs(tmp_pat
     shown = _run(tmp_path, kairos, "--help")
     assert shown.returncode == 0, shown.stderr
     assert "ticker" in shown.stdout and "executor" in shown.stdout
+    # `kairos dev` starts its brokers from the development infrastructure package.
+    dev_kafka = _run(tmp_path, kairos, "dev", "kafka", "--help")
+    assert dev_kafka.returncode == 0, dev_kafka.stderr
 
     probe = (
         "import importlib.metadata as m, importlib.resources as r, kairos\n"
         "from kairos.streams.avro_schemas import load_catalog\n"
+        "import kairos.devinfra.kafka_broker, kairos.devinfra.kafka_cluster\n"
         "load_catalog()\n"
         "print(kairos.__file__)\n"
         f"print(m.version({DISTRIBUTION!r}))\n"

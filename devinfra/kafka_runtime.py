@@ -1,8 +1,8 @@
 """What every local Kafka node shares: the cached Maven artifacts, storage formatting, the JVM.
 
 Apache Kafka is resolved once by Maven from Central into a cache outside the repository and
-reused by every later start, by the single broker (`local_kafka.py`) and by the cluster
-(`local_cluster.py`) alike.
+reused by every later start, by the single broker (`kafka_broker.py`) and by the cluster
+(`kafka_cluster.py`) alike.
 """
 
 from __future__ import annotations

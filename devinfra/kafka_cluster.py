@@ -28,7 +28,23 @@ from typing import Any
 
 from confluent_kafka.admin import AdminClient
 
-from kairos.services.kafka_runtime import (
+from kairos.devinfra.kafka_cluster_config import (
+    NodePorts,
+    Security,
+    node_meta_properties,
+    node_settings,
+)
+from kairos.devinfra.kafka_cluster_tls import TlsFiles, make_tls_files
+from kairos.devinfra.kafka_cluster_users import (
+    ADMIN_USER,
+    ROLE_USERS,
+    SCRAM_ITERATIONS,
+    SCRAM_MECHANISM,
+    ClientFiles,
+    check_user_name,
+    new_password,
+)
+from kairos.devinfra.kafka_runtime import (
     DEFAULT_CACHE_ROOT,
     KAFKA_VERSION,
     KafkaRuntime,
@@ -40,22 +56,6 @@ from kairos.services.kafka_runtime import (
     stop_pids,
     write_properties,
 )
-from kairos.services.local_cluster_config import (
-    NodePorts,
-    Security,
-    node_meta_properties,
-    node_settings,
-)
-from kairos.services.local_cluster_users import (
-    ADMIN_USER,
-    ROLE_USERS,
-    SCRAM_ITERATIONS,
-    SCRAM_MECHANISM,
-    ClientFiles,
-    check_user_name,
-    new_password,
-)
-from kairos.services.local_tls import TlsFiles, make_tls_files
 
 __all__ = ["ClusterStatus", "LocalCluster", "NodeStatus", "Security"]
 

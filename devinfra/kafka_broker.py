@@ -2,7 +2,7 @@
 
 The broker runs in KRaft combined mode (one node is both controller and broker). The data
 directory holds the formatted storage, the broker's config, its pid and its logs. The cluster of
-several nodes, optionally secured, is `local_cluster.py`.
+several nodes, optionally secured, is `kafka_cluster.py`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from kairos.services.kafka_runtime import (
+from kairos.devinfra.kafka_runtime import (
     DEFAULT_CACHE_ROOT,
     KAFKA_VERSION,
     LOCAL_BROKER_SETTINGS,

@@ -1,6 +1,6 @@
-"""The configuration of each node of the local cluster (`local_cluster.py`): its listeners,
+"""The configuration of each node of the local cluster (`kafka_cluster.py`): its listeners,
 the static quorum, production-shaped replication and, when secured, TLS, SCRAM and the
-authorizer. The module docstring of `local_cluster.py` explains the choices."""
+authorizer. The module docstring of `kafka_cluster.py` explains the choices."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
-from kairos.services.kafka_runtime import LOCAL_BROKER_SETTINGS
-from kairos.services.local_cluster_users import ADMIN_USER, SCRAM_MECHANISM
-from kairos.services.local_tls import BROKER_PRINCIPAL, TlsFiles
+from kairos.devinfra.kafka_cluster_tls import BROKER_PRINCIPAL, TlsFiles
+from kairos.devinfra.kafka_cluster_users import ADMIN_USER, SCRAM_MECHANISM
+from kairos.devinfra.kafka_runtime import LOCAL_BROKER_SETTINGS
 
 
 class Security(StrEnum):

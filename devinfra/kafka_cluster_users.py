@@ -20,7 +20,7 @@ from confluent_kafka.admin import (
     UserScramCredentialUpsertion,
 )
 
-from kairos.services.kafka_runtime import LocalKafkaError, write_properties
+from kairos.devinfra.kafka_runtime import LocalKafkaError, write_properties
 
 ADMIN_USER = "admin"
 # One user per Kairos role (docs/operations.md lists the ACLs each needs); none has an ACL yet.
