@@ -37,6 +37,8 @@ from kairos.streams.run_encoder import ProgressEncoder
 from kairos.streams.state_store import StateWrite
 
 PROGRESS_SUFFIX = "#progress"
+"""A progress record's key is `<id>#progress`: '#' never occurs in a schedule id, so the two keys
+of a schedule never collide."""
 CHECKPOINT_KEY = "#checkpoint"
 """The changelog key of a partition's schedules-offset checkpoint (no schedule id has a '#')."""
 _CHECKPOINT_KEY_BYTES = CHECKPOINT_KEY.encode()
@@ -53,11 +55,6 @@ class RestoreError(KairosError):
         super().__init__(f"restoring partition {partition} from the changelog failed: {reason}")
         self.partition = partition
         self.reason = reason
-
-
-def progress_key(schedule_id: str) -> str:
-    # '#' never occurs in a schedule id, so the two keys of a schedule never collide.
-    return schedule_id + PROGRESS_SUFFIX
 
 
 def changelog_headers(due: int | None) -> Headers:
@@ -101,8 +98,9 @@ def changelog_records(
         schedule_id = write.schedule_id
         if write.deleted or write.definition is not None:
             yield schedule_id, write.definition, None, False
+        # The key built inline, not by a helper: a herd writes one progress record per fire.
         yield (
-            progress_key(schedule_id),
+            schedule_id + PROGRESS_SUFFIX,
             write.progress,
             changelog_headers(write.due_ms),
             position == last,
