@@ -10,9 +10,8 @@ import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from kairos.core.calendar_rules import CalendarLookup
 from kairos.core.firing import Decision, ScheduleState
-from kairos.core.rerun_request import RerunKind, RerunProgress, RerunRequest
+from kairos.core.rerun_request import RerunKind, RerunRequest
 from kairos.core.schedule import DURATIONS_IN_MS, JobSpec, OverlapPolicy, Schedule
 from kairos.core.schedule_lifecycle import Deadline
 
@@ -156,83 +155,6 @@ def schedule_from_definition(record: dict[str, Any]) -> Schedule:
     }
     return Schedule.model_validate(
         {k: v for k, v in fields.items() if v is not None}, context=DURATIONS_IN_MS
-    )
-
-
-def state_record(state: ScheduleState) -> dict[str, Any]:
-    """The changelog value of the definition a ticker holds (written when it changes)."""
-    return {
-        "schedule_id": state.schedule.id,
-        "definition": definition_record(state.schedule),
-        "schedule_offset": state.version,
-        "rerun_request_id": None if state.rerun is None else state.rerun.request_id,
-        "rerun_fired_through_at": None if state.rerun is None else state.rerun.fired_through,
-        "reruns_done": list(state.reruns_done),
-    }
-
-
-def _rerun_progress(definition: dict[str, Any]) -> RerunProgress | None:
-    request_id: str | None = definition["rerun_request_id"]
-    through: datetime | None = definition["rerun_fired_through_at"]
-    if request_id is None or through is None:
-        return None
-    return RerunProgress(request_id, through)
-
-
-def progress_record(state: ScheduleState) -> dict[str, Any]:
-    """The changelog value of a schedule's firing progress (written on every decision)."""
-    return {
-        "schedule_id": state.schedule.id,
-        "schedule_offset": state.version,
-        "last_decided_nominal_at": state.last_decided_nominal,
-        "next_nominal_at": state.next_nominal,
-        "settle_before_at": state.settle_before,
-        "runs_fired": state.runs_fired,
-    }
-
-
-def floor_record(schedule_id: str, version: int, floor: datetime) -> dict[str, Any]:
-    """The progress a deleted schedule leaves: its last decided occurrence, nothing next."""
-    return {
-        "schedule_id": schedule_id,
-        "schedule_offset": version,
-        "last_decided_nominal_at": floor,
-        "next_nominal_at": None,
-        "settle_before_at": None,
-        "runs_fired": 0,
-    }
-
-
-def floor_from_progress(progress: dict[str, Any]) -> datetime | None:
-    """The floor a progress record keeps: no occurrence at or before it is decided again."""
-    floor: datetime | None = progress["last_decided_nominal_at"]
-    return floor
-
-
-def state_from_records(
-    definition: dict[str, Any],
-    progress: dict[str, Any] | None,
-    calendars: CalendarLookup | None = None,
-) -> ScheduleState | None:
-    """A ticker's state from its two changelog values; `None` for a deleted schedule."""
-    if definition["definition"] is None:
-        return None
-    schedule = schedule_from_definition(definition["definition"])
-    if progress is None or progress["schedule_offset"] != definition["schedule_offset"]:
-        raise ValueError(
-            f"schedule {schedule.id!r}: no progress recorded for version "
-            f"{definition['schedule_offset']}; the changelog is incomplete"
-        )
-    return ScheduleState(
-        schedule=schedule,
-        version=definition["schedule_offset"],
-        next_nominal=progress["next_nominal_at"],
-        last_decided_nominal=progress["last_decided_nominal_at"],
-        settle_before=progress["settle_before_at"],
-        rerun=_rerun_progress(definition),
-        reruns_done=tuple(definition["reruns_done"]),
-        runs_fired=progress["runs_fired"],
-        calendars=calendars,
     )
 
 

@@ -11,32 +11,49 @@ read_committed stops at the last stable offset, which an open transaction (a dea
 previous owner's, or anyone else's) holds back; stopping there would lose the last edits and
 fire the last fires again, so restore waits for it instead, up to its timeout.
 
-Each transaction also writes a checkpoint record (key `CHECKPOINT_KEY`) with the schedules-topic
-offset the partition's state reflects, so the state knows how far it applied the schedules topic
-even on a fresh host or under a consumer group without committed offsets.
+Each transaction also writes a checkpoint record with the schedules-topic offset the partition's
+state reflects, so the state knows how far it applied the schedules topic even on a fresh host or
+under a consumer group without committed offsets. The changelog's records, their keys and the
+due header are `kairos.streams.changelog`'s.
 """
 
 from __future__ import annotations
 
 import logging
 import socket
-import struct
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from confluent_kafka import KafkaError, Message, TopicPartition
+from confluent_kafka import Message, TopicPartition
 
 from kairos.core.calendar_rules import CalendarLookup
-from kairos.core.errors import KairosError
 from kairos.core.firing import Outcome, ScheduleState
+from kairos.streams.changelog import (
+    RestoreError,
+    floor_from_stored,
+    read_changelog,
+    state_from_stored,
+)
 from kairos.streams.codec import Codecs
 from kairos.streams.ownership import OwnershipInfo
 from kairos.streams.passing import BROKER_GONE, LEADER_MOVING, ask_until_answered
 from kairos.streams.ports import PartitionReader
-from kairos.streams.records import floor_from_progress, state_from_records
 from kairos.streams.state_store import PartitionStore, StateWrite
 from kairos.streams.topics import CHANGELOG_DELETE_RETENTION_MS
+
+# RestoreError moved to the changelog's module; it stays importable from here for take-over.
+__all__ = [
+    "Ahead",
+    "OwnedPartition",
+    "RestoreError",
+    "RestoreHeldBackError",
+    "RestoreReport",
+    "consumed_offsets",
+    "now_ms",
+    "to_ms",
+    "too_old_for_warm_restore",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -45,20 +62,7 @@ _HELD_BACK_WAIT_S = 0.5
 """How long a restore waits at a held-back end before it gives the turn back (and retries)."""
 _CACHE_LIMIT = 2_000_000
 """Decoded states kept in memory per partition; past it the cache starts over (bounded RSS)."""
-PROGRESS_SUFFIX = "#progress"
-CHECKPOINT_KEY = "#checkpoint"
-"""The changelog key of a partition's schedules-offset checkpoint (no schedule id has a '#')."""
-_CHECKPOINT_KEY_BYTES = CHECKPOINT_KEY.encode()
 _WARM_RESTORE_MAX_AGE_MS = CHANGELOG_DELETE_RETENTION_MS // 2
-_BE64 = struct.Struct(">q")
-DUE_HEADER = "kairos.due_ms"
-
-
-class RestoreError(KairosError):
-    def __init__(self, partition: int, reason: str) -> None:
-        super().__init__(f"restoring partition {partition} from the changelog failed: {reason}")
-        self.partition = partition
-        self.reason = reason
 
 
 class RestoreHeldBackError(RestoreError):
@@ -84,59 +88,6 @@ class RestoreReport:
     from_offset: int
     records: int
     seconds: float
-
-
-def due_ms(state: ScheduleState | None) -> int | None:
-    if state is None:
-        return None
-    due = state.due_at
-    return None if due is None else int(due.timestamp() * 1000)
-
-
-def changelog_headers(due: int | None) -> list[tuple[str, str | bytes | None]]:
-    """The due instant rides beside each changelog value, so restore never decodes values."""
-    return [] if due is None else [(DUE_HEADER, _BE64.pack(due))]
-
-
-def _due_from_headers(message: Message) -> int | None:
-    for header in message.headers() or []:
-        value = header[1]
-        if header[0] == DUE_HEADER and isinstance(value, bytes):
-            return int(_BE64.unpack(value)[0])
-    return None
-
-
-def checkpoint_value(schedules_offset: int) -> bytes:
-    """The checkpoint record's value: be64 of the next schedules-topic offset to apply."""
-    return _BE64.pack(schedules_offset)
-
-
-def _checkpoint_from(message: Message) -> int:
-    value = message.value()
-    if value is None or len(value) != _BE64.size:
-        raise RestoreError(
-            message.partition() or 0, f"checkpoint at offset {message.offset()} is malformed"
-        )
-    return int(_BE64.unpack(value)[0])
-
-
-def progress_key(schedule_id: str) -> str:
-    # '#' never occurs in a schedule id, so the two keys of a schedule never collide.
-    return schedule_id + PROGRESS_SUFFIX
-
-
-def _restored_write(key: str, message: Message) -> StateWrite:
-    value = message.value()
-    if key.endswith(PROGRESS_SUFFIX):
-        schedule_id = key[: -len(PROGRESS_SUFFIX)]
-        if value is None:
-            return StateWrite(schedule_id, None, None, None, deleted=True)
-        return StateWrite(schedule_id, None, value, _due_from_headers(message))
-    if value is None:
-        return StateWrite(key, None, None, None, deleted=True)
-    # A definition is always followed by its progress in the same transaction, which sets the
-    # due entry; until then the schedule is not due.
-    return StateWrite(key, value, None, None)
 
 
 def now_ms() -> int:
@@ -206,12 +157,7 @@ class OwnedPartition:
         stored = self.store.get(schedule_id)
         if stored is None:
             return None
-        definition, progress = stored
-        state = state_from_records(
-            self._codecs.ticker_state.decode(definition),
-            None if progress is None else self._codecs.ticker_progress.decode(progress),
-            self.calendars,
-        )
+        state = state_from_stored(self._codecs, *stored, self.calendars)
         if state is not None:
             if len(self._states) >= _CACHE_LIMIT:
                 self._states.clear()
@@ -223,7 +169,7 @@ class OwnedPartition:
         progress = self.store.progress(schedule_id)
         if progress is None:
             return None
-        return floor_from_progress(self._codecs.ticker_progress.decode(progress))
+        return floor_from_stored(self._codecs, progress)
 
     def decided_ahead(self, state: ScheduleState) -> Ahead | None:
         """What was decided ahead from exactly this state, if anything."""
@@ -390,31 +336,14 @@ class OwnedPartition:
 
     def _apply_restored(self, messages: list[Message]) -> bool:
         """Apply one batch of changelog records; whether the end of the partition was reached."""
-        writes: list[StateWrite] = []
-        reached_end = False
-        next_offset: int | None = None
-        schedules_offset: int | None = None
-        for message in messages:
-            error = message.error()
-            if error is not None:
-                if error.code() == KafkaError._PARTITION_EOF:
-                    reached_end = True
-                    continue
-                raise RestoreError(self.partition, error.str())
-            key = message.key()
-            assert key is not None, "changelog records are keyed by schedule id"
-            if key == _CHECKPOINT_KEY_BYTES:
-                schedules_offset = _checkpoint_from(message)
-            else:
-                writes.append(_restored_write(key.decode(), message))
-            offset = message.offset()
-            assert offset is not None
-            next_offset = offset + 1
-        if next_offset is not None:
+        batch = read_changelog(messages, self.partition)
+        if batch.next_offset is not None:
             self.store.apply(
-                writes, changelog_offset=next_offset, schedules_offset=schedules_offset
+                batch.writes,
+                changelog_offset=batch.next_offset,
+                schedules_offset=batch.schedules_offset,
             )
-        return reached_end
+        return batch.reached_end
 
 
 def consumed_offsets(

@@ -24,21 +24,15 @@ from confluent_kafka import (
 from kairos.core.clock import ClockAheadError, clock_skew_ms
 from kairos.core.firing import ScheduleState, decide_ahead
 from kairos.services.ticker.lifecycle import after_last_run_records
-from kairos.services.ticker.partition import (
-    CHECKPOINT_KEY,
-    Ahead,
-    changelog_headers,
-    checkpoint_value,
-    due_ms,
-    progress_key,
-)
+from kairos.services.ticker.partition import Ahead
 from kairos.services.ticker.quarantine import PoisonedScheduleError
 from kairos.services.ticker.work import TransactionWork
+from kairos.streams.changelog import StateWriteEncoder, changelog_records
 from kairos.streams.codec import Codecs
 from kairos.streams.dead_letters import dead_letter_record
 from kairos.streams.ports import GroupMember, TransactionalProducer
-from kairos.streams.records import floor_record, skipped_run_event_record, state_record
-from kairos.streams.run_encoder import ProgressEncoder, RunRequestedEncoder
+from kairos.streams.records import skipped_run_event_record
+from kairos.streams.run_encoder import RunRequestedEncoder
 from kairos.streams.state_store import StateWrite
 
 logger = logging.getLogger(__name__)
@@ -87,7 +81,7 @@ class FiringTransactions:
         self.busy_since: float | None = None
         """`time.monotonic()` when the open transaction began; `None` between transactions."""
         self._runs = RunRequestedEncoder(codecs.run_requested, ticker_instance)
-        self._progress = ProgressEncoder(codecs.ticker_progress)
+        self._state_writes = StateWriteEncoder(codecs)
 
     def prepare(self, state: ScheduleState, partition: int) -> Ahead | None:
         """Decide and encode what the schedule's next fire will need, before it is due."""
@@ -95,7 +89,9 @@ class FiringTransactions:
         outcome = decide_ahead(state)
         if outcome is None:
             return None
-        return Ahead(state, outcome, self._state_write(state.schedule.id, outcome.state, False))
+        return Ahead(
+            state, outcome, self._state_writes.state_write(state.schedule.id, outcome.state, False)
+        )
 
     def state_writes(self, work: TransactionWork) -> dict[int, list[StateWrite]]:
         """What the stores will hold after the commit: exactly the changelog's bytes.
@@ -113,9 +109,9 @@ class FiringTransactions:
                 if write is None:
                     try:
                         if sid in floors:
-                            write = self._floor_write(sid, *floors[sid])
+                            write = self._state_writes.floor_write(sid, *floors[sid])
                         else:
-                            write = self._state_write(sid, state, sid in redefined)
+                            write = self._state_writes.state_write(sid, state, sid in redefined)
                     except Exception as failure:
                         raise PoisonedScheduleError(partition, sid, "encode", failure) from failure
                 partition_writes.append(write)
@@ -303,27 +299,15 @@ class FiringTransactions:
     ) -> None:
         changelog = self.topics.changelog
         for partition in writes.keys() | checkpoints.keys():
-            partition_writes = writes.get(partition, [])
-            checkpoint = checkpoints.get(partition)
-            last = len(partition_writes) - 1 if checkpoint is None else -1
-            for position, write in enumerate(partition_writes):
-                if write.deleted or write.definition is not None:
-                    self._produce(changelog, write.definition, write.schedule_id, partition)
+            records = changelog_records(writes.get(partition, []), checkpoints.get(partition))
+            for key, value, headers, is_last in records:
                 self._produce(
                     changelog,
-                    write.progress,
-                    progress_key(write.schedule_id),
+                    value,
+                    key,
                     partition,
-                    on_delivery=on_last if position == last else None,
-                    headers=changelog_headers(write.due_ms),
-                )
-            if checkpoint is not None:
-                self._produce(
-                    changelog,
-                    checkpoint_value(checkpoint),
-                    CHECKPOINT_KEY,
-                    partition,
-                    on_delivery=on_last,
+                    on_delivery=on_last if is_last else None,
+                    headers=headers,
                 )
 
     def _clock_ms(self) -> int:
@@ -331,19 +315,6 @@ class FiringTransactions:
 
     def abort(self) -> None:
         self.producer.abort_transaction(self.timeout_s)
-
-    def _state_write(
-        self, schedule_id: str, state: ScheduleState | None, redefined: bool
-    ) -> StateWrite:
-        if state is None:
-            return StateWrite(schedule_id, None, None, None, deleted=True)
-        definition = self.codecs.ticker_state.encode(state_record(state)) if redefined else None
-        progress = self._progress.encode(state)
-        return StateWrite(schedule_id, definition, progress, due_ms(state))
-
-    def _floor_write(self, schedule_id: str, version: int, floor: datetime) -> StateWrite:
-        progress = self.codecs.ticker_progress.encode(floor_record(schedule_id, version, floor))
-        return StateWrite(schedule_id, None, progress, None, deleted=True)
 
     def _produce(
         self,

@@ -10,8 +10,9 @@ from hypothesis import strategies as st
 from kairos.core.firing import Action, Decision, ScheduleState
 from kairos.core.run_id import run_id
 from kairos.core.schedule import Schedule
+from kairos.streams.changelog import progress_record
 from kairos.streams.codec import make_codecs
-from kairos.streams.records import progress_record, run_requested_record
+from kairos.streams.records import run_requested_record
 from kairos.streams.run_encoder import ProgressEncoder, RunRequestedEncoder
 
 CODEC = make_codecs().run_requested

@@ -43,14 +43,12 @@ from kairos.core.schedule import (
     SchedulesInvalidError,
     parse_schedule,
 )
+from kairos.streams.changelog import progress_record, state_from_records, state_record
 from kairos.streams.codec import make_codecs
 from kairos.streams.records import (
     definition_record,
-    progress_record,
     run_requested_record,
     schedule_from_definition,
-    state_from_records,
-    state_record,
 )
 from kairos.streams.run_encoder import RunRequestedEncoder
 
