@@ -119,12 +119,16 @@ def _observe(scene: Scene, window_s: float, size: int) -> Outcome:
     observer = RunsObserver(settings, keep_from=observer_from)
     time.sleep(max(0.0, observer_from - time.time()) + window_s)
     baseline = (observer_from + 1, time.time())
+    # Only what the survivor logs from here on: it owned every partition before the leaver came.
+    log_from = survivor.log.stat().st_size
     leaver.stop()
     pattern = re.compile(_ASSIGNED.format(survivor.instance).replace(r"(\d+)", str(big)))
     found: list[float] = []
 
     def restored() -> bool:
-        match = pattern.search(survivor.log.read_text(errors="replace"))
+        with survivor.log.open("rb") as log:
+            log.seek(log_from)
+            match = pattern.search(log.read().decode(errors="replace"))
         if match:
             found.append(float(match[1]))
         return bool(match)

@@ -1,19 +1,8 @@
-"""One owned schedules partition: its RocksDB store, restored from the changelog.
+"""One owned schedules partition: its RocksDB store and the offsets its state reflects.
 
-Restore reads the changelog `read_committed`, so records of a transaction that did not commit
-are never applied. A warm store replays only the changelog records after the offset it
-recorded; an empty store replays the whole (compacted) changelog.
-
-A restore proves it reached the committed state: the offsets every firing transaction commits
-carry, in their metadata, the changelog offset just past that transaction's records
-(`OwnershipInfo.changelog_offset`), and restore reads until it gets there. Reading
-read_committed stops at the last stable offset, which an open transaction (a dead or paused
-previous owner's, or anyone else's) holds back; stopping there would lose the last edits and
-fire the last fires again, so restore waits for it instead, up to its timeout.
-
-Each transaction also writes a checkpoint record with the schedules-topic offset the partition's
-state reflects, so the state knows how far it applied the schedules topic even on a fresh host or
-under a consumer group without committed offsets. The changelog's records, their keys and the
+The store holds committed state only: it is restored from the changelog (`restore.py`) and then
+moved by each committed transaction (`commit.py`). Decoded states are kept in memory, and so is
+what was decided ahead of time from them (`Ahead`). The changelog's records, their keys and the
 due header are `kairos.streams.changelog`'s.
 """
 
@@ -21,82 +10,25 @@ from __future__ import annotations
 
 import logging
 import socket
-import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from confluent_kafka import Message, TopicPartition
+from confluent_kafka import TopicPartition
 
 from kairos.core.calendar_rules import CalendarLookup
 from kairos.core.firing import Outcome, ScheduleState
 from kairos.streams.changelog import (
-    RestoreError,
     floor_from_stored,
-    read_changelog,
     state_from_stored,
 )
 from kairos.streams.codec import Codecs
 from kairos.streams.ownership import OwnershipInfo
-from kairos.streams.passing import BROKER_GONE, LEADER_MOVING, ask_until_answered
-from kairos.streams.ports import PartitionReader
 from kairos.streams.state_store import PartitionStore, StateWrite
-from kairos.streams.topics import CHANGELOG_DELETE_RETENTION_MS
-
-# RestoreError moved to the changelog's module; it stays importable from here for take-over.
-__all__ = [
-    "Ahead",
-    "OwnedPartition",
-    "RestoreError",
-    "RestoreHeldBackError",
-    "RestoreReport",
-    "consumed_offsets",
-    "now_ms",
-    "to_ms",
-    "too_old_for_warm_restore",
-]
 
 logger = logging.getLogger(__name__)
 
-_RESTORE_BATCH = 5_000
-_HELD_BACK_WAIT_S = 0.5
-"""How long a restore waits at a held-back end before it gives the turn back (and retries)."""
 _CACHE_LIMIT = 2_000_000
 """Decoded states kept in memory per partition; past it the cache starts over (bounded RSS)."""
-_WARM_RESTORE_MAX_AGE_MS = CHANGELOG_DELETE_RETENTION_MS // 2
-
-
-class RestoreHeldBackError(RestoreError):
-    """The changelog's last stable offset is below the committed point: an open transaction
-    (a dead or paused owner's, or anybody else's) holds it back. What was restored is kept."""
-
-    def __init__(self, partition: int, position: int, target: int) -> None:
-        super().__init__(
-            partition,
-            f"the changelog's last stable offset {position} is below the committed point "
-            f"{target}: an open transaction holds it back (kairos audit verify names it); the "
-            "take-over waits for it to commit, abort or time out rather than restore short",
-        )
-        self.position = position
-        self.target = target
-
-
-@dataclass(frozen=True)
-class RestoreReport:
-    partition: int
-    mode: str
-    """`warm` (delta from the store's offset) or `cold` (whole changelog)."""
-    from_offset: int
-    records: int
-    seconds: float
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
-
-
-def too_old_for_warm_restore(written_at_ms: int | None, at_ms: int) -> bool:
-    """A store older than half the changelog's deletion retention may have missed a deletion."""
-    return written_at_ms is None or at_ms - written_at_ms > _WARM_RESTORE_MAX_AGE_MS
 
 
 def to_ms(instant: datetime) -> int:
@@ -209,141 +141,6 @@ class OwnedPartition:
                 self._states.pop(schedule_id, None)
             else:
                 self._states[schedule_id] = state
-
-    def restore(
-        self,
-        consumer: PartitionReader,
-        changelog_topic: str,
-        timeout_s: float,
-        *,
-        must_reach: int | None,
-        end_offset: int,
-    ) -> RestoreReport:
-        """Bring the store up to the committed state of the partition.
-
-        `must_reach` is the changelog offset the last committed transaction's records end at
-        (from the committed offset's metadata; `None` when no Kairos owner committed one): the
-        restore reads until it is there, waiting out open transactions that hold the last
-        stable offset back. `end_offset` is the changelog's end including uncommitted records:
-        a store ahead of the last stable offset but within it is kept, never thrown away.
-        """
-        started = time.monotonic()
-        changelog = TopicPartition(changelog_topic, self.partition)
-        low, stable = ask_until_answered(
-            lambda attempt_s: consumer.get_watermark_offsets(changelog, timeout=attempt_s),
-            timeout_s,
-            LEADER_MOVING | BROKER_GONE,
-            refresh=lambda attempt_s: consumer.list_topics(changelog_topic, timeout=attempt_s),
-        )
-        if must_reach is not None and must_reach > end_offset:
-            raise RestoreError(
-                self.partition,
-                f"the committed offsets say the changelog reached offset {must_reach}, but its "
-                f"leader says it ends at {end_offset}: a leader that has just taken over and "
-                "not caught up yet (this passes within seconds), or the changelog topic was "
-                "deleted or recreated (this never passes: the fires it recorded are gone; "
-                "restore the topic, or start a new deployment, a topic prefix, whose schedules "
-                "are published again)",
-            )
-        stored = self._trusted_store_offset(low, end_offset)
-        start = low if stored is None else stored
-        target = stable if must_reach is None else must_reach
-        records = 0
-        if start < target:
-            records = self._replay(consumer, changelog_topic, start, target, timeout_s)
-        elif stored is None:
-            self.store.apply([], changelog_offset=start)
-        mode = "cold" if stored is None else "warm"
-        report = RestoreReport(self.partition, mode, start, records, time.monotonic() - started)
-        logger.info(
-            "partition %d restored %s: %d changelog records from offset %d to %d in %.3fs",
-            self.partition,
-            mode,
-            records,
-            start,
-            max(start, target),
-            report.seconds,
-        )
-        return report
-
-    def _trusted_store_offset(self, low: int, end_offset: int) -> int | None:
-        """The store's changelog offset, or `None` after discarding a store that cannot be used."""
-        stored = self.store.changelog_offset
-        if stored is None:
-            return None
-        if too_old_for_warm_restore(self.store.written_at_ms, now_ms()):
-            # The changelog may have compacted away a deletion this store never saw; replaying
-            # only the delta would keep firing a deleted schedule.
-            logger.warning(
-                "partition %d: store last written more than %.1f h ago; restoring cold",
-                self.partition,
-                _WARM_RESTORE_MAX_AGE_MS / 3_600_000,
-            )
-        elif not low <= stored <= end_offset:
-            # The changelog was recreated or truncated under us: the store cannot be trusted.
-            logger.warning(
-                "partition %d: store offset %d outside changelog [%d, %d]; restoring cold",
-                self.partition,
-                stored,
-                low,
-                end_offset,
-            )
-        else:
-            return stored
-        self.store.destroy()
-        self.store = PartitionStore(self.store.path)
-        return None
-
-    def _replay(
-        self, consumer: PartitionReader, topic: str, start: int, target: int, timeout_s: float
-    ) -> int:
-        """Apply the changelog from `start` until the consumer's position reaches `target`."""
-        assigned = TopicPartition(topic, self.partition)
-        consumer.assign([TopicPartition(topic, self.partition, start)])
-        deadline = time.monotonic() + timeout_s
-        applied = 0
-        held_back_since: float | None = None
-        try:
-            while True:
-                # consume() waits for a full batch or the timeout: keep the timeout short.
-                messages = consumer.consume(num_messages=_RESTORE_BATCH, timeout=0.05)
-                reached_end = self._apply_restored(messages)
-                applied += sum(1 for message in messages if message.error() is None)
-                # Past the last record there may be a transaction marker; start there next time.
-                position = consumer.position([assigned])[0].offset
-                if position >= target:
-                    if position > (self.store.changelog_offset or 0):
-                        self.store.apply([], changelog_offset=position)
-                    return applied
-                if reached_end:
-                    held_back_since = held_back_since or time.monotonic()
-                elif messages:
-                    held_back_since = None
-                if (
-                    held_back_since is not None
-                    and time.monotonic() - held_back_since > _HELD_BACK_WAIT_S
-                ):
-                    raise RestoreHeldBackError(self.partition, position, target)
-                if time.monotonic() > deadline:
-                    raise RestoreError(
-                        self.partition,
-                        f"read only to offset {position} of the changelog in {timeout_s}s, "
-                        f"short of the committed point {target}: the broker answers too slowly; "
-                        "the take-over is tried again",
-                    )
-        finally:
-            consumer.unassign()
-
-    def _apply_restored(self, messages: list[Message]) -> bool:
-        """Apply one batch of changelog records; whether the end of the partition was reached."""
-        batch = read_changelog(messages, self.partition)
-        if batch.next_offset is not None:
-            self.store.apply(
-                batch.writes,
-                changelog_offset=batch.next_offset,
-                schedules_offset=batch.schedules_offset,
-            )
-        return batch.reached_end
 
 
 def consumed_offsets(

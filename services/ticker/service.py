@@ -61,6 +61,12 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
+SLICE_S = 0.1
+"""The longest a turn restores arriving partitions while owned ones have nothing due sooner."""
+MIN_SLICE_S = 0.02
+"""What a turn restores even when fires are due now, so a restore never starves under load."""
+
+
 class NotConnectedError(RuntimeError):
     """A turn was asked of a ticker between sessions (`connect()` first)."""
 
@@ -196,12 +202,14 @@ class Ticker:
         if session is None:
             raise NotConnectedError("the ticker has no session: connect() first")
         take_over = session.take_over
-        if take_over.arriving:
-            take_over.settle(session.member)
         owned = take_over.owned
+        if take_over.arriving:
+            until_due_s = seconds_until_next_due(owned, self.clock())
+            take_over.settle(session.member, budget_s=max(MIN_SLICE_S, min(SLICE_S, until_due_s)))
         self._calendars.follow(owned.values())
         until_due_s = seconds_until_next_due(owned, self.clock())
-        wait_s = min(self.settings.max_wait_s, until_due_s)
+        # A restore in progress takes the idle time, a slice per turn.
+        wait_s = 0.0 if take_over.restoring else min(self.settings.max_wait_s, until_due_s)
         if wait_s > PREPARE_MIN_IDLE_S:
             # Idle until the next fire: decode and encode ahead what upcoming fires need, so a
             # herd spends its time sending, not computing.

@@ -1,15 +1,24 @@
 """Taking over schedules partitions: wait for the previous owner's offsets, restore, resume.
 
-A partition is assigned paused and taken over by `settle`, called every turn, once its committed
-offset answers: with read_committed the offset fetch waits while a transaction of the previous
-owner is pending (KIP-447 require_stable), and waiting inside the rebalance callback would hold
-up every owned partition's fires. The restore then brings the store to the committed state
-(`OwnedPartition.restore`), and schedule changes resume where that state left off.
+Shaped like quix-streams' recovery manager: this room owns the partitions of one group session
+from assignment to release. A partition is assigned paused and moves, one turn at a time:
+
+1. *arriving*: its committed offset is asked for each turn (`settle`) until it answers: with
+   read_committed the offset fetch waits while a transaction of the previous owner is pending
+   (KIP-447 require_stable), and waiting inside the rebalance callback would hold up every
+   owned partition's fires;
+2. *restoring*: its store is brought to the committed state from the changelog
+   (`PartitionRestore`), a slice per turn, so the partitions already owned keep firing;
+3. *owned*: schedule changes resume where that state left off, and it fires.
+
+A passing obstacle (a leader moving, an open transaction holding the changelog back, a restore
+that failed) postpones the partition; the others go on meanwhile.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable
 from datetime import datetime
@@ -18,8 +27,10 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from kairos.core.calendar_rules import CalendarLookup
 from kairos.services.ticker.metrics import TickerMetrics
-from kairos.services.ticker.partition import OwnedPartition, RestoreError, RestoreHeldBackError
+from kairos.services.ticker.partition import OwnedPartition
+from kairos.services.ticker.restore import PartitionRestore, RestoreHeldBackError, RestoreReport
 from kairos.services.ticker.settings import TickerSettings
+from kairos.streams.changelog import RestoreError
 from kairos.streams.codec import Codecs
 from kairos.streams.ownership import OwnershipInfo
 from kairos.streams.passing import BROKER_GONE, LEADER_MOVING, ask_until_answered, passes
@@ -47,7 +58,7 @@ class PartitionTopics:
 
 
 class TakeOver:
-    """The partitions of one group session: those arriving and those owned.
+    """The partitions of one group session: arriving, restoring and owned.
 
     Owns the changelog reader it restores with; `close` releases it.
     """
@@ -70,41 +81,65 @@ class TakeOver:
         self._codecs = codecs
         self._metrics = metrics
         self._clock = clock
+        self._ends = ends
+        self._reader = reader
         self.owned: dict[int, OwnedPartition] = {}
         self.arriving: dict[int, float] = {}
-        """Partitions assigned, paused and not taken over yet: `time.monotonic()` at assignment."""
+        """Partitions assigned, paused and not owned yet: `time.monotonic()` at assignment."""
+        self._restores: dict[int, PartitionRestore] = {}
+        """Arriving partitions whose offsets settled, restoring in this order."""
         self._settle_wait_s = _SETTLE_WAIT_S[0]
         self._postponed_until: dict[int, float] = {}
-        """Arriving partitions not asked for again before this `time.monotonic()`."""
+        """Arriving partitions not tried again before this `time.monotonic()`."""
         self._held_back: set[int] = set()
-        """Arriving partitions whose restore an open changelog transaction holds back."""
-        self._restoring: dict[int, OwnedPartition] = {}
-        """Held-back partitions' stores, kept open between attempts (opening loads the index)."""
-        self._ends = ends
-        self._restorer = reader
+        """Restoring partitions whose changelog an open transaction holds back."""
+
+    @property
+    def restoring(self) -> bool:
+        """Whether a restore waits for the turns' time (the turn should not idle then)."""
+        now = time.monotonic()
+        return any(self._postponed_until.get(p, 0.0) <= now for p in self._restores)
 
     def assign(self, consumer: GroupMember, partitions: list[TopicPartition]) -> None:
-        """Take `partitions` paused, and take over at once those whose offsets are settled."""
+        """Take `partitions` paused; each is taken over by the turns' `settle`."""
         consumer.incremental_assign(partitions)
         consumer.pause(partitions)
         assigned_at = time.monotonic()
         for tp in partitions:
             self.arriving[tp.partition] = assigned_at
-        self.settle(consumer)
 
     def close(self) -> None:
-        """Close every owned store and the session's clients."""
-        for owned in [*self.owned.values(), *self._restoring.values()]:
-            owned.store.close()
+        """Close every store and the reader."""
+        for one in [*self.owned.values(), *(r.owned for r in self._restores.values())]:
+            one.store.close()
         self.owned.clear()
-        self._restoring.clear()
+        self._restores.clear()
         self.arriving.clear()
         self._postponed_until.clear()
         self._held_back.clear()
-        self._restorer.close()
+        self._reader.close()
 
-    def settle(self, consumer: GroupMember) -> None:
-        """Restore and start consuming the arriving partitions whose offsets are settled.
+    def settle(self, consumer: GroupMember, budget_s: float) -> None:
+        """Move arriving partitions on: ask the unsettled for their offsets, then restore for
+        up to `budget_s` and resume those restored."""
+        if len(self._restores) < len(self.arriving):
+            self._ask_offsets(consumer)
+        deadline = time.monotonic() + budget_s
+        for partition in list(self._restores):
+            # Owning nothing yet, nothing waits to fire: restore at full speed.
+            until = deadline if self.owned else math.inf
+            if time.monotonic() >= until:
+                break
+            if self._postponed_until.get(partition, 0.0) > time.monotonic():
+                continue
+            report = self._restore_step(partition, until)
+            if report is not None:
+                self._resume(consumer, self._restores.pop(partition), report)
+        self._metrics.owned_partitions.set(len(self.owned))
+        self._metrics.schedules_held.set(sum(o.store.count for o in self.owned.values()))
+
+    def _ask_offsets(self, consumer: GroupMember) -> None:
+        """Plan the restore of each arriving partition whose committed offset answers.
 
         With read_committed, the committed-offset fetch does not answer while a transaction of
         the previous owner is pending (KIP-447 require_stable); a SIGKILLed owner's lasts until
@@ -112,23 +147,10 @@ class TakeOver:
         one that last went unanswered last, and stops at the first that does not answer within
         the wait: the partitions already owned keep firing meanwhile.
         """
-        settled = self._settled_offsets(consumer)
-        if not settled:
-            self._settle_wait_s = min(2 * self._settle_wait_s, _SETTLE_WAIT_S[1])
-            return
-        self._settle_wait_s = _SETTLE_WAIT_S[0]
-        for tp in settled:
-            if self._take_over_or_postpone(consumer, tp):
-                del self.arriving[tp.partition]
-                self._postponed_until.pop(tp.partition, None)
-        self._metrics.owned_partitions.set(len(self.owned))
-        self._metrics.schedules_held.set(sum(o.store.count for o in self.owned.values()))
-
-    def _settled_offsets(self, consumer: GroupMember) -> list[TopicPartition]:
-        settled: list[TopicPartition] = []
+        settled_any = False
         now = time.monotonic()
         for partition in list(self.arriving):
-            if self._postponed_until.get(partition, 0.0) > now:
+            if partition in self._restores or self._postponed_until.get(partition, 0.0) > now:
                 continue
             asked = TopicPartition(self._topics.schedules, partition)
             try:
@@ -141,82 +163,96 @@ class TakeOver:
                 # Still pending: asked last next turn, and this turn has spent its wait.
                 self.arriving[partition] = self.arriving.pop(partition)
                 break
-            settled.append(answer)
-        return settled
+            settled_any = True
+            self._plan(answer)
+        if settled_any:
+            self._settle_wait_s = _SETTLE_WAIT_S[0]
+        else:
+            self._settle_wait_s = min(2 * self._settle_wait_s, _SETTLE_WAIT_S[1])
 
-    def _take_over_or_postpone(self, consumer: GroupMember, tp: TopicPartition) -> bool:
-        """Take `tp` over; on a passing obstacle postpone it (True: taken over).
-
-        A partition without a leader for a moment, or whose changelog an open transaction holds
-        back, is tried again in a later turn; the other partitions keep firing meanwhile.
-        """
-        partition = tp.partition
+    def _plan(self, tp: TopicPartition) -> None:
+        """Open the partition's store and plan its restore; postponed on a passing obstacle."""
+        path = self._settings.state_dir / self._topics.schedules / str(tp.partition)
+        owned = OwnedPartition(
+            tp.partition, PartitionStore(path), self._codecs, self._clock(), self._calendars
+        )
+        restore = PartitionRestore(
+            owned, self._topics.changelog, self._settings.restore_timeout_s, tp
+        )
+        # Held from the start, so a failure further on still closes its store (`close`).
+        self._restores[tp.partition] = restore
+        previous = OwnershipInfo.decode(tp.metadata)
         try:
-            self._take_over(consumer, tp, time.monotonic() - self.arriving[partition])
+            # The changelog is restored up to where the last committed transaction's records
+            # end (the offset's metadata says where), however long an open one holds the last
+            # stable offset back.
+            restore.plan(
+                self._reader,
+                must_reach=None if previous is None else previous.changelog_offset,
+                end_offset=self._changelog_end(tp.partition),
+            )
         except KafkaException as failure:
             error: KafkaError = failure.args[0]
             if not passes(error, LEADER_MOVING):
                 raise
-            self._postpone(partition, _RETRY_S, error.str())
-            return False
+            self._give_up(tp.partition, _RETRY_S, error.str())
+        except RestoreError as failure:
+            self._give_up(tp.partition, _RETRY_AFTER_FAILURE_S, str(failure))
+
+    def _restore_step(self, partition: int, deadline: float) -> RestoreReport | None:
+        restore = self._restores[partition]
+        try:
+            report = restore.step(self._reader, deadline)
         except RestoreHeldBackError as held:
             # The store keeps what it restored so far, open: the next attempt resumes there.
-            self._postpone(
-                partition, _RETRY_S, str(held), quiet=partition in self._held_back, keep=True
-            )
+            self._postpone(partition, str(held), quiet=partition in self._held_back)
             self._held_back.add(partition)
-            return False
+            return None
         except RestoreError as failure:
-            self._postpone(partition, _RETRY_AFTER_FAILURE_S, str(failure))
-            return False
+            self._give_up(partition, _RETRY_AFTER_FAILURE_S, str(failure))
+            return None
+        except KafkaException as failure:
+            error: KafkaError = failure.args[0]
+            if not passes(error, LEADER_MOVING):
+                raise
+            restore.stop_reading(self._reader)
+            self._postpone(partition, error.str())
+            return None
         self._held_back.discard(partition)
-        return True
+        return report
 
-    def _postpone(
-        self,
-        partition: int,
-        delay_s: float,
-        reason: str,
-        *,
-        quiet: bool = False,
-        keep: bool = False,
-    ) -> None:
+    def _postpone(self, partition: int, reason: str, *, quiet: bool = False) -> None:
+        """Try the restore again later, from where it stopped."""
         log = logger.debug if quiet else logger.warning
         log(
+            "instance=%s partition=%d: take-over postponed %.1fs (%s)",
+            self._settings.instance,
+            partition,
+            _RETRY_S,
+            reason,
+        )
+        self._postponed_until[partition] = time.monotonic() + _RETRY_S
+
+    def _give_up(self, partition: int, delay_s: float, reason: str) -> None:
+        """Drop the restore and close its store; the offsets are asked again after `delay_s`."""
+        logger.warning(
             "instance=%s partition=%d: take-over postponed %.1fs (%s)",
             self._settings.instance,
             partition,
             delay_s,
             reason,
         )
-        owned = self.owned.pop(partition, None)
-        if owned is not None and keep:
-            self._restoring[partition] = owned
-        elif owned is not None:
-            owned.store.close()
+        restore = self._restores.pop(partition)
+        restore.stop_reading(self._reader)
+        restore.owned.store.close()
+        self._held_back.discard(partition)
         self._postponed_until[partition] = time.monotonic() + delay_s
 
-    def _take_over(self, consumer: GroupMember, tp: TopicPartition, waited_s: float) -> None:
-        """Restore a settled partition to its committed state and start consuming it."""
-        previous = OwnershipInfo.decode(tp.metadata)
-        # Restore the store from the changelog up to where the last committed transaction's
-        # records end (the offset's metadata says where), however long an open one holds the
-        # last stable offset back.
-        owned = self._restoring.pop(tp.partition, None)
-        if owned is None:
-            path = self._settings.state_dir / self._topics.schedules / str(tp.partition)
-            owned = OwnedPartition(
-                tp.partition, PartitionStore(path), self._codecs, self._clock(), self._calendars
-            )
-        # Held from the start, so a failure further on still closes its store (_disconnect).
-        self.owned[tp.partition] = owned
-        report = owned.restore(
-            self._restorer,
-            self._topics.changelog,
-            self._settings.restore_timeout_s,
-            must_reach=None if previous is None else previous.changelog_offset,
-            end_offset=self._changelog_end(tp.partition),
-        )
+    def _resume(
+        self, consumer: GroupMember, restore: PartitionRestore, report: RestoreReport
+    ) -> None:
+        """Own the restored partition and start consuming its schedule changes."""
+        tp, owned = restore.committed, restore.owned
         owned.changelog_end = owned.store.changelog_offset
         self._metrics.restore_seconds.labels(report.mode).observe(report.seconds)
         self._metrics.restored_records.labels(report.mode).inc(report.records)
@@ -224,8 +260,11 @@ class TakeOver:
         # A valid offset for every owned partition, always: librdkafka sends no offset commit
         # (and so no fencing) in a transaction whose offsets are all invalid.
         owned.committed_offset = owned.next_offset = start
+        self.owned[tp.partition] = owned
+        waited_s = time.monotonic() - self.arriving.pop(tp.partition)
+        self._postponed_until.pop(tp.partition, None)
         # The consumer starts from the committed offset too (its own fetch of it waits for the
-        # same settled transaction); records below `start` are skipped by `_take_change`.
+        # same settled transaction); records below `start` are skipped by the planner.
         consumer.resume([TopicPartition(self._topics.schedules, tp.partition)])
         logger.info(
             "handover event=assigned instance=%s partition=%d offset=%d settled_after=%.3f "
@@ -233,7 +272,7 @@ class TakeOver:
             self._settings.instance,
             tp.partition,
             start,
-            waited_s,
+            waited_s - report.seconds,
             report.mode,
             report.records,
             report.seconds,
@@ -283,9 +322,10 @@ class TakeOver:
                 self.arriving.pop(tp.partition, None)
                 self._postponed_until.pop(tp.partition, None)
                 self._held_back.discard(tp.partition)
-                restoring = self._restoring.pop(tp.partition, None)
-                if restoring is not None:
-                    restoring.store.close()
+                restore = self._restores.pop(tp.partition, None)
+                if restore is not None:
+                    restore.stop_reading(self._reader)
+                    restore.owned.store.close()
                 owned = self.owned.pop(tp.partition, None)
                 if owned is not None:
                     # The store stays on disk: a later assignment restarts warm from it.

@@ -182,3 +182,39 @@ def test_a_zombie_whose_transactional_id_was_taken_commits_nothing(world: World)
     assert list(world.run_ids()) == ["a@2026-03-02T09:00:00Z"]
     zombie.disconnect()
     successor.disconnect()
+
+
+def _yearly(schedule_id: str) -> dict[str, object]:
+    return {"id": schedule_id, "cron": "0 0 1 1 *"}
+
+
+def test_a_cold_restore_goes_in_slices_while_the_owned_partition_keeps_firing(
+    world: World,
+) -> None:
+    leaver, _ = world.ticker("leaver")
+    survivor, _ = world.ticker("survivor")
+    leaver.connect()
+    survivor.connect()
+    turns(leaver, 3)
+    turns(survivor, 3)
+    big, own = sorted(leaver.owned), sorted(survivor.owned)
+    assert len(big) == 1 and len(own) == 1, "the two tickers did not share the partitions"
+    big_ids = [f"big-{n}" for n in range(20_000) if world.partition_of(f"big-{n}") == big[0]]
+    world.publish(*(_yearly(sid) for sid in big_ids))
+    start = world.clock().replace(microsecond=0) + timedelta(seconds=1)
+    own_id = next(f"own-{n}" for n in range(100) if world.partition_of(f"own-{n}") == own[0])
+    world.publish(_every(own_id, 1) | {"start_at": start.isoformat()})
+    while leaver.owned[big[0]].store.count < len(big_ids):
+        leaver.turn()
+    leaver.disconnect()
+    restore_turns = 0
+    while big[0] not in survivor.owned:
+        world.clock.advance(1)
+        survivor.turn()
+        restore_turns += 1
+        due = world.clock().replace(microsecond=0)
+        fired = {r["nominal_at"] for r in world.runs() if r["schedule_id"] == own_id}
+        assert due in fired, f"the survivor's own fire due at {due} waited for the restore"
+    assert restore_turns >= 3, "the restore did not go in slices"
+    assert survivor.owned[big[0]].store.count == len(big_ids)
+    survivor.disconnect()
