@@ -48,11 +48,19 @@ from kairos.streams.partitioner import partition_for
 from kairos.streams.settings import KafkaSettings
 
 _ASSIGNED = r"handover event=assigned instance={} partition=(\d+) .*seconds=([\d.]+)"
+_HANDOVER = r"handover event=(assigned|revoked|lost) instance={} partition=(\d+)"
 
 
 def owned_by(ticker: TickerProcess) -> set[int]:
-    found = re.findall(_ASSIGNED.format(ticker.instance), ticker.log.read_text(errors="replace"))
-    return {int(partition) for partition, _ in found}
+    """The partitions `ticker` owns now, by its handover log lines in order."""
+    owned: set[int] = set()
+    log = ticker.log.read_text(errors="replace")
+    for event, partition in re.findall(_HANDOVER.format(ticker.instance), log):
+        if event == "assigned":
+            owned.add(int(partition))
+        else:
+            owned.discard(int(partition))
+    return owned
 
 
 def ids_on(partitions: set[int], prefix: str, count: int) -> Iterator[str]:
@@ -168,8 +176,10 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="write the Outcome row here")
     args = parser.parse_args()
     if args.ticker_code is not None:
-        # The ticker processes import `kairos` from there; this script keeps its own.
+        # The ticker processes (`python -m`, which puts their working directory first on the
+        # path) import `kairos` from there; this script keeps what it imported.
         os.environ["PYTHONPATH"] = str(args.ticker_code.resolve())
+        os.chdir(args.ticker_code)
     with (
         tempfile.TemporaryDirectory(prefix="kairos-bench-") as tmp,
         local_broker(Path(tmp)) as broker,
