@@ -13,16 +13,18 @@ from datetime import datetime
 
 from confluent_kafka import Message
 
+from kairos.core.errors import KairosError
 from kairos.services.executor.admission import PassedOver, Rejected, ServedJobs, read_request
 from kairos.services.executor.attempts import Clock
-from kairos.services.executor.events import PublishError, dead_letter_record
+from kairos.services.executor.events import dead_letter_record
 from kairos.services.executor.metrics import ExecutorMetrics
 from kairos.services.executor.offsets import OffsetMarks
 from kairos.services.executor.session import ExecutorSession
 from kairos.services.executor.settings import ExecutorSettings
 from kairos.streams.authorization import RoleAccess
 from kairos.streams.codec import Codec
-from kairos.streams.dedupe.base import Admitted, DedupeStoreError, RunRequest, SourceRecord
+from kairos.streams.dedupe.base import Admitted, RunRequest, SourceRecord
+from kairos.streams.failures import is_retryable
 
 logger = logging.getLogger(__name__)
 
@@ -50,7 +52,7 @@ class Intake:
         self._clock = clock
 
     def admit(self, messages: list[Message]) -> None:
-        """Claim the batch's runs; on a store or publish failure, consume it again later."""
+        """Claim the batch's runs; after a failure worth retrying, consume the batch again."""
         session = self._session
         now = self._clock()
         records = [m for m in messages if not self._consumer_error(m)]
@@ -62,8 +64,10 @@ class Intake:
             )
             # Before the offsets are marked: a crash in between redelivers, and writes it then.
             session.store.track_deadlines(accepted)
-        except (DedupeStoreError, PublishError) as error:
+        except KairosError as error:
             self._access.raise_if_refused(error, getattr(error, "topic", None))
+            if not is_retryable(error):
+                raise
             self._consume_again(records, error)
             return
         for admission in admissions:

@@ -16,10 +16,10 @@ import time
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
+from kairos.core.errors import KairosError
 from kairos.core.run_id import parse_run_id
 from kairos.services.executor.admission import ServedJobs
 from kairos.services.executor.attempts import Clock
-from kairos.services.executor.events import PublishError
 from kairos.services.executor.intake import Intake
 from kairos.services.executor.metrics import ExecutorMetrics
 from kairos.services.executor.offsets import OffsetMarks
@@ -30,6 +30,7 @@ from kairos.services.executor.workers import AttemptWorkers
 from kairos.streams.authorization import RoleAccess
 from kairos.streams.codec import Codec
 from kairos.streams.dedupe.base import DedupeStoreError, OutboxEvent, RunEnd
+from kairos.streams.failures import is_retryable
 
 logger = logging.getLogger(__name__)
 
@@ -112,8 +113,10 @@ class ExecutorTurn:
         try:
             while self._session.store.publish_events(self._publish_batch, BATCH) == BATCH:
                 continue
-        except (DedupeStoreError, PublishError) as error:
+        except KairosError as error:
             self._access.raise_if_refused(error, getattr(error, "topic", None))
+            if not is_retryable(error):
+                raise
             logger.error(
                 "executor could not publish run events (they stay in the outbox): %s", error
             )
