@@ -37,6 +37,9 @@ class ClockAheadError(KairosError):
     `skew_ms` is the measured lower bound, `max_ms` the bound it exceeded.
     """
 
+    retryable = True
+    """Each attempt measures the clock again, and a corrected clock (NTP) passes."""
+
     def __init__(self, skew_ms: int, max_ms: int) -> None:
         self.skew_ms = skew_ms
         self.max_ms = max_ms

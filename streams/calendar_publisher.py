@@ -28,6 +28,9 @@ from kairos.streams.topics import TopicRole
 class CalendarPublishError(KairosError):
     """The broker did not acknowledge a calendar change; nothing may be assumed published."""
 
+    retryable = True
+    """Publishing the same change again is safe: the calendar's last record wins."""
+
     def __init__(self, calendar_id: str, reason: str, kafka_error: KafkaError | None = None):
         super().__init__(f"calendar {calendar_id!r} was not published: {reason}")
         self.calendar_id = calendar_id

@@ -35,6 +35,8 @@ _Record = CalendarChange | SkippedCalendarRecord
 class CalendarReadError(KairosError):
     """The calendars topic could not be read to its end: the broker or the topic is unavailable."""
 
+    retryable = True
+
     def __init__(self, topic: str, reason: str, kafka_error: KafkaError | None = None) -> None:
         self.topic = topic
         self.reason = reason

@@ -87,6 +87,8 @@ class RejectedRecord:
 class HistoryReadError(KairosError):
     """A topic could not be read to its end: the broker or the topic is unavailable."""
 
+    retryable = True
+
     def __init__(self, topic: str, reason: str) -> None:
         self.topic = topic
         self.reason = reason

@@ -45,6 +45,8 @@ _ELECTING = {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABL
 class PartitionStatusError(KairosError):
     """The group or the topics could not be described."""
 
+    retryable = True
+
     def __init__(self, what: str, reason: str) -> None:
         self.what = what
         self.reason = reason

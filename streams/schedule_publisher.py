@@ -38,6 +38,9 @@ ChangeKind = Literal["upserted", "deleted", "paused", "resumed"]
 class PublishError(KairosError):
     """The broker did not acknowledge a schedule change; nothing may be assumed published."""
 
+    retryable = True
+    """Publishing the same change again is safe: the schedule's last record wins."""
+
     def __init__(self, schedule_id: str, reason: str, kafka_error: KafkaError | None = None):
         super().__init__(f"schedule {schedule_id!r} was not published: {reason}")
         self.schedule_id = schedule_id

@@ -75,6 +75,8 @@ _UNKNOWN_TOPIC = KafkaError.UNKNOWN_TOPIC_OR_PART
 class ScheduleReadError(KairosError):
     """The schedules topic could not be read: the broker, or the topic, is unavailable."""
 
+    retryable = True
+
     def __init__(self, topic: str, reason: str, kafka_error: KafkaError | None = None) -> None:
         self.topic = topic
         self.reason = reason

@@ -60,6 +60,9 @@ _NO_SPACE = "No space left on device"
 
 
 class StateStoreError(KairosError):
+    retryable = True
+    """The ticker drops its stores and rebuilds them from the changelog."""
+
     def __init__(self, path: Path, reason: str) -> None:
         super().__init__(f"state store {path}: {reason}")
         self.path = path

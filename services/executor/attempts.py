@@ -242,7 +242,7 @@ class AttemptRunner:
         handlers: Handlers,
         metrics: ExecutorMetrics,
         attempts: InFlightAttempts,
-        job_producer: Callable[[], Producer],
+        job_producer: Producer,
         clock: Clock,
         shell_jobs: ShellJobGuard,
         on_dead_letter: Callable[[str, str | None], None],
@@ -349,7 +349,7 @@ class AttemptRunner:
         elif isinstance(params, HttpJob):
             run_http(params, invocation, limit)
         elif isinstance(params, KafkaJob):
-            run_kafka(params, invocation, self._job_producer())
+            run_kafka(params, invocation, self._job_producer)
         elif isinstance(params, PythonJob):
             self._run_handler(params, invocation, request, transaction)
 

@@ -53,6 +53,9 @@ Shrink = Callable[[dict[str, Any], str], dict[str, Any]]
 class PublishError(KairosError):
     """Records could not be delivered; `problem` is the first delivery error."""
 
+    retryable = True
+    """The records stay in the outbox or unconsumed, and go again (a refused one smaller)."""
+
     def __init__(self, topic: str, problem: str, kafka_error: KafkaError | None = None) -> None:
         self.topic = topic
         self.problem = problem

@@ -75,6 +75,8 @@ class SeparateStoresError(KairosError):
 class FleetCheckError(KairosError):
     """The broker did not answer a check the executor must make before it runs."""
 
+    retryable = True
+
     def __init__(self, check: str, problem: str) -> None:
         self.check = check
         self.problem = problem

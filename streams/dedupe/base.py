@@ -57,6 +57,9 @@ if TYPE_CHECKING:
 class DedupeStoreError(KairosError):
     """The database failed or refused; `store` names it (URL without password)."""
 
+    retryable = True
+    """The executor tries the batch again: a database away or overloaded comes back."""
+
     def __init__(self, store: str, problem: str) -> None:
         self.store = store
         self.problem = problem

@@ -1,0 +1,154 @@
+"""One turn of the executor's loop.
+
+1. consume a batch of the runs topic, raise what a rebalance callback failed with;
+2. admit it (`intake`);
+3. commit marked offsets (at most every `offset_commit_interval`);
+4. end attempts whose lease expired (any executor's), so their runs are retried;
+5. acquire ready, due runs (new ones, and retries whose backoff has passed) for the free
+   workers: retries come from the store, never from Kafka;
+6. publish the outbox's lifecycle events, and pause the schedules that failed too often.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+
+from kairos.core.errors import KairosError
+from kairos.core.run_id import parse_run_id
+from kairos.services.executor.admission import ServedJobs
+from kairos.services.executor.attempts import Clock
+from kairos.services.executor.intake import Intake
+from kairos.services.executor.metrics import ExecutorMetrics
+from kairos.services.executor.offsets import OffsetMarks
+from kairos.services.executor.rebalance import CallbackFailures
+from kairos.services.executor.session import ExecutorSession
+from kairos.services.executor.settings import ExecutorSettings
+from kairos.services.executor.workers import AttemptWorkers
+from kairos.streams.authorization import RoleAccess
+from kairos.streams.codec import Codec
+from kairos.streams.dedupe.base import DedupeStoreError, OutboxEvent, RunEnd
+from kairos.streams.failures import is_retryable
+
+logger = logging.getLogger(__name__)
+
+BATCH = 500
+"""Records consumed, and outbox events published, per call."""
+_REAP_EVERY = timedelta(seconds=1)
+_PRUNE_EVERY = timedelta(minutes=10)
+_PRUNE_LIMIT = 10_000
+
+
+class ExecutorTurn:
+    def __init__(
+        self,
+        *,
+        session: ExecutorSession,
+        workers: AttemptWorkers,
+        marks: OffsetMarks,
+        callback_failures: CallbackFailures,
+        served: ServedJobs,
+        codec: Codec,
+        settings: ExecutorSettings,
+        metrics: ExecutorMetrics,
+        access: RoleAccess,
+        clock: Clock,
+    ) -> None:
+        self._session = session
+        self._workers = workers
+        self._marks = marks
+        self._callback_failures = callback_failures
+        self._intake = Intake(
+            session=session,
+            marks=marks,
+            served=served,
+            codec=codec,
+            settings=settings,
+            metrics=metrics,
+            access=access,
+            clock=clock,
+        )
+        self._served = served
+        self._codec = codec
+        self._settings = settings
+        self._metrics = metrics
+        self._access = access
+        self._clock = clock
+        self._next_reap = self._next_prune = datetime.min.replace(tzinfo=UTC)
+
+    def run_once(self) -> None:
+        """Consume, admit, commit, reap, acquire, publish: one pass of the loop."""
+        session = self._session
+        messages = session.consumer.consume(
+            num_messages=BATCH, timeout=self._settings.poll_interval.total_seconds()
+        )
+        self._callback_failures.raise_kept()
+        if messages:
+            self._intake.admit(messages)
+        self._marks.commit(session.consumer)
+        now = self._clock()
+        try:
+            if now >= self._next_reap:
+                self._next_reap = now + _REAP_EVERY
+                self._reap(now)
+            # Before dispatch: a run taken now, past its start deadline, is reported first.
+            self._report_missed_deadlines(now)
+            self._dispatch(now)
+            if now >= self._next_prune:
+                self._next_prune = now + _PRUNE_EVERY
+                session.store.prune_finished(now - self._settings.retention, _PRUNE_LIMIT)
+                session.store.prune_deadlines(_PRUNE_LIMIT)
+        except DedupeStoreError as error:
+            self._metrics.store_errors.inc()
+            logger.error(
+                "executor instance=%s store unavailable: %s", self._settings.instance, error
+            )
+        self.publish_events()
+        self._workers.failure_pause.check()
+
+    def publish_events(self) -> None:
+        """Publish the outbox: a full batch means more may wait."""
+        try:
+            while self._session.store.publish_events(self._publish_batch, BATCH) == BATCH:
+                continue
+        except KairosError as error:
+            self._access.raise_if_refused(error, getattr(error, "topic", None))
+            if not is_retryable(error):
+                raise
+            logger.error(
+                "executor could not publish run events (they stay in the outbox): %s", error
+            )
+
+    def _publish_batch(self, events: Sequence[OutboxEvent]) -> None:
+        self._session.publisher.publish_events(events, self._clock())
+
+    def _reap(self, now: datetime) -> None:
+        reaped = self._session.store.reap_expired(now, self._settings.instance)
+        self._metrics.reaped.inc(len(reaped))
+        for run_id, end in reaped:
+            if end is RunEnd.DEAD_LETTERED:
+                schedule_id, _ = parse_run_id(run_id)
+                self._workers.failure_pause.failed(
+                    schedule_id, "its executor stopped renewing the lease"
+                )
+
+    def _report_missed_deadlines(self, now: datetime) -> None:
+        for missed in self._session.store.report_missed_deadlines(now, self._settings.instance):
+            owner = self._codec.decode(missed.value)["owner"] or ""
+            self._metrics.deadlines_missed.labels(
+                owner, missed.schedule_id, missed.deadline.value
+            ).inc()
+            logger.warning("run=%s %s", missed.run_id, missed.reason)
+
+    def _dispatch(self, now: datetime) -> None:
+        settings = self._settings
+        free = settings.concurrency - len(self._workers.attempts)
+        held_until = time.monotonic() + settings.lease.total_seconds()
+        for lease in self._session.store.acquire(
+            settings.instance, self._served.runners, now, settings.lease, free
+        ):
+            logger.info("run=%s attempt=%d started", lease.run_id, lease.attempt)
+            self._workers.start(lease, held_until)
+        self._metrics.in_flight.set(len(self._workers.attempts))
