@@ -6,13 +6,16 @@ import logging
 
 from confluent_kafka import KafkaException
 
+from kairos.core.errors import KairosError
 from kairos.services.ticker.transaction import FiringTransactions
 
 logger = logging.getLogger(__name__)
 
 
-class RebuildError(Exception):
+class RebuildError(KairosError):
     """A transaction failed or the producer is fenced: drop everything and rejoin the group."""
+
+    retryable = True
 
 
 def abandon(transactions: FiringTransactions | None) -> None:

@@ -22,7 +22,7 @@ import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-from confluent_kafka import KafkaException, Message, TopicPartition
+from confluent_kafka import Message, TopicPartition
 
 from kairos.services.ticker.calendar_feed import TickerCalendars
 from kairos.services.ticker.changes import ScheduleChanges
@@ -33,7 +33,6 @@ from kairos.services.ticker.metrics import TickerMetrics
 from kairos.services.ticker.partition import OwnedPartition
 from kairos.services.ticker.planner import Budgets, TurnPlanner
 from kairos.services.ticker.quarantine import Quarantine
-from kairos.services.ticker.rebuild import RebuildError
 from kairos.services.ticker.session import SessionParts, TickerSession
 from kairos.services.ticker.settings import TickerSettings, ensure_state_dir
 from kairos.services.ticker.state_room import CHECK_EVERY_S, StateRoom
@@ -46,10 +45,9 @@ from kairos.services.ticker.upcoming import (
 from kairos.services.ticker.watchdog import Backoff, TransactionWatchdog
 from kairos.streams.acls import DeploymentNames, Role
 from kairos.streams.authorization import RoleAccess
-from kairos.streams.calendar_reader import CalendarReadError
 from kairos.streams.codec import Codecs, make_codecs
+from kairos.streams.failures import is_retryable
 from kairos.streams.settings import KafkaSettings
-from kairos.streams.state_store import StateStoreError
 from kairos.streams.topics import TopicRole
 
 logger = logging.getLogger(__name__)
@@ -157,16 +155,14 @@ class Ticker:
                         self.connect()
                     self.turn()
                     backoff.reset()
-                except (
-                    RebuildError,
-                    KafkaException,
-                    StateStoreError,
-                    CalendarReadError,
-                ) as failure:
+                except Exception as failure:
                     # Fenced, or the broker unreachable for longer than a client will wait:
                     # drop the partitions and rejoin. The stores hold only committed state, so
-                    # nothing decided is lost and nothing is decided twice. Refused: stop.
+                    # nothing decided is lost and nothing is decided twice. Refused (named by
+                    # the grant it lacks) or not retryable: stop.
                     self._access.raise_if_refused(failure)
+                    if not is_retryable(failure):
+                        raise
                     logger.error(
                         "instance=%s %s; dropping partitions and rejoining in %.1fs",
                         self.settings.instance,

@@ -7,6 +7,8 @@ paths against a real broker are in tests/broker/test_ticker_*.py.
 
 from __future__ import annotations
 
+import threading
+import time
 from collections import Counter
 from datetime import timedelta
 from pathlib import Path
@@ -218,3 +220,25 @@ def test_a_cold_restore_goes_in_slices_while_the_owned_partition_keeps_firing(
     assert restore_turns >= 3, "the restore did not go in slices"
     assert survivor.owned[big[0]].store.count == len(big_ids)
     survivor.disconnect()
+
+
+def test_the_run_loop_rebuilds_after_a_failed_transaction_and_goes_on(world: World) -> None:
+    world.publish(_every("a", 10))
+    ticker, clients = world.ticker()
+    world.kafka.fail_next(
+        "commit_transaction", KafkaError(KafkaError._TIMED_OUT, txn_requires_abort=True)
+    )
+    stop = threading.Event()
+    loop = threading.Thread(target=ticker.run, args=(stop,))
+    loop.start()
+    try:
+        deadline = time.monotonic() + 30
+        while len(world.run_ids()) < 3 and time.monotonic() < deadline and loop.is_alive():
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        loop.join(30)
+    assert not loop.is_alive()
+    assert len(clients.producers) >= 2, "the failed transaction did not rebuild the session"
+    fired = world.run_ids()
+    assert len(fired) >= 3 and set(fired.values()) == {1}
