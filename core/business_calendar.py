@@ -44,6 +44,7 @@ from kairos.core.calendar_windows import (
     recurring_occurrence_at,
 )
 from kairos.core.errors import KairosError
+from kairos.core.lru import LruCache
 from kairos.core.schedule import SCHEDULE_ID_PATTERN, Text
 from kairos.core.schedule_text import SchedulesFileFormatError, listed_entries, unique_entries
 from kairos.core.zones import zone_problem
@@ -124,7 +125,9 @@ class _Lookup:
     holiday_names: dict[date, str]
     fixed: tuple[Window, ...]
     """The fixed windows' occurrences, resolved on the calendar's clock."""
-    months: dict[tuple[int, int], tuple[date, ...]] = field(default_factory=dict)
+    months: LruCache[tuple[int, int], tuple[date, ...]] = field(
+        default_factory=lambda: LruCache(_MONTHS_KEPT)
+    )
     """Recently asked months' business days."""
 
 
@@ -266,10 +269,7 @@ class BusinessCalendar(BaseModel):
                 for day in days
                 if day.weekday() in lookup.weekdays and day not in lookup.holiday_names
             )
-            if len(lookup.months) >= _MONTHS_KEPT:
-                # Starting afresh keeps this one atomic step for threads sharing the calendar.
-                lookup.months.clear()
-            lookup.months[year, month] = found
+            lookup.months.put((year, month), found)
         return list(found)
 
     def nth_business_day(self, year: int, month: int, n: int) -> date | None:

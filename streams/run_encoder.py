@@ -19,6 +19,7 @@ from functools import lru_cache
 from typing import Any
 
 from kairos.core.firing import Action, Decision, ScheduleState
+from kairos.core.lru import LruCache
 from kairos.core.run_id import run_id
 from kairos.streams.codec import Codec
 from kairos.streams.records import run_requested_record
@@ -93,11 +94,13 @@ class RunRequestedEncoder:
     def __init__(self, codec: Codec, ticker_instance: str) -> None:
         self._codec = codec
         self._ticker_instance = ticker_instance
-        self._templates: dict[tuple[str, int, int], tuple[bytes, bytes, bytes]] = {}
+        self._templates: LruCache[tuple[str, int, int], tuple[bytes, bytes, bytes]] = LruCache(
+            _TEMPLATE_LIMIT
+        )
 
     def prepare(self, state: ScheduleState, partition: int) -> None:
         """Build the schedule's template ahead of its fires (idle time, not the herd's)."""
-        if (state.schedule.id, state.version, partition) in self._templates:
+        if self._templates.get((state.schedule.id, state.version, partition)) is not None:
             return
         nominal = state.next_nominal or _EPOCH
         decision = Decision(
@@ -159,7 +162,4 @@ class RunRequestedEncoder:
         )
         start = whole.index(leading)
         template = (whole[:start], schedule_id, whole[start + len(leading) :])
-        if len(self._templates) >= _TEMPLATE_LIMIT:
-            self._templates.clear()
-        self._templates[(decision.schedule_id, state.version, partition)] = template
-        return template
+        return self._templates.put((decision.schedule_id, state.version, partition), template)

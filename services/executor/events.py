@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -24,6 +23,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from kairos.core.errors import KairosError
+from kairos.core.lru import LruCache
 from kairos.streams.codec import Codecs
 from kairos.streams.dead_letters import KEY_COPY_LIMIT, VALUE_COPY_LIMIT
 from kairos.streams.dead_letters import dead_letter_record as bounded_dead_letter
@@ -166,7 +166,7 @@ class EventPublisher:
         # Idempotent: a retried send keeps each run's events in order, without duplicates.
         self._producer = Producer(kafka.producer_config(**{"linger.ms": 5}))
         self._failures: list[_Failure] = []
-        self._refused: OrderedDict[bytes, str] = OrderedDict()
+        self._refused: LruCache[bytes, str] = LruCache(_REMEMBERED_REFUSALS)
         """Records the broker refused (by identity), with its error: sent smaller next time."""
 
     def publish_events(self, events: Sequence[OutboxEvent], at: datetime) -> None:
@@ -207,7 +207,7 @@ class EventPublisher:
         failures, self._failures = self._failures, []
         for failure in failures:
             if failure.error.code() in _REFUSALS:
-                self._remember_refusal(failure.identity, failure.error.str())
+                self._refused.put(failure.identity, failure.error.str())
         if failures:
             first = failures[0]
             raise PublishError(first.topic, first.error.str(), first.error)
@@ -265,8 +265,3 @@ class EventPublisher:
             except BufferError:
                 # The local queue is full: let deliveries drain, then try again.
                 self._producer.poll(0.05)
-
-    def _remember_refusal(self, identity: bytes, error: str) -> None:
-        self._refused[identity] = error
-        while len(self._refused) > _REMEMBERED_REFUSALS:
-            self._refused.popitem(last=False)
