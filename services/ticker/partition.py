@@ -17,6 +17,7 @@ from confluent_kafka import TopicPartition
 
 from kairos.core.calendar_rules import CalendarLookup
 from kairos.core.firing import Outcome, ScheduleState
+from kairos.core.lru import LruCache
 from kairos.streams.changelog import (
     floor_from_stored,
     state_from_stored,
@@ -28,7 +29,8 @@ from kairos.streams.state_store import PartitionStore, StateWrite
 logger = logging.getLogger(__name__)
 
 _CACHE_LIMIT = 2_000_000
-"""Decoded states kept in memory per partition; past it the cache starts over (bounded RSS)."""
+"""Decoded states (and decisions made ahead) kept in memory per partition: past it the least
+recently used are forgotten and read again from the store when asked (bounded RSS)."""
 
 
 def to_ms(instant: datetime) -> int:
@@ -64,8 +66,8 @@ class OwnedPartition:
         self._codecs = codecs
         self.calendars = calendars
         """The shared calendars every state of this partition is read with."""
-        self._states: dict[str, ScheduleState] = {}
-        self._ahead: dict[str, Ahead] = {}
+        self._states: LruCache[str, ScheduleState] = LruCache(_CACHE_LIMIT)
+        self._ahead: LruCache[str, Ahead] = LruCache(_CACHE_LIMIT)
         self.prepared_cursor: tuple[int, int] = (0, 0)
         """(due instant, position among the schedules due then) where preparing upcoming fires
         resumes (see Ticker.turn)."""
@@ -91,9 +93,7 @@ class OwnedPartition:
             return None
         state = state_from_stored(self._codecs, *stored, self.calendars)
         if state is not None:
-            if len(self._states) >= _CACHE_LIMIT:
-                self._states.clear()
-            self._states[schedule_id] = state
+            self._states.put(schedule_id, state)
         return state
 
     def floor(self, schedule_id: str) -> datetime | None:
@@ -109,9 +109,7 @@ class OwnedPartition:
         return ahead if ahead is not None and ahead.state is state else None
 
     def keep_ahead(self, ahead: Ahead) -> None:
-        if len(self._ahead) >= _CACHE_LIMIT:
-            self._ahead.clear()
-        self._ahead[ahead.state.schedule.id] = ahead
+        self._ahead.put(ahead.state.schedule.id, ahead)
 
     def ownership(self, instance: str, changelog_last: int | None) -> OwnershipInfo:
         """What this owner says of itself in its committed offsets' metadata."""
@@ -136,11 +134,11 @@ class OwnedPartition:
     def committed(self, states: dict[str, ScheduleState | None]) -> None:
         """Remember states a committed transaction wrote (never those of an aborted one)."""
         for schedule_id, state in states.items():
-            self._ahead.pop(schedule_id, None)
+            self._ahead.pop(schedule_id)
             if state is None:
-                self._states.pop(schedule_id, None)
+                self._states.pop(schedule_id)
             else:
-                self._states[schedule_id] = state
+                self._states.put(schedule_id, state)
 
 
 def consumed_offsets(
