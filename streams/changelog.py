@@ -51,6 +51,10 @@ ChangelogRecord = tuple[str, bytes | None, Headers | None, bool]
 
 
 class RestoreError(KairosError):
+    """A take-over could not restore a partition yet; it is tried again later."""
+
+    retryable = True
+
     def __init__(self, partition: int, reason: str) -> None:
         super().__init__(f"restoring partition {partition} from the changelog failed: {reason}")
         self.partition = partition

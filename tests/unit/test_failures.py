@@ -16,9 +16,12 @@ from kairos.core.errors import KairosError
 from kairos.services.executor.events import PublishError as RunEventsPublishError
 from kairos.services.executor.fleet import DedupeRetentionError, FleetCheckError
 from kairos.services.executor.service import ExecutorConfigError
+from kairos.services.ticker.rebuild import RebuildError
+from kairos.services.ticker.restore import RestoreHeldBackError
 from kairos.streams.authorization import NotAuthenticatedError
 from kairos.streams.calendar_publisher import CalendarPublishError
 from kairos.streams.calendar_reader import CalendarReadError
+from kairos.streams.changelog import RestoreError
 from kairos.streams.codec import DecodeError, DecodeFailure
 from kairos.streams.dedupe.base import DedupeStoreError, LeaseLostError
 from kairos.streams.failures import REFUSALS, Remedy, is_retryable, remedy
@@ -40,6 +43,9 @@ RETRYABLE = [
     RunEventsPublishError("kairos.run-events", "timed out"),
     FleetCheckError("topic kairos.runs", "no answer"),
     ClockAheadError(5_000, 1_000),
+    RebuildError("fenced"),
+    RestoreError(3, "the leader is moving"),
+    RestoreHeldBackError(3, 10, 12),
 ]
 """Every Kairos error marked retryable, one of each class (`test_the_list_is_complete`)."""
 
