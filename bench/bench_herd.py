@@ -54,7 +54,7 @@ TRANSACTION_SIZE = TickerSettings.model_fields["max_decisions_per_transaction"].
 QUIET_BEFORE_HERD = timedelta(seconds=30)
 """Idle time before the herd: the ticker decides ahead what it will fire (a 300k herd: ~10 s)."""
 COMMIT_LINE = re.compile(
-    r"^(\S+ \S+) DEBUG kairos\.services\.ticker\.service: transaction committed \S+ runs=(\d+)"
+    r"^(\S+ \S+) DEBUG kairos\.services\.ticker\.\w+: transaction committed \S+ runs=(\d+)"
 )
 
 
