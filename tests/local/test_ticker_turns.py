@@ -18,6 +18,7 @@ from confluent_kafka import KafkaError, TopicPartition
 
 from kairos.services.ticker.rebuild import RebuildError
 from kairos.streams.topics import TopicRole
+from tests.fakes.kafka import FakeProducer
 from tests.fakes.kafka_log import Transaction
 from tests.fakes.ticker_world import START, World, turns
 
@@ -242,3 +243,37 @@ def test_the_run_loop_rebuilds_after_a_failed_transaction_and_goes_on(world: Wor
     assert len(clients.producers) >= 2, "the failed transaction did not rebuild the session"
     fired = world.run_ids()
     assert len(fired) >= 3 and set(fired.values()) == {1}
+
+
+def test_a_restore_held_back_by_an_open_transaction_waits_and_the_rest_fires(
+    world: World,
+) -> None:
+    first, _ = world.ticker("first")
+    first.connect()
+    turns(first, 3)
+    held = world.partition_of("held")
+    other = next(f"o{n}" for n in range(100) if world.partition_of(f"o{n}") != held)
+    # A stray transaction opens on the changelog before the owner's last commit there: the
+    # committed point lies beyond the last stable offset until it ends.
+    stray = FakeProducer(world.kafka, "stray")
+    stray.init_transactions()
+    stray.begin_transaction()
+    stray.produce(world.topic(TopicRole.CHANGELOG), b"x", b"stray", held)
+    world.publish(_every("held", 5), _every(other, 5))
+    turns(first, 5)
+    first.disconnect()
+    second, _ = world.ticker("second")
+    second.connect()
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        world.clock.advance(1)
+        second.turn()
+    assert held not in second.owned, "restored short of the committed point"
+    assert any(r["schedule_id"] == other and r["ticker_instance"] == "second" for r in world.runs())
+    stray.abort_transaction()
+    deadline = time.monotonic() + 5
+    while held not in second.owned and time.monotonic() < deadline:
+        second.turn()
+    assert held in second.owned
+    assert second.owned[held].state("held") is not None
+    second.disconnect()
