@@ -1,8 +1,9 @@
 """The Kafka clients the ticker and the executor use, as the small ports they are used through.
 
 Each port is the part of a confluent-kafka client one room needs, with the rules the room relies
-on. The real clients satisfy them as they are (`ConfluentClients` makes them); the in-memory fakes
-in `tests/fakes/kafka.py` keep the same rules, so the turn logic is unit-tested without a broker.
+on. The real clients satisfy them as they are (`ConfluentTickerClients` and
+`ConfluentExecutorClients` make them); the in-memory fakes in `tests/fakes/kafka.py` keep the
+same rules, so the turn logic is unit-tested without a broker.
 The broker tests stay: a fake shows the logic right on the rules, only a broker shows the rules.
 
 Rules every implementation keeps:
@@ -23,12 +24,19 @@ Rules every implementation keeps:
    every later call of the old one fails fatally.
 5. **Delivery.** A produced record's delivery callback runs, with its offset, during `flush` or
    `poll`; `flush` returns how many records are still undelivered.
+6. **Plain records.** A `Producer` without a transactional id writes outside any transaction: a
+   read_committed consumer sees the record as soon as it is written, and it is durable once
+   its delivery callback ran without an error (after `flush`).
+7. **Offset commits outside a transaction.** `GroupMember.commit(offsets=...,
+   asynchronous=False)` returns once the group stored the offsets: `committed` answers them,
+   and a member assigned the partition next starts there. A member no longer in the group
+   (expelled, closed) fails with a `KafkaException` and stores nothing.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from confluent_kafka import KafkaError, Message, TopicPartition
 
@@ -56,6 +64,9 @@ class GroupMember(Protocol):
     def committed(
         self, partitions: list[TopicPartition], timeout: float = -1
     ) -> list[TopicPartition]: ...
+    def commit(
+        self, *, offsets: list[TopicPartition], asynchronous: Literal[False]
+    ) -> list[TopicPartition]: ...
     def consumer_group_metadata(self) -> Any: ...
     def get_watermark_offsets(
         self, partition: TopicPartition, timeout: float = -1, cached: bool = False
@@ -82,11 +93,9 @@ class PartitionReader(Protocol):
     def close(self) -> None: ...
 
 
-class TransactionalProducer(Protocol):
-    """A producer with a transactional id: what it sends is visible only once committed."""
+class Producer(Protocol):
+    """A producer; without a transactional id, what it sends is visible once written (rule 6)."""
 
-    def init_transactions(self, timeout: float = -1) -> None: ...
-    def begin_transaction(self) -> None: ...
     # confluent-kafka's own signature: the ticker passes the arguments by position, which costs a
     # herd less than keywords.
     def produce(  # noqa: PLR0917
@@ -102,6 +111,13 @@ class TransactionalProducer(Protocol):
     ) -> None: ...
     def poll(self, timeout: float = -1) -> int: ...
     def flush(self, timeout: float = -1) -> int: ...
+
+
+class TransactionalProducer(Producer, Protocol):
+    """A producer with a transactional id: what it sends is visible only once committed."""
+
+    def init_transactions(self, timeout: float = -1) -> None: ...
+    def begin_transaction(self) -> None: ...
     def send_offsets_to_transaction(
         self, positions: list[TopicPartition], group_metadata: Any, timeout: float = -1
     ) -> None: ...

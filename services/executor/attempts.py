@@ -22,8 +22,6 @@ from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
-from confluent_kafka import Producer
-
 from kairos.services.executor.handlers import Handlers, RunContext
 from kairos.services.executor.jobs import (
     HttpJob,
@@ -53,6 +51,7 @@ from kairos.streams.dedupe.base import (
     LeaseStatus,
     RunEnd,
 )
+from kairos.streams.ports import Producer
 from kairos.streams.records import job_from_record
 
 logger = logging.getLogger(__name__)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, Message, Producer
+from confluent_kafka import KafkaError, KafkaException, Message
 
 from kairos.core.errors import KairosError
 from kairos.core.lru import LruCache
@@ -28,6 +28,7 @@ from kairos.streams.codec import Codecs
 from kairos.streams.dead_letters import KEY_COPY_LIMIT, VALUE_COPY_LIMIT
 from kairos.streams.dead_letters import dead_letter_record as bounded_dead_letter
 from kairos.streams.dedupe.base import OutboxEvent, SourceRecord
+from kairos.streams.ports import Producer
 from kairos.streams.settings import KafkaSettings
 from kairos.streams.topics import TopicRole
 
@@ -155,7 +156,12 @@ class EventPublisher:
     """Produces run events and dead letters on one producer; `flush` makes them durable."""
 
     def __init__(
-        self, kafka: KafkaSettings, codecs: Codecs, instance: str, flush_timeout_s: float
+        self,
+        kafka: KafkaSettings,
+        codecs: Codecs,
+        instance: str,
+        flush_timeout_s: float,
+        producer: Producer,
     ) -> None:
         layout = kafka.layout
         self.run_events_topic = layout.name(TopicRole.RUN_EVENTS)
@@ -163,8 +169,7 @@ class EventPublisher:
         self._codecs = codecs
         self._instance = instance
         self._flush_timeout_s = flush_timeout_s
-        # Idempotent: a retried send keeps each run's events in order, without duplicates.
-        self._producer = Producer(kafka.producer_config(**{"linger.ms": 5}))
+        self._producer = producer
         self._failures: list[_Failure] = []
         self._refused: LruCache[bytes, str] = LruCache(_REMEMBERED_REFUSALS)
         """Records the broker refused (by identity), with its error: sent smaller next time."""

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import IO, Any, Protocol
 
-from confluent_kafka import KafkaError, Message, Producer
+from confluent_kafka import KafkaError, Message
 
 from kairos.core.errors import KairosError
 from kairos.core.job_kinds import (
@@ -39,6 +39,7 @@ from kairos.core.job_kinds import (
     ShellJob,
     job_params,
 )
+from kairos.streams.ports import Producer
 
 # The parameter models are re-exported: the executor's modules read every job's rules here.
 __all__ = [

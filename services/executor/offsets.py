@@ -12,7 +12,9 @@ import time
 from collections.abc import Iterable
 from datetime import timedelta
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import KafkaException, TopicPartition
+
+from kairos.streams.ports import GroupMember
 
 logger = logging.getLogger(__name__)
 
@@ -33,7 +35,9 @@ class OffsetMarks:
         for partition in partitions:
             self._marked.pop(partition, None)
 
-    def commit(self, consumer: Consumer, force: bool = False, only: set[int] | None = None) -> None:
+    def commit(
+        self, consumer: GroupMember, force: bool = False, only: set[int] | None = None
+    ) -> None:
         """Commit the marks (of the `only` partitions), at most every commit interval unless
         `force`d; a failed commit is logged and tried again later."""
         due = force or time.monotonic() - self._last_commit >= self._interval_s

@@ -8,16 +8,14 @@ logged and kept, and the loop raises it once `consume()` returns (as the ticker 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import TopicPartition
 
-from kairos.services.executor.fleet import StoreGuard
+from kairos.services.executor.clients import AssignmentCheck
 from kairos.services.executor.offsets import OffsetMarks
+from kairos.streams.ports import GroupMember, RebalanceCallback
 
 logger = logging.getLogger(__name__)
-
-RebalanceCallback = Callable[[Consumer, list[TopicPartition]], None]
 
 
 class CallbackFailures:
@@ -28,7 +26,7 @@ class CallbackFailures:
         self._kept: Exception | None = None
 
     def guarded(self, callback: RebalanceCallback) -> RebalanceCallback:
-        def guarded(consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        def guarded(consumer: GroupMember, partitions: list[TopicPartition]) -> None:
             try:
                 callback(consumer, partitions)
             except Exception as failure:
@@ -48,12 +46,12 @@ class CallbackFailures:
 class ExecutorRebalance:
     """What the executor does when partitions of the runs topic come, go, or are lost."""
 
-    def __init__(self, guard: StoreGuard, marks: OffsetMarks, instance: str) -> None:
+    def __init__(self, guard: AssignmentCheck, marks: OffsetMarks, instance: str) -> None:
         self._guard = guard
         self._marks = marks
         self._instance = instance
 
-    def on_assign(self, _: Consumer, partitions: list[TopicPartition]) -> None:
+    def on_assign(self, _: GroupMember, partitions: list[TopicPartition]) -> None:
         # Raises when a member is on another store: the loop stops before it admits a record
         # of these partitions.
         self._guard.check_assignment()
@@ -63,14 +61,14 @@ class ExecutorRebalance:
             sorted(tp.partition for tp in partitions),
         )
 
-    def on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+    def on_revoke(self, consumer: GroupMember, partitions: list[TopicPartition]) -> None:
         # Everything consumed from these partitions is claimed: commit it, so the next owner
         # does not redeliver it.
         revoked = {tp.partition for tp in partitions}
         self._marks.commit(consumer, force=True, only=revoked)
         self._marks.forget(revoked)
 
-    def on_lost(self, _: Consumer, partitions: list[TopicPartition]) -> None:
+    def on_lost(self, _: GroupMember, partitions: list[TopicPartition]) -> None:
         # Not ours any more: another owner redelivers from the last commit, and the store
         # suppresses what we already claimed.
         self._marks.forget({tp.partition for tp in partitions})

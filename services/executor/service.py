@@ -3,7 +3,9 @@
 One loop on one thread; attempts run on a pool of worker threads; a keeper thread renews their
 leases. The rooms, in the order a run goes through them:
 
-- `session`: the connected clients (store, group consumer, producers), opened and closed together;
+- `session`: the connected clients (store, group consumer, producers), opened and closed together,
+  made by the `clients` factory (`ExecutorClients`: the real ones, or the in-memory fakes of the
+  unit tests);
 - `rebalance`: what partitions coming and going do to the offsets, its callbacks guarded;
 - `turn`: one pass of the loop (consume, admit with `intake`, commit `offsets`, reap, dispatch to
   the `workers`, publish);
@@ -16,12 +18,14 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import FrameType
 
 from kairos.core.errors import KairosError
 from kairos.services.executor.admission import ServedJobs
 from kairos.services.executor.attempts import Clock
+from kairos.services.executor.clients import ConfluentExecutorClients, ExecutorClients
 from kairos.services.executor.handlers import Handlers
 from kairos.services.executor.metrics import ExecutorMetrics
 from kairos.services.executor.offsets import OffsetMarks
@@ -51,6 +55,20 @@ class ExecutorConfigError(KairosError):
         super().__init__(problem)
 
 
+class NotConnectedError(RuntimeError):
+    """A turn was asked of an executor between sessions (`connect()` first)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Connected:
+    """What a connected executor runs on, made together by `connect` and ended by `disconnect`."""
+
+    session: ExecutorSession
+    workers: AttemptWorkers
+    marks: OffsetMarks
+    turn: ExecutorTurn
+
+
 class Executor:
     def __init__(
         self,
@@ -59,6 +77,8 @@ class Executor:
         handlers: Handlers | None = None,
         clock: Clock = utc_now,
         codecs: Codecs | None = None,
+        *,
+        clients: ExecutorClients | None = None,
     ) -> None:
         self.kafka = kafka
         self.settings = settings
@@ -74,13 +94,31 @@ class Executor:
         self.metrics = ExecutorMetrics()
         names = DeploymentNames.of(kafka, executor_group=settings.group(kafka))
         self._access = RoleAccess(kafka, Role.EXECUTOR, names)
+        self._clients = clients or ConfluentExecutorClients(kafka, self._access)
+        self._connected: _Connected | None = None
+        """The session and what runs on it; none before `connect` and after `disconnect`."""
+
+    @property
+    def session(self) -> ExecutorSession | None:
+        """The connected clients of now, if any."""
+        return None if self._connected is None else self._connected.session
 
     def run(self, stop: threading.Event) -> None:
         """Execute runs until `stop` is set; then shut down gracefully (`shutdown`)."""
+        if self.settings.metrics_port is not None:
+            self.metrics.serve(self.settings.metrics_port)
+        self.connect()
+        try:
+            while not stop.is_set():
+                self.turn()
+        finally:
+            self.disconnect()
+
+    def connect(self) -> None:
+        """Open the session (the store, the fleet checks, the clients), start the workers and
+        join the group."""
         s = self.settings
-        if s.metrics_port is not None:
-            self.metrics.serve(s.metrics_port)
-        session = ExecutorSession.open(self.kafka, s, self.codecs, self._access)
+        session = ExecutorSession.open(self._clients, self.kafka, s, self.codecs)
         try:
             workers = AttemptWorkers(
                 self.kafka,
@@ -96,6 +134,7 @@ class Executor:
             raise
         marks = OffsetMarks(session.runs_topic, s.offset_commit_interval)
         turn = self._join(session, workers, marks)
+        self._connected = _Connected(session, workers, marks, turn)
         logger.info(
             "executor instance=%s started store=%s kinds=%s handlers=%s",
             s.instance,
@@ -103,11 +142,20 @@ class Executor:
             sorted(s.kinds),
             sorted(self.handlers.names),
         )
-        try:
-            while not stop.is_set():
-                turn.run_once()
-        finally:
-            shut_down(session, workers, marks, turn, s)
+
+    def turn(self) -> None:
+        """One pass of the loop (`turn.ExecutorTurn.run_once`)."""
+        if self._connected is None:
+            raise NotConnectedError("the executor has no session: connect() first")
+        self._connected.turn.run_once()
+
+    def disconnect(self) -> None:
+        """Shut down gracefully (`shutdown`), if connected."""
+        connected, self._connected = self._connected, None
+        if connected is not None:
+            shut_down(
+                connected.session, connected.workers, connected.marks, connected.turn, self.settings
+            )
 
     def _join(
         self, session: ExecutorSession, workers: AttemptWorkers, marks: OffsetMarks
