@@ -17,7 +17,8 @@ Rules every implementation keeps:
    group is open (KIP-447 `require_stable`); it answers with the offset and its metadata once
    that transaction ended.
 3. **Rebalance callbacks run inside `consume`** (and `close`), between transactions: an
-   assignment is `incremental_assign`ed by the callback, a revocation `incremental_unassign`ed.
+   assignment is `incremental_assign`ed by the callback, a revocation `incremental_unassign`ed;
+   a callback that does neither has it done for it once it returns (as confluent-kafka does).
 4. **Fencing.** `send_offsets_to_transaction` with the metadata of a member whose generation is
    no longer the group's fails with an error that requires an abort; `init_transactions` of a
    producer with the same transactional id aborts the old one's open transaction and fences it:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, Literal
 
 from confluent_kafka import (
     TIMESTAMP_LOG_APPEND_TIME,
@@ -114,6 +114,7 @@ class FakeGroupMember(_Reading):
         self.group_id = group_id
         self.membership: Any = None
         self._callbacks: dict[str, RebalanceCallback | None] = {}
+        self._assignment_changed = False
         self.closed = False
 
     def subscribe(
@@ -147,11 +148,18 @@ class FakeGroupMember(_Reading):
             self._call("assign", assigned)
 
     def _call(self, kind: str, partitions: list[tuple[str, int]]) -> None:
+        given = [TopicPartition(t, p) for t, p in partitions]
+        self._assignment_changed = False
         callback = self._callbacks.get(kind)
         if callback is not None:
-            callback(self, [TopicPartition(t, p) for t, p in partitions])
+            callback(self, given)
+        # As confluent-kafka does: a callback that left the assignment alone (the executor's)
+        # has it changed for it once it returns.
+        if not self._assignment_changed:
+            (self.incremental_assign if kind == "assign" else self.incremental_unassign)(given)
 
     def incremental_assign(self, partitions: list[TopicPartition]) -> None:
+        self._assignment_changed = True
         for tp in partitions:
             key = (tp.topic, tp.partition)
             committed = self.kafka.groups[self.group_id].committed.get(key)
@@ -160,6 +168,7 @@ class FakeGroupMember(_Reading):
             )
 
     def incremental_unassign(self, partitions: list[TopicPartition]) -> None:
+        self._assignment_changed = True
         for tp in partitions:
             self.positions.pop((tp.topic, tp.partition), None)
             self.paused.discard((tp.topic, tp.partition))
@@ -184,6 +193,12 @@ class FakeGroupMember(_Reading):
             found = self.kafka.groups[self.group_id].committed.get((tp.topic, tp.partition))
             answers.append(found or TopicPartition(tp.topic, tp.partition, -1001))
         return answers
+
+    def commit(
+        self, *, offsets: list[TopicPartition], asynchronous: Literal[False]
+    ) -> list[TopicPartition]:
+        self.kafka.enter("commit")
+        return self.kafka.commit_offsets(self.group_id, self.membership.member_id, offsets)
 
     def consumer_group_metadata(self) -> Any:
         return group_metadata(self.group_id, self.membership)
@@ -228,6 +243,66 @@ class _Delivery:
     message: Message
 
 
+def _write(
+    kafka: FakeKafka,
+    topic: str,
+    value: str | bytes | None,
+    key: str | bytes | None,
+    partition: int,
+    headers: Headers | None,
+    transaction: Transaction | None,
+) -> Message:
+    """Append the record, stamped with the broker's clock; the message its delivery reports."""
+    as_bytes = [v.encode() if isinstance(v, str) else v for v in (key, value)]
+    timestamp_ms = int(kafka.clock().timestamp() * 1000)
+    record = Record(as_bytes[0], as_bytes[1], headers, timestamp_ms, transaction)
+    chosen = kafka.partition_of(topic, key, partition)
+    offset = kafka.append(topic, chosen, record)
+    return _message(topic, chosen, offset, record)
+
+
+def _deliver(deliveries: list[_Delivery]) -> int:
+    """Run the delivery callbacks of what was produced, in order; nothing stays undelivered."""
+    delivered = list(deliveries)
+    deliveries.clear()
+    for delivery in delivered:
+        if delivery.callback is not None:
+            delivery.callback(None, delivery.message)
+    return 0
+
+
+@dataclass
+class FakePlainProducer:
+    """A `Producer` without a transactional id: records visible once written (rule 6)."""
+
+    kafka: FakeKafka
+    deliveries: list[_Delivery] = field(default_factory=list)
+
+    def produce(
+        self,
+        topic: str,
+        value: str | bytes | None = None,
+        key: str | bytes | None = None,
+        partition: int = -1,
+        callback: DeliveryCallback | None = None,
+        on_delivery: DeliveryCallback | None = None,
+        timestamp: int = 0,
+        headers: Headers | None = None,
+    ) -> None:
+        self.kafka.enter("produce")
+        written = _write(self.kafka, topic, value, key, partition, headers, None)
+        self.deliveries.append(_Delivery(callback or on_delivery, written))
+
+    def poll(self, timeout: float = -1) -> int:
+        self.kafka.enter("poll")
+        _deliver(self.deliveries)
+        return 0
+
+    def flush(self, timeout: float = -1) -> int:
+        self.kafka.enter("flush")
+        return _deliver(self.deliveries)
+
+
 @dataclass
 class FakeProducer:
     """A `TransactionalProducer`: fenced once another producer initialised the same id."""
@@ -264,30 +339,15 @@ class FakeProducer:
     ) -> None:
         self._check("produce")
         assert self.transaction is not None, "produce outside a transaction"
-        as_bytes = [v.encode() if isinstance(v, str) else v for v in (key, value)]
-        record = Record(
-            as_bytes[0],
-            as_bytes[1],
-            headers,
-            int(self.kafka.clock().timestamp() * 1000),
-            self.transaction,
-        )
-        chosen = self.kafka.partition_of(topic, key, partition)
-        offset = self.kafka.append(topic, chosen, record)
-        self.deliveries.append(
-            _Delivery(callback or on_delivery, _message(topic, chosen, offset, record))
-        )
+        written = _write(self.kafka, topic, value, key, partition, headers, self.transaction)
+        self.deliveries.append(_Delivery(callback or on_delivery, written))
 
     def poll(self, timeout: float = -1) -> int:
         return self.flush(timeout)
 
     def flush(self, timeout: float = -1) -> int:
         self.kafka.enter("flush")
-        deliveries, self.deliveries = self.deliveries, []
-        for delivery in deliveries:
-            if delivery.callback is not None:
-                delivery.callback(None, delivery.message)
-        return 0
+        return _deliver(self.deliveries)
 
     def send_offsets_to_transaction(
         self, positions: list[TopicPartition], group_metadata: Any, timeout: float = -1

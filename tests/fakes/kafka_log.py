@@ -1,7 +1,8 @@
 """An in-memory Kafka cluster: partitioned logs, transactions and consumer groups.
 
 It keeps the rules of `kairos.streams.ports` (read_committed, stable offsets, rebalance inside
-`consume`, fencing, delivery on flush) and nothing more: no replication, no retention, no
+`consume`, fencing, delivery on flush, plain records, offset commits outside transactions) and
+nothing more: no replication, no retention, no
 control records (offsets stay contiguous), one broker that always answers unless a test says
 otherwise with `fail_next`. The clients over it are in `tests/fakes/kafka.py`.
 """
@@ -170,6 +171,16 @@ class FakeKafka:
         epoch = self.epochs.get(transactional_id, -1) + 1
         self.epochs[transactional_id] = epoch
         return epoch
+
+    def commit_offsets(
+        self, group_id: str, member_id: str, offsets: list[TopicPartition]
+    ) -> list[TopicPartition]:
+        """Store `offsets` for the group at once (rule 7); a member gone from it stores nothing."""
+        group = self.groups[group_id]
+        if member_id not in group.members:
+            raise KafkaException(KafkaError(KafkaError.UNKNOWN_MEMBER_ID, "not in the group"))
+        group.committed.update({(tp.topic, tp.partition): tp for tp in offsets})
+        return offsets
 
     def offsets_pending(self, group_id: str, topic: str, partition: int) -> bool:
         return any(
