@@ -267,7 +267,7 @@ def _deliver(deliveries: list[_Delivery]) -> int:
     deliveries.clear()
     for delivery in delivered:
         if delivery.callback is not None:
-            delivery.callback(None, delivery.message)
+            delivery.callback(delivery.message.error(), delivery.message)
     return 0
 
 
@@ -290,6 +290,12 @@ class FakePlainProducer:
         headers: Headers | None = None,
     ) -> None:
         self.kafka.enter("produce")
+        refused = self.kafka.refused_delivery(topic)
+        if refused is not None:
+            self.deliveries.append(
+                _Delivery(callback or on_delivery, Message(topic=topic, error=refused))
+            )
+            return
         written = _write(self.kafka, topic, value, key, partition, headers, None)
         self.deliveries.append(_Delivery(callback or on_delivery, written))
 

@@ -86,6 +86,7 @@ class FakeKafka:
         self.open: dict[str, Transaction] = {}
         """The open transaction of each transactional id."""
         self._failures: dict[str, list[KafkaError]] = {}
+        self._refused_deliveries: dict[str, list[KafkaError]] = {}
         self._hooks: dict[str, list[Callable[[], None]]] = {}
         self._members = 0
 
@@ -97,6 +98,16 @@ class FakeKafka:
     def fail_next(self, operation: str, error: KafkaError) -> None:
         """The next call of `operation` (a producer or consumer method name) raises `error`."""
         self._failures.setdefault(operation, []).append(error)
+
+    def fail_delivery(self, topic: str, error: KafkaError) -> None:
+        """The next record a plain producer sends to `topic` is not written: its delivery
+        callback gets `error` (a broker that timed out or refused it)."""
+        self._refused_deliveries.setdefault(topic, []).append(error)
+
+    def refused_delivery(self, topic: str) -> KafkaError | None:
+        """The delivery error a test asked for on the next record to `topic`, if any."""
+        refused = self._refused_deliveries.get(topic)
+        return refused.pop(0) if refused else None
 
     def before_next(self, operation: str, hook: Callable[[], None]) -> None:
         """Run `hook` once, just before the next call of `operation` does its work."""
