@@ -159,9 +159,7 @@ def test_a_revoked_partitions_marks_are_committed_before_it_goes(world: Executor
     first.connect()
     requests = [world.request(f"s{n}") for n in range(40)]
     written = dict(world.publish(*requests))  # partition -> its last offset
-    turn_until(
-        [first], lambda: _finished(world, *(r["run_id"] for r in requests)), "every run ran"
-    )
+    turn_until([first], lambda: _finished(world, *(r["run_id"] for r in requests)), "every run ran")
     assert all(world.committed(first, p) is None for p in written)
     second, _ = world.executor("e2", offset_commit_interval=timedelta(hours=1))
     second.connect()  # joins: the next consume of the first revokes what moves to the second
