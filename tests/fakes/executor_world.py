@@ -80,6 +80,8 @@ class ExecutorWorld:
     codecs: Codecs = field(default_factory=make_codecs)
     executed: Counter[str] = field(default_factory=Counter)
     """Run id -> how many times the handler ran it."""
+    executors: list[Executor] = field(default_factory=list)
+    """Every executor made, for `close` to shut down what a failed test left connected."""
 
     def __post_init__(self) -> None:
         self.settings = KafkaSettings(bootstrap_servers="fake:9092")
@@ -122,7 +124,13 @@ class ExecutorWorld:
             self.codecs,
             clients=clients,
         )
+        self.executors.append(executor)
         return executor, clients
+
+    def close(self) -> None:
+        """Shut down the executors still connected (their worker threads and watchdogs)."""
+        for executor in self.executors:
+            executor.disconnect()
 
     def request(self, schedule_id: str, nominal: datetime = NOMINAL) -> dict[str, Any]:
         """A `RunRequested` of the counting handler, as a ticker fires it for `nominal`."""

@@ -27,6 +27,7 @@ from tests.fakes.executor_world import ExecutorWorld, turn_until
 def world(tmp_path: Path) -> Iterator[ExecutorWorld]:
     world = ExecutorWorld(tmp_path)
     yield world
+    world.close()
 
 
 def _metric(executor: Executor, name: str) -> float:
