@@ -98,11 +98,6 @@ class Executor:
         self._connected: _Connected | None = None
         """The session and what runs on it; none before `connect` and after `disconnect`."""
 
-    @property
-    def session(self) -> ExecutorSession | None:
-        """The connected clients of now, if any."""
-        return None if self._connected is None else self._connected.session
-
     def run(self, stop: threading.Event) -> None:
         """Execute runs until `stop` is set; then shut down gracefully (`shutdown`)."""
         if self.settings.metrics_port is not None:
