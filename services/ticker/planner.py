@@ -153,10 +153,13 @@ class TurnPlanner:
         *,
         late: bool,
     ) -> None:
-        room = min(PER_SCHEDULE_LIMIT, self._room(work, late=late))
-        if room <= 0:
-            return
-        decided_before = work.decisions
+        # On time, the index walk already stopped at the budget; late, each schedule counts.
+        limit, decided_before = PER_SCHEDULE_LIMIT, 0
+        if late:
+            limit = min(limit, self._room(work, late=True))
+            if limit <= 0:
+                return
+            decided_before = work.decisions
         try:
             ahead = owned.decided_ahead(state)
             if ahead is not None and holds_at(ahead.outcome, now):
@@ -168,7 +171,7 @@ class TurnPlanner:
                     written_ahead=ahead.write,
                 )
             else:
-                outcome = decide_due(state, until=now, now=now, limit=room)
+                outcome = decide_due(state, until=now, now=now, limit=limit)
                 work.record(owned.partition, state.schedule.id, outcome, state)
         except Exception as failure:
             raise PoisonedScheduleError(
