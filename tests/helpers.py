@@ -6,7 +6,10 @@ import time
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import TypeVar
+from typing import Any, TypeVar
+
+from kairos.core.schedule import Schedule
+from kairos.streams.records import definition_record
 
 T = TypeVar("T")
 
@@ -48,3 +51,19 @@ def sleep_until(instant: datetime) -> None:
     remaining = (instant - datetime.now(UTC)).total_seconds()
     if remaining > 0:
         time.sleep(remaining)
+
+
+def upserted_event(
+    schedule: Schedule, changed_at: datetime, reason: str | None = None
+) -> dict[str, Any]:
+    """The `ScheduleEvent` record a producer publishes to create or replace `schedule`."""
+    return {
+        "schedule_id": schedule.id,
+        "event_id": uuid.uuid4(),
+        "change": "upserted",
+        "definition": definition_record(schedule),
+        "revision": 0,
+        "changed_by": "test",
+        "changed_at": changed_at,
+        "reason": reason,
+    }

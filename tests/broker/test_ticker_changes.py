@@ -7,7 +7,6 @@ and count what each transaction fired.
 from __future__ import annotations
 
 import logging
-import uuid
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,11 +20,10 @@ from kairos.core.run_id import parse_run_id
 from kairos.core.schedule import Schedule
 from kairos.services.ticker.service import Ticker, TickerSettings, utc_now
 from kairos.streams.codec import make_codecs
-from kairos.streams.records import definition_record
 from kairos.streams.schedule_publisher import SchedulesClient
 from kairos.streams.settings import KafkaSettings
 from kairos.streams.topics import TopicRole
-from tests.helpers import eventually, unique_name
+from tests.helpers import eventually, unique_name, upserted_event
 from tests.kafka_helpers import read_topic
 
 CODECS = make_codecs()
@@ -188,16 +186,7 @@ def test_an_edit_of_a_schedule_an_hour_behind_settles_in_bounded_transactions(
 
 def recreate_raw(settings: KafkaSettings, schedule: Schedule, changed_at: datetime) -> None:
     """Publish an `upserted` event whose `changed_at` says the schedule came back then."""
-    event = {
-        "schedule_id": schedule.id,
-        "event_id": uuid.uuid4(),
-        "change": "upserted",
-        "definition": definition_record(schedule),
-        "revision": 0,
-        "changed_by": "test",
-        "changed_at": changed_at,
-        "reason": "re-created by a producer with a lagging clock",
-    }
+    event = upserted_event(schedule, changed_at, "re-created by a producer with a lagging clock")
     producer = Producer(settings.client_config(acks="all"))
     producer.produce(
         settings.layout.name(TopicRole.SCHEDULES),

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -14,11 +13,11 @@ from kairos.services.ticker.service import Ticker
 from kairos.services.ticker.settings import TickerSettings
 from kairos.streams.codec import Codecs, make_codecs
 from kairos.streams.partitioner import partition_for
-from kairos.streams.records import definition_record
 from kairos.streams.settings import KafkaSettings
 from kairos.streams.topics import TopicRole
 from tests.fakes.kafka import FakeClock, FakeProducer, FakeTickerClients
 from tests.fakes.kafka_log import FakeKafka
+from tests.helpers import upserted_event
 
 START = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
 
@@ -55,16 +54,7 @@ class World:
         self._publisher.begin_transaction()
         for raw in schedules:
             schedule = parse_schedule(raw)
-            event = {
-                "schedule_id": schedule.id,
-                "event_id": uuid.uuid4(),
-                "change": "upserted",
-                "definition": definition_record(schedule),
-                "revision": 0,
-                "changed_by": "test",
-                "changed_at": self.clock(),
-                "reason": None,
-            }
+            event = upserted_event(schedule, self.clock())
             self._publisher.produce(
                 self.topic(TopicRole.SCHEDULES),
                 self.codecs.schedule_event.encode(event),
