@@ -8,7 +8,6 @@ due header are `kairos.streams.changelog`'s.
 
 from __future__ import annotations
 
-import logging
 import socket
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -25,8 +24,6 @@ from kairos.streams.changelog import (
 from kairos.streams.codec import Codecs
 from kairos.streams.ownership import OwnershipInfo
 from kairos.streams.state_store import PartitionStore, StateWrite
-
-logger = logging.getLogger(__name__)
 
 _CACHE_LIMIT = 2_000_000
 """Decoded states (and decisions made ahead) kept in memory per partition: past it the least

@@ -221,32 +221,27 @@ class TakeOver:
         self._held_back.discard(partition)
         return report
 
-    def _postpone(self, partition: int, reason: str, *, quiet: bool = False) -> None:
-        """Try the restore again later, from where it stopped."""
+    def _postpone(
+        self, partition: int, reason: str, *, delay_s: float = _RETRY_S, quiet: bool = False
+    ) -> None:
+        """Try the partition again after `delay_s`; a restore kept resumes where it stopped."""
         log = logger.debug if quiet else logger.warning
         log(
-            "instance=%s partition=%d: take-over postponed %.1fs (%s)",
-            self._settings.instance,
-            partition,
-            _RETRY_S,
-            reason,
-        )
-        self._postponed_until[partition] = time.monotonic() + _RETRY_S
-
-    def _give_up(self, partition: int, delay_s: float, reason: str) -> None:
-        """Drop the restore and close its store; the offsets are asked again after `delay_s`."""
-        logger.warning(
             "instance=%s partition=%d: take-over postponed %.1fs (%s)",
             self._settings.instance,
             partition,
             delay_s,
             reason,
         )
+        self._postponed_until[partition] = time.monotonic() + delay_s
+
+    def _give_up(self, partition: int, delay_s: float, reason: str) -> None:
+        """Drop the restore and close its store; the offsets are asked again after `delay_s`."""
         restore = self._restores.pop(partition)
         restore.stop_reading(self._reader)
         restore.owned.store.close()
         self._held_back.discard(partition)
-        self._postponed_until[partition] = time.monotonic() + delay_s
+        self._postpone(partition, reason, delay_s=delay_s)
 
     def _resume(
         self, consumer: GroupMember, restore: PartitionRestore, report: RestoreReport
