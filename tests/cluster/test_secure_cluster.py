@@ -30,7 +30,18 @@ def _create_topic(admin: AdminClient, partitions: int = 3) -> str:
     name = unique_name("cluster")
     new = NewTopic(name, partitions, replication_factor=3, config={"min.insync.replicas": "2"})
     admin.create_topics([new])[name].result(timeout=30)
+    # The controller answers before every broker has read the topic from the metadata log: a
+    # broker that has not yet lists it with no partitions. Wait until the topic is whole.
+    eventually(
+        lambda: _is_whole(admin, name, partitions),
+        message=f"{name} never showed {partitions} partitions, each with a leader and 3 replicas",
+    )
     return name
+
+
+def _is_whole(admin: AdminClient, topic: str, partitions: int) -> bool:
+    listed = admin.list_topics(topic, timeout=10).topics[topic].partitions.values()
+    return len(listed) == partitions and all(p.leader >= 0 and len(p.isrs) == 3 for p in listed)
 
 
 def _produce(config: dict[str, Any], topic: str, count: int) -> list[KafkaError | None]:
@@ -87,6 +98,7 @@ def test_replicated_topic_takes_acks_all_writes(
 ) -> None:
     topic = _create_topic(cluster_admin)
     described = cluster_admin.list_topics(topic, timeout=10).topics[topic]
+    assert len(described.partitions) == 3
     assert all(len(p.replicas) == 3 and len(p.isrs) == 3 for p in described.partitions.values())
 
     assert _produce(cluster_client_config(), topic, 30) == [None] * 30
