@@ -1,7 +1,7 @@
 """Steady load: N every-minute schedules spread over the minute, fires observed as a consumer.
 
 Run: `.venv/bin/python -m bench.bench_steady [--sizes 10000 100000 1000000] [--window 120]
-[--tickers 1] [--json bench/results/steady.json]`.
+[--tickers 1] [--json bench/results/steady.json] [--logs DIR --log-level DEBUG]`.
 
 For each N, on a local broker this script starts and stops itself:
 
@@ -59,16 +59,19 @@ from kairos.streams.settings import KafkaSettings
 
 
 def _start_tickers(
-    settings: KafkaSettings, size: int, count: int, workdir: Path
+    settings: KafkaSettings, size: int, args: argparse.Namespace, workdir: Path
 ) -> list[TickerProcess]:
+    logs = args.logs or workdir
+    logs.mkdir(parents=True, exist_ok=True)
     return [
         start_ticker(
             settings,
             f"steady-{size}-{t}",
             workdir / f"state-{size}-{t}",
-            workdir / f"ticker-{size}-{t}.log",
+            logs / f"ticker-{size}-{t}.log",
+            log_level=args.log_level,
         )
-        for t in range(count)
+        for t in range(args.tickers)
     ]
 
 
@@ -79,7 +82,7 @@ def measure(
     ids = steady_ids(size)
     publish_s = publish(settings, steady_schedules(ids))
     print(f"  N={size:,}: published in {publish_s:.1f}s", flush=True)
-    tickers = _start_tickers(settings, size, args.tickers, workdir)
+    tickers = _start_tickers(settings, size, args, workdir)
     try:
         ingest_started = time.monotonic()
         wait_until_held(tickers, size)
@@ -174,6 +177,8 @@ def main() -> None:
     parser.add_argument("--drain", type=int, default=120, help="seconds to wait for late fires")
     parser.add_argument("--tickers", type=int, default=1)
     parser.add_argument("--json", type=Path, help="write the Outcome rows here")
+    parser.add_argument("--logs", type=Path, help="keep the tickers' logs in this directory")
+    parser.add_argument("--log-level", default="INFO", help="the tickers' (DEBUG: each commit)")
     args = parser.parse_args()
     if args.window <= 0 or args.window % 60:
         parser.error("--window must be a whole number of minutes, in seconds (60, 120, …)")
