@@ -71,10 +71,8 @@ def test_trigger_and_backfill_run_once_each_and_the_audit_counts_them(
     executor = start_executor(kafka_settings, "e1", tmp_path / "e1", tmp_path)
     try:
         began = datetime.now(UTC)
-        # Three hourly occurrences whatever the minute: the last top of the hour at least a
-        # minute ago, and the two before it (a window of `now - 3h .. now - 1min` holds only two
-        # in an hour's first minute). Absolute instants: the default request id is made of them,
-        # so a retry is the same.
+        # Three hourly occurrences in any minute of the hour, as absolute instants: the default
+        # request id is made of them, so a retry is the same.
         last_hour = (began - timedelta(minutes=1)).replace(minute=0, second=0, microsecond=0)
         window = [
             (last_hour - timedelta(hours=2, minutes=30)).isoformat(),
