@@ -84,6 +84,19 @@ class RunsTopic:
         """(kind, attempt) of each event of the run, in order."""
         return [(e["kind"], e["attempt"]) for e in self.events() if e["run_id"] == run]
 
+    def distinct_steps(self, run: str) -> list[tuple[str, int]]:
+        """`steps`, each distinct event counted once.
+
+        Run events are published at least once (docs/executors.md): an executor killed after it
+        published an outbox event and before it deleted it leaves the event to be published
+        again, identical, by the survivor. A republished event is the same record.
+        """
+        distinct: list[dict[str, Any]] = []
+        for event in self.events():
+            if event["run_id"] == run and event not in distinct:
+                distinct.append(event)
+        return [(e["kind"], e["attempt"]) for e in distinct]
+
     def dead_letters(self) -> list[dict[str, Any]]:
         return self._read(TopicRole.DEAD_LETTERS, CODECS.dead_letter.decode)
 

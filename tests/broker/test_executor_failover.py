@@ -114,23 +114,9 @@ def first_attempt(journal: Path, run: dict[str, Any]) -> Attempt:
     return started
 
 
-def distinct_steps(runs_topic: RunsTopic, run_id: str) -> list[tuple[str, int]]:
-    """(kind, attempt) of each distinct event of the run, in order.
-
-    Run events are published at least once (docs/executors.md): an executor killed after it
-    published an outbox event and before it deleted it leaves the event to be published again,
-    identical, by the survivor. A republished event is the same record; it is counted once.
-    """
-    distinct: list[dict[str, Any]] = []
-    for event in runs_topic.events():
-        if event["run_id"] == run_id and event not in distinct:
-            distinct.append(event)
-    return [(e["kind"], e["attempt"]) for e in distinct]
-
-
 def wait_until_retried_once(runs_topic: RunsTopic, run: dict[str, Any]) -> list[tuple[str, int]]:
     def retried() -> list[tuple[str, int]]:
-        steps = distinct_steps(runs_topic, run["run_id"])
+        steps = runs_topic.distinct_steps(run["run_id"])
         assert steps[-1:] == [("succeeded", 2)], steps
         return steps
 
