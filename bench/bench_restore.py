@@ -38,11 +38,13 @@ from bench.common import (
     wait_until_held,
 )
 from bench.outcome import Outcome, write_outcomes
+from bench.profile_ticker import print_shares, start_sampling, stop_sampling
 from kairos.core.schedule import Schedule
 
 
-def restored(ticker: TickerProcess, timeout_s: float = 900) -> list[Restore]:
-    """Wait until the ticker restored every partition, stop it, and return its restores."""
+def restored(ticker: TickerProcess, timeout_s: float = 900) -> tuple[list[Restore], float]:
+    """Wait until the ticker restored every partition and had 5 s of idle time to prepare what
+    falls due; stop it; its restores and its RSS (MB) just before it stopped."""
     found: list[Restore] = []
 
     def all_restored() -> bool:
@@ -51,12 +53,20 @@ def restored(ticker: TickerProcess, timeout_s: float = 900) -> list[Restore]:
 
     try:
         wait_for(all_restored, timeout_s, f"{ticker.instance} to restore every partition")
+        time.sleep(5)
+        rss_mb = psutil.Process(ticker.process.pid).memory_info().rss / 2**20
     finally:
         ticker.stop()
-    return found
+    return found, rss_mb
 
 
-def measure(bootstrap: str, size: int, workdir: Path) -> Outcome:
+def _rate(found: list[Restore]) -> tuple[int, float]:
+    return sum(r.records for r in found), sum(r.seconds for r in found)
+
+
+def measure(
+    bootstrap: str, size: int, workdir: Path, before: Path | None, profile: Path | None
+) -> Outcome:
     settings = deployment(bootstrap, f"restore{size}.")
     publish(settings, (Schedule(id=f"restore-{n:07d}", cron="*/5 * * * *") for n in range(size)))
     # 1. Ingest: the first ticker writes the changelog; idle, it prepares what is due soon.
@@ -69,12 +79,33 @@ def measure(bootstrap: str, size: int, workdir: Path) -> Outcome:
         rss_mb = psutil.Process(first.process.pid).memory_info().rss / 2**20
     finally:
         first.stop()
+    extra: dict[str, float | None] = {}
+    if before is not None:
+        # The same changelog restored cold by another checkout's ticker, just before this one's.
+        old = start_ticker(
+            settings,
+            "before",
+            workdir / f"before-{size}",
+            workdir / f"before-{size}.log",
+            code=before,
+        )
+        old_found, old_rss_mb = restored(old)
+        old_records, old_seconds = _rate(old_found)
+        extra |= {
+            "before_seconds": old_seconds,
+            "before_records_per_s": old_records / old_seconds if old_seconds else None,
+            "before_restored_rss_mb": old_rss_mb,
+        }
     # 2. Cold: an empty state directory. 3. Warm: the same state directory again.
     state_dir = workdir / f"cold-{size}"
-    cold = restored(start_ticker(settings, "restorer", state_dir, workdir / f"cold-{size}.log"))
-    warm = restored(start_ticker(settings, "restorer", state_dir, workdir / f"warm-{size}.log"))
-    cold_records = sum(r.records for r in cold)
-    cold_seconds = sum(r.seconds for r in cold)
+    cold_ticker = start_ticker(settings, "restorer", state_dir, workdir / f"cold-{size}.log")
+    spy = None if profile is None else start_sampling(cold_ticker.process.pid, profile)
+    try:
+        cold, restored_rss_mb = restored(cold_ticker)
+    finally:
+        stop_sampling(spy)
+    warm, _ = restored(start_ticker(settings, "restorer", state_dir, workdir / f"warm-{size}.log"))
+    cold_records, cold_seconds = _rate(cold)
     return Outcome(
         system="kairos",
         scenario="restore",
@@ -87,6 +118,8 @@ def measure(bootstrap: str, size: int, workdir: Path) -> Outcome:
             "warm_records": sum(r.records for r in warm),
             "warm_seconds": sum(r.seconds for r in warm),
             "rss_mb": rss_mb,
+            "restored_rss_mb": restored_rss_mb,
+            **extra,
         },
     )
 
@@ -95,6 +128,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
     parser.add_argument("--json", type=Path, help="write the Outcome rows here")
+    parser.add_argument("--ticker-code", type=Path, help="a checkout to restore cold before this")
+    parser.add_argument("--profile", type=Path, help="py-spy raw stacks of the last cold restore")
     args = parser.parse_args()
     outcomes = []
     with (
@@ -103,17 +138,27 @@ def main() -> None:
     ):
         assert broker.bootstrap_servers is not None
         for size in args.sizes:
-            outcome = measure(broker.bootstrap_servers, size, Path(tmp))
+            profile = args.profile if size == args.sizes[-1] else None
+            outcome = measure(broker.bootstrap_servers, size, Path(tmp), args.ticker_code, profile)
             outcomes.append(outcome)
             extra = outcome.extra
             print(
                 f"  N={size:>9,}  cold {extra['records']:>9,} records in "
                 f"{outcome.seconds:6.2f}s ({extra['records_per_s'] or 0:>9,.0f}/s)  "
                 f"warm {extra['warm_records']:>6,} records in {extra['warm_seconds']:5.2f}s  "
-                f"ticker RSS {extra['rss_mb']:6.0f} MB"
+                f"ticker RSS {extra['rss_mb']:6.0f} MB "
+                f"(restored {extra['restored_rss_mb']:6.0f} MB)"
             )
+            if "before_seconds" in extra:
+                print(
+                    f"  N={size:>9,}  before: cold in {extra['before_seconds']:6.2f}s "
+                    f"({extra['before_records_per_s'] or 0:>9,.0f}/s)  "
+                    f"restored RSS {extra['before_restored_rss_mb']:6.0f} MB"
+                )
             if args.json:
                 write_outcomes(args.json, outcomes)
+    if args.profile is not None:
+        print_shares(args.profile, 40)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ fires as a consumer would, reads the runs topic with a `RunsObserver` (read_comm
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import socket
@@ -198,8 +199,12 @@ def start_ticker(
     *,
     session_timeout_ms: int | None = None,
     log_level: str = "INFO",
+    code: Path | None = None,
 ) -> TickerProcess:
-    """Start a ticker; `session_timeout_ms` None keeps the product's default (10 s)."""
+    """Start a ticker; `session_timeout_ms` None keeps the product's default (10 s).
+
+    `code`: a checkout to run the ticker from (a before/after in one run); this one by default.
+    """
     port = free_port()
     args = [
         sys.executable,
@@ -214,8 +219,12 @@ def start_ticker(
             log_level=log_level,
         ),
     ]
+    env = None
+    if code is not None:
+        # `python -m` puts its working directory first on the path: `kairos` comes from there.
+        env = {**os.environ, "PYTHONPATH": str(code.resolve())}
     with log.open("ab") as out:
-        process = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, cwd=code, env=env)
     return TickerProcess(instance, process, port, log)
 
 

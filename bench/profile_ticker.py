@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -62,6 +63,8 @@ def shares(raw: str) -> tuple[int, Counter[str], Counter[str]]:
     total, inclusive, own = 0, Counter[str](), Counter[str]()
     for line in raw.splitlines():
         stack, _, count = line.rpartition(" ")
+        if not count.isdigit():
+            continue  # a line py-spy cut short when it was stopped
         frames = [frame_name(frame) for frame in stack.split(";")]
         loop = next((n for n, name in enumerate(frames) if name.startswith(_LOOP + " ")), None)
         if loop is None:
@@ -124,6 +127,23 @@ def record(pid: int, args: argparse.Namespace) -> None:
         check=True,
         capture_output=True,
     )
+
+
+def start_sampling(pid: int, out: Path, rate: int = 100) -> subprocess.Popen[bytes]:
+    """py-spy sampling `pid` into `out` (raw stacks) until `stop_sampling`."""
+    py_spy = Path(sys.executable).with_name("py-spy")
+    options = ["--rate", str(rate), "--format", "raw", "--nonblocking", "-o", str(out)]
+    return subprocess.Popen(
+        [str(py_spy), "record", "--pid", str(pid), *options],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def stop_sampling(spy: subprocess.Popen[bytes] | None) -> None:
+    if spy is not None:
+        spy.send_signal(signal.SIGINT)  # py-spy writes what it sampled
+        spy.wait(timeout=60)
 
 
 def print_shares(out: Path, top: int) -> None:

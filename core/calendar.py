@@ -47,7 +47,14 @@ across a non-leap century year such as 2100. 41 years is never a false "never".
 """
 
 _RECENT = 16
-"""Dates, fires and searches each compiled expression keeps: the herd needs a few."""
+"""Fires each compiled expression keeps by instant: the herd needs a few."""
+
+_COMPILED = 16_384
+"""Compiled (expression, zone, DST policies) kept: a company's distinct ones, with room. Past
+it each miss compiles again (a parse and a few day plans, tens of µs, no longer hundreds)."""
+_MEMO = 8 * _COMPILED
+"""Day plans, matching dates and searches remembered, shared by every compiled expression: a
+few of each for every expression `compile_cron` keeps (a bounded total, about 50 MB at most)."""
 
 # A fire of one local date before it is turned into a `Fire`:
 # (POSIX second, date ordinal, hour, minute, moved by a DST gap, repeated-hour pass or 0).
@@ -132,18 +139,17 @@ class CompiledCron:
         # Wildcard jobs follow real time, which is what the "skip" and "both" policies do.
         self.dst_gap = DstGapPolicy.SKIP if expr.wildcard else DstGapPolicy(dst_gap)
         self.dst_repeat = DstRepeatPolicy.BOTH if expr.wildcard else DstRepeatPolicy(dst_repeat)
-        # The searches are memoized functions: functools' LRU answers a hit in C, at no cost
-        # over a dict (`LruCache.get` made bench_calendar's spread instants 15% slower).
-        # The fires are kept by instant, not by what computes them: `LruCache`.
-        self._plan: Callable[[int], _DayPlan] = lru_cache(_RECENT)(self._make_plan)
-        self._next_matching_date: Callable[[int], int] = lru_cache(_RECENT)(self._search_date)
-        self._answer: Callable[[float, bool], Fire | None] = lru_cache(_RECENT)(self._search)
+        # The searches are memoized in functools' LRUs shared by every compiled expression
+        # (`_day_plan`, `_matching_date`, `_answer`, below the class): a hit is answered in C,
+        # and compiling costs no wrappers (three per-instance lru_caches were 60% of an intake
+        # that met more expressions than `compile_cron` keeps). The fires are kept by instant,
+        # not by what computes them: `LruCache`.
         self._fires: LruCache[int, Fire] = LruCache(_RECENT)
 
     def next_after(self, ts: float, *, inclusive: bool = False) -> Fire | None:
         """The first fire after POSIX time `ts` (or at it, when `inclusive`), or `None`."""
         # A herd asks the same question once per schedule: after the instant they all fired.
-        return self._answer(ts, inclusive)
+        return _answer(self, ts, inclusive)
 
     def _search(self, ts: float, inclusive: bool) -> Fire | None:
         seconds = self.expr.day_seconds
@@ -152,15 +158,15 @@ class CompiledCron:
         day = int(ts // DAY) - 2
         limit = day + HORIZON_DAYS
         while day <= limit:
-            plan = self._plan(day)
+            plan = _day_plan(self, day)
             if plan is _NO_FIRES:
-                day = max(day + 1, self._next_matching_date(day))
+                day = max(day + 1, _matching_date(self, day))
                 continue
             entry = plan.first(ts, inclusive, seconds)
             if entry is None:
                 day += 1
                 continue
-            following = self._plan(day + 1)
+            following = _day_plan(self, day + 1)
             if plan.has_transition or following.has_transition:
                 # Around a transition the next date can hold an earlier instant (or the same
                 # one, reached without moving, which is the one to keep).
@@ -251,6 +257,11 @@ class CompiledCron:
         return _DayPlan(ordinal, None, unique)
 
 
+_day_plan: Callable[[CompiledCron, int], _DayPlan] = lru_cache(_MEMO)(CompiledCron._make_plan)
+_matching_date: Callable[[CompiledCron, int], int] = lru_cache(_MEMO)(CompiledCron._search_date)
+_answer: Callable[[CompiledCron, float, bool], Fire | None] = lru_cache(_MEMO)(CompiledCron._search)
+
+
 def _seconds(offset: timedelta | None) -> int:
     assert offset is not None  # a ZoneInfo always has an offset
     return offset.days * DAY + offset.seconds
@@ -268,7 +279,7 @@ def transition_instant(zone: ZoneInfo, before: int, after: int) -> int:
     return after
 
 
-@lru_cache(maxsize=4096)
+@lru_cache(maxsize=_COMPILED)
 def compile_cron(
     cron: str,
     timezone: str,

@@ -9,7 +9,7 @@ record with only the `.avsc` files.
 from __future__ import annotations
 
 import io
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol, cast
@@ -19,6 +19,7 @@ from fastavro.read import SchemaResolutionError
 
 from kairos.core.errors import KairosError
 from kairos.streams.avro_schemas import CompiledSchema, RecordType, SchemaCatalog, load_catalog
+from kairos.streams.avro_writer import RecordMismatchError, UnsupportedSchemaError, compile_writer
 
 SINGLE_OBJECT_MARKER = b"\xc3\x01"
 SINGLE_OBJECT_HEADER_SIZE = len(SINGLE_OBJECT_MARKER) + 8
@@ -116,7 +117,7 @@ class Codec(Protocol):
 
 
 def write_payload(schema: CompiledSchema, record: Mapping[str, Any], out: io.BytesIO) -> None:
-    """Append the Avro binary encoding of `record` to `out`.
+    """Append the Avro binary encoding of `record` to `out`, with fastavro.
 
     Strict: a missing field without default or a field the schema lacks is an error, so a
     misspelt key fails loudly instead of silently writing the default.
@@ -125,6 +126,31 @@ def write_payload(schema: CompiledSchema, record: Mapping[str, Any], out: io.Byt
         schemaless_writer(out, schema.parsed, record, strict_allow_default=True)
     except (ValueError, TypeError, KeyError, AttributeError, OverflowError) as exc:
         raise EncodeError(schema.full_name, _describe(exc)) from exc
+
+
+class PayloadWriter:
+    """The Avro binary encoding of one schema's records: compiled (`kairos.streams.avro_writer`)
+    where it can be, fastavro's `write_payload` for whatever the compiled writer cannot write
+    as given, so the bytes and the errors are always fastavro's."""
+
+    def __init__(self, schema: CompiledSchema) -> None:
+        self._schema = schema
+        try:
+            self._compiled: Callable[[Mapping[str, Any]], bytes] | None = compile_writer(
+                schema.parsed
+            )
+        except UnsupportedSchemaError:
+            self._compiled = None
+
+    def payload(self, record: Mapping[str, Any]) -> bytes:
+        if self._compiled is not None:
+            try:
+                return self._compiled(record)
+            except RecordMismatchError:
+                pass  # fastavro fills in defaults, or raises the error it always raised
+        out = io.BytesIO()
+        write_payload(self._schema, record, out)
+        return out.getvalue()
 
 
 def read_payload(
@@ -185,16 +211,14 @@ class SingleObjectCodec:
         self._record_type = record_type
         self._schema = self._catalog.current_schema(record_type)
         self._header = SINGLE_OBJECT_MARKER + self._schema.fingerprint
+        self._writer = PayloadWriter(self._schema)
 
     @property
     def record_type(self) -> RecordType:
         return self._record_type
 
     def encode(self, record: Mapping[str, Any]) -> bytes:
-        out = io.BytesIO()
-        out.write(self._header)
-        write_payload(self._schema, record, out)
-        return out.getvalue()
+        return self._header + self._writer.payload(record)
 
     def decode(self, data: bytes) -> dict[str, Any]:
         name = self._schema.full_name

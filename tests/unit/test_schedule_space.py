@@ -43,6 +43,7 @@ from kairos.core.schedule import (
     SchedulesInvalidError,
     parse_schedule,
 )
+from kairos.streams.avro_schemas import RecordType
 from kairos.streams.changelog import progress_record, state_from_records, state_record
 from kairos.streams.codec import make_codecs
 from kairos.streams.records import (
@@ -51,6 +52,7 @@ from kairos.streams.records import (
     schedule_from_definition,
 )
 from kairos.streams.run_encoder import RunRequestedEncoder
+from tests.unit.test_avro_writer import same_bytes_as_fastavro
 
 CODECS = make_codecs()
 MS = timedelta(milliseconds=1)
@@ -298,6 +300,9 @@ def _round_trips(schedule: Schedule, state: ScheduleState) -> None:
     }
     decoded = CODECS.schedule_event.decode(CODECS.schedule_event.encode(event))
     assert schedule_from_definition(decoded["definition"]) == schedule
+    same_bytes_as_fastavro(RecordType.SCHEDULE_EVENT, event)
+    same_bytes_as_fastavro(RecordType.TICKER_STATE, state_record(state))
+    same_bytes_as_fastavro(RecordType.TICKER_PROGRESS, progress_record(state))
     definition = CODECS.ticker_state.decode(CODECS.ticker_state.encode(state_record(state)))
     progress = CODECS.ticker_progress.decode(CODECS.ticker_progress.encode(progress_record(state)))
     assert state_from_records(definition, progress) == state
