@@ -10,10 +10,14 @@ For each N, on a local broker this script starts and stops itself:
 2. Cold: a ticker with an empty state directory restores every partition from the changelog.
 3. Warm: the same ticker restarted on its intact state directory restores only the delta.
 
-Restore times come from the tickers' own `handover event=assigned … seconds=` log lines, summed
-over partitions; the rate is changelog records applied per second. Each N is one Outcome row
-(scenario `restore`): `seconds` is the cold restore; records, rate, warm restore and RSS are in
-`extra`.
+Restore times come from the tickers' own `handover event=assigned … seconds=` log lines: partitions
+restore in slices side by side, so the time is the span from the first one's start to the last
+one's end (summing the partitions' seconds counted the overlap twelve times over); the rate is
+changelog records applied per second. RSS is read twice: of the first ticker holding N (step 1),
+and of the cold restorer after 5 s of idle time (`restored`). `--ticker-code DIR` first restores
+the same changelog cold with a ticker from another checkout (before), with its RSS; `--profile`
+samples this checkout's cold restorer with py-spy. Each N is one Outcome row (scenario
+`restore`): `seconds` is the cold restore; the rest is in `extra`.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from bench.common import (
     deployment,
     local_broker,
     publish,
+    restore_span_s,
     restores,
     start_ticker,
     wait_for,
@@ -61,7 +66,8 @@ def restored(ticker: TickerProcess, timeout_s: float = 900) -> tuple[list[Restor
 
 
 def _rate(found: list[Restore]) -> tuple[int, float]:
-    return sum(r.records for r in found), sum(r.seconds for r in found)
+    """Records restored, and the seconds the restores took side by side."""
+    return sum(r.records for r in found), restore_span_s(found)
 
 
 def measure(
@@ -116,7 +122,7 @@ def measure(
             "records": cold_records,
             "records_per_s": cold_records / cold_seconds if cold_seconds else None,
             "warm_records": sum(r.records for r in warm),
-            "warm_seconds": sum(r.seconds for r in warm),
+            "warm_seconds": restore_span_s(warm),
             "rss_mb": rss_mb,
             "restored_rss_mb": restored_rss_mb,
             **extra,

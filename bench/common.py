@@ -229,7 +229,9 @@ def start_ticker(
 
 
 _ASSIGNED = re.compile(
-    r"handover event=assigned .* partition=(\d+) .* restore=(\w+) records=(\d+) seconds=([\d.]+)"
+    r"^(\S+ \S+) .*handover event=assigned .* partition=(\d+) .* restore=(\w+) "
+    r"records=(\d+) seconds=([\d.]+)",
+    re.MULTILINE,
 )
 
 
@@ -242,10 +244,30 @@ class Restore:
     """`cold` (empty store: the whole changelog) or `warm` (the delta since the store's offset)."""
     records: int
     seconds: float
+    """From the partition's assignment to its restore's end. Partitions restore in slices, side
+    by side, so these overlap: their sum is not the time the restores took (`restore_span_s`)."""
+    ended_at: datetime
 
 
 def restores(log_text: str) -> list[Restore]:
-    return [Restore(int(m[1]), m[2], int(m[3]), float(m[4])) for m in _ASSIGNED.finditer(log_text)]
+    return [
+        Restore(
+            int(m[2]),
+            m[3],
+            int(m[4]),
+            float(m[5]),
+            datetime.strptime(m[1], "%Y-%m-%d %H:%M:%S,%f"),
+        )
+        for m in _ASSIGNED.finditer(log_text)
+    ]
+
+
+def restore_span_s(found: Sequence[Restore]) -> float:
+    """Seconds from the first restore's start to the last one's end (the logs' own clock)."""
+    if not found:
+        return 0.0
+    start = min(r.ended_at - timedelta(seconds=r.seconds) for r in found)
+    return (max(r.ended_at for r in found) - start).total_seconds()
 
 
 def wait_until_held(tickers: Sequence[TickerProcess], size: int, timeout_s: float = 1800) -> None:

@@ -144,11 +144,31 @@ def read_changelog(messages: Sequence[Message], partition: int) -> ChangelogBatc
         if key == _CHECKPOINT_KEY_BYTES:
             schedules_offset = _checkpoint_from(message)
         else:
-            writes.append(_restored_write(key.decode(), message))
+            write = _restored_write(key.decode(), message)
+            last = writes[-1] if writes else None
+            if last is not None and _completes(last, write):
+                # The progress a definition is written with: one write of the two, so the store
+                # neither marks the schedule not due nor looks up the progress it had.
+                writes[-1] = StateWrite(
+                    last.schedule_id, last.definition, write.progress, write.due_ms
+                )
+            else:
+                writes.append(write)
         offset = message.offset()
         assert offset is not None
         next_offset = offset + 1
     return ChangelogBatch(writes, next_offset, schedules_offset, reached_end)
+
+
+def _completes(definition: StateWrite, progress: StateWrite) -> bool:
+    """Whether `progress` is the progress record that follows `definition`'s in the changelog."""
+    return (
+        progress.schedule_id == definition.schedule_id
+        and definition.progress is None
+        and definition.definition is not None
+        and progress.definition is None
+        and not progress.deleted
+    )
 
 
 def _restored_write(key: str, message: Message) -> StateWrite:

@@ -11,11 +11,14 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from kairos.core.firing import Decision, ScheduleState
+from kairos.core.lru import LruCache
 from kairos.core.rerun_request import RerunKind, RerunRequest
 from kairos.core.schedule import DURATIONS_IN_MS, JobSpec, OverlapPolicy, Schedule
 from kairos.core.schedule_lifecycle import Deadline
 
 _MS = timedelta(milliseconds=1)
+_JOBS: LruCache[tuple[str, str], JobSpec] = LruCache(65_536)
+_FIELDS_SETS: LruCache[frozenset[str], set[str]] = LruCache(1_024)
 
 
 def _ms(value: timedelta | None) -> int | None:
@@ -47,7 +50,19 @@ class JobParamsRecordError(ValueError):
 
 def job_from_record(record: dict[str, Any]) -> JobSpec:
     """The job a `JobSpec` record describes; `JobParamsRecordError` when its parameters are not
-    a JSON object, pydantic's `ValidationError` when they are not a valid job."""
+    a JSON object, pydantic's `ValidationError` when they are not a valid job.
+
+    Equal records give the one (frozen) `JobSpec`: schedules made from one template share their
+    job, in memory (about 600 bytes each) and in validation.
+    """
+    key = (record["kind"], record["params_json"])
+    job = _JOBS.get(key)
+    if job is None:
+        job = _JOBS.put(key, _validated_job(record))
+    return job
+
+
+def _validated_job(record: dict[str, Any]) -> JobSpec:
     try:
         params = json.loads(record["params_json"])
     except json.JSONDecodeError as error:
@@ -153,9 +168,26 @@ def schedule_from_definition(record: dict[str, Any]) -> Schedule:
         "max_runs": record["max_runs"],
         "after_last_run": record["after_last_run"],
     }
-    return Schedule.model_validate(
+    schedule = Schedule.model_validate(
         {k: v for k, v in fields.items() if v is not None}, context=DURATIONS_IN_MS
     )
+    return _sharing_fields_set(schedule)
+
+
+def _sharing_fields_set(schedule: Schedule) -> Schedule:
+    """The schedule, its set of fields given replaced by an equal one shared by every schedule
+    given the same fields.
+
+    pydantic keeps a set of the fields given per model (about 730 bytes for a schedule's
+    fifteen), the largest part of a held schedule after its fields. It never changes on a
+    frozen model: pydantic copies it before a `model_copy(update=...)` adds to it.
+    """
+    given = schedule.__pydantic_fields_set__
+    shared = _FIELDS_SETS.get(frozenset(given))
+    if shared is None:
+        shared = _FIELDS_SETS.put(frozenset(given), given)
+    object.__setattr__(schedule, "__pydantic_fields_set__", shared)
+    return schedule
 
 
 def rerun_record(request: RerunRequest) -> dict[str, Any]:

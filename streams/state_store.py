@@ -32,8 +32,8 @@ import logging
 import struct
 import time
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from rocksdict import Options, Rdict, WriteBatch
 from sortedcontainers import SortedDict
@@ -69,13 +69,15 @@ class StateStoreError(KairosError):
         self.reason = reason
 
 
-@dataclass(frozen=True, slots=True)
-class StateWrite:
+class StateWrite(NamedTuple):
     """One schedule's change: new definition and/or progress bytes, or its removal.
 
     `None` for `definition` or `progress` leaves that part as it is; `deleted` removes the
     schedule, keeping only `progress` when given (the floor a deleted schedule leaves). `due_ms`
     replaces the due-index entry (`None`: nothing due).
+
+    A named tuple, not a frozen dataclass: as immutable, and built in a fraction of the time
+    (a frozen dataclass's `__init__` was 13% of a cold restore, one or two per record).
     """
 
     schedule_id: str
