@@ -14,7 +14,9 @@ Restore times come from the tickers' own `handover event=assigned … seconds=` 
 restore in slices side by side, so the time is the span from the first one's start to the last
 one's end (summing the partitions' seconds counted the overlap twelve times over); the rate is
 changelog records applied per second. RSS is read twice: of the first ticker holding N (step 1),
-and of the cold restorer after 5 s of idle time (`restored`). `--ticker-code DIR` first restores
+and of the cold restorer after 5 s of idle time (`restored`: it decodes a schedule's state only
+when it is due or about to be). Every restorer starts clear of the next `*/5` fire, so none of
+them fires while it restores. `--ticker-code DIR` first restores
 the same changelog cold with a ticker from another checkout (before), with its RSS; `--profile`
 samples this checkout's cold restorer with py-spy. Each N is one Outcome row (scenario
 `restore`): `seconds` is the cold restore; the rest is in `extra`.
@@ -25,6 +27,7 @@ from __future__ import annotations
 import argparse
 import tempfile
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import psutil
@@ -38,6 +41,7 @@ from bench.common import (
     publish,
     restore_span_s,
     restores,
+    sleep_until,
     start_ticker,
     wait_for,
     wait_until_held,
@@ -65,6 +69,15 @@ def restored(ticker: TickerProcess, timeout_s: float = 900) -> tuple[list[Restor
     return found, rss_mb
 
 
+def clear_of_the_fires() -> None:
+    """Wait until a restore started now ends before the schedules' next fire (`*/5`): a
+    restorer that also fires 300k occurrences measures the fires, not the restore."""
+    now = datetime.now(UTC)
+    boundary = now.replace(second=0, microsecond=0) + timedelta(minutes=5 - now.minute % 5)
+    if (boundary - now).total_seconds() < 100:
+        sleep_until(boundary + timedelta(seconds=10))
+
+
 def _rate(found: list[Restore]) -> tuple[int, float]:
     """Records restored, and the seconds the restores took side by side."""
     return sum(r.records for r in found), restore_span_s(found)
@@ -88,6 +101,7 @@ def measure(
     extra: dict[str, float | None] = {}
     if before is not None:
         # The same changelog restored cold by another checkout's ticker, just before this one's.
+        clear_of_the_fires()
         old = start_ticker(
             settings,
             "before",
@@ -104,12 +118,14 @@ def measure(
         }
     # 2. Cold: an empty state directory. 3. Warm: the same state directory again.
     state_dir = workdir / f"cold-{size}"
+    clear_of_the_fires()
     cold_ticker = start_ticker(settings, "restorer", state_dir, workdir / f"cold-{size}.log")
     spy = None if profile is None else start_sampling(cold_ticker.process.pid, profile)
     try:
         cold, restored_rss_mb = restored(cold_ticker)
     finally:
         stop_sampling(spy)
+    clear_of_the_fires()
     warm, _ = restored(start_ticker(settings, "restorer", state_dir, workdir / f"warm-{size}.log"))
     cold_records, cold_seconds = _rate(cold)
     return Outcome(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from datetime import timedelta
 from decimal import Decimal, InvalidOperation
+from functools import lru_cache
 from typing import Any, Protocol
 
 from kairos.core.errors import KairosError
@@ -78,13 +79,19 @@ def parse_duration(value: object) -> timedelta:
     return duration_from_ms(total_ms, original=value)
 
 
+@lru_cache(maxsize=4_096)
+def _shared_duration(total_ms: int) -> timedelta:
+    # Shared: every held schedule keeps several durations, mostly the same few values.
+    return timedelta(milliseconds=total_ms)
+
+
 def duration_from_ms(total_ms: int, *, original: object = None) -> timedelta:
     """The duration of `total_ms` milliseconds (as Avro records carry durations), checked.
 
     `original` is the input to name in an error; by default the milliseconds.
     """
     if 0 <= total_ms <= _LONGEST_MS:
-        return timedelta(milliseconds=total_ms)
+        return _shared_duration(total_ms)
     shown = f"{total_ms}ms" if original is None else original
     if total_ms < 0:
         raise DurationError(shown, "durations cannot be negative")

@@ -7,6 +7,7 @@ semantics of each field are stated in docs/defaults.md.
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
@@ -295,8 +296,9 @@ class Schedule(BaseModel):
         if value is None:
             return None
         parse_cron(value)
-        # One spelling per expression, so that schedules sharing it share one compiled calendar.
-        return " ".join(value.split())
+        # One spelling per expression, so that schedules sharing it share one compiled calendar
+        # and, interned, one string.
+        return sys.intern(" ".join(value.split()))
 
     @field_validator("timezone")
     @classmethod
