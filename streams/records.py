@@ -13,12 +13,20 @@ from typing import Any
 from kairos.core.firing import Decision, ScheduleState
 from kairos.core.lru import LruCache
 from kairos.core.rerun_request import RerunKind, RerunRequest
-from kairos.core.schedule import DURATIONS_IN_MS, JobSpec, OverlapPolicy, Schedule
+from kairos.core.schedule import (
+    DURATIONS_IN_MS,
+    SCHEDULE_ID_PATTERN,
+    JobSpec,
+    OverlapPolicy,
+    Schedule,
+)
 from kairos.core.schedule_lifecycle import Deadline
 
 _MS = timedelta(milliseconds=1)
 _JOBS: LruCache[tuple[str, str], JobSpec] = LruCache(65_536)
 _FIELDS_SETS: LruCache[frozenset[str], set[str]] = LruCache(1_024)
+_SHAPES: LruCache[tuple[Any, ...], Schedule] = LruCache(16_384)
+"""Validated schedules by their definition but for the id (`schedule_from_definition`)."""
 
 
 def _ms(value: timedelta | None) -> int | None:
@@ -134,7 +142,38 @@ def schedule_from_definition(record: dict[str, Any]) -> Schedule:
     know; Avro resolves it to `unknown`, and validation then rejects it with the field named.
     Durations are validated as the milliseconds they are, so that one beyond any bound (even
     beyond `timedelta`) is a validation error of its field too.
+
+    Schedules made from one template differ in their id alone, and no rule of the model reads
+    the id with another field: a definition equal but for its id to one validated before is
+    that schedule under its own id, once the id itself passes its rule (a bulk load of a
+    million schedules validates each shape once).
     """
+    schedule_id = record["id"]
+    shape = _shape(record)
+    if isinstance(schedule_id, str) and SCHEDULE_ID_PATTERN.fullmatch(schedule_id):
+        like = _SHAPES.get(shape)
+        if like is not None:
+            return _sharing_fields_set(like.model_copy(update={"id": schedule_id}))
+    schedule = _validated_schedule(record)
+    _SHAPES.put(shape, schedule)
+    return schedule
+
+
+def _shape(record: dict[str, Any]) -> tuple[Any, ...]:
+    """Every field of a definition record but the id, hashable (in the schema's field order,
+    so that equal shapes are equal records)."""
+    return tuple(_frozen(value) for name, value in record.items() if name != "id")
+
+
+def _frozen(value: Any) -> Any:
+    if isinstance(value, dict):
+        return tuple((key, _frozen(item)) for key, item in value.items())
+    if isinstance(value, list):
+        return tuple(_frozen(item) for item in value)
+    return value
+
+
+def _validated_schedule(record: dict[str, Any]) -> Schedule:
     fields: dict[str, Any] = {
         "id": record["id"],
         "cron": record["cron"],
