@@ -10,9 +10,10 @@ For each N, on a local broker this script starts and stops itself:
    share a few expressions and zones), so almost none fires while the ticker takes them in.
 2. Baseline, in the same run: a raw confluent-kafka consumer reads the schedules topic
    read_committed and decodes every value with the same Avro codec: the least any intake pays.
-3. One ticker starts on an empty state directory. Its intake runs from the moment it owns every
-   partition (its `owned_partitions` gauge, polled every 50 ms) to the moment it holds N
-   schedules (`schedules_held`, set after each committed transaction).
+3. One ticker (`--tickers K`: K ticker processes sharing the partitions) starts on an empty
+   state directory. Its intake runs from the moment it owns every partition (its
+   `owned_partitions` gauge, polled every 250 ms) to the moment it holds N schedules
+   (`schedules_held`, set after each committed transaction).
 
 Each ticker takes in a deployment of its own (its own topics, group and changelog), published
 the same way. `--ticker-code DIR` first measures a ticker run from another checkout (before),
@@ -51,6 +52,7 @@ LOGS: Path | None = None
 """Where the tickers' logs are kept (`--logs`); the temporary directory by default."""
 LOG_LEVEL = "INFO"
 ROUNDS = 1
+TICKERS = 1
 ZONES = ("UTC", "America/New_York", "Europe/Berlin", "Asia/Tokyo", "Australia/Sydney")
 
 
@@ -95,39 +97,53 @@ def raw_intake(settings: KafkaSettings, size: int) -> float:
     return time.monotonic() - started
 
 
-def ticker_intake(ticker: TickerProcess, size: int) -> float:
-    """Seconds from owning every partition to holding `size` schedules."""
-    wait_for(
-        lambda: ticker.gauge("kairos_ticker_owned_partitions") >= PARTITIONS,
-        120,
-        "the ticker to own every partition",
-    )
+def tickers_intake(tickers: list[TickerProcess], size: int) -> float:
+    """Seconds from the tickers owning every partition between them (each some) to holding
+    `size` schedules between them."""
+
+    def owning() -> bool:
+        owned = [ticker.gauge("kairos_ticker_owned_partitions") for ticker in tickers]
+        return all(owned) and sum(owned) >= PARTITIONS
+
+    wait_for(owning, 120, "the tickers to own every partition")
     started = time.monotonic()
-    while ticker.gauge("kairos_ticker_schedules_held") < size:
-        if not ticker.alive():
-            raise RuntimeError(f"the ticker exited:\n{ticker.log.read_text()[-3000:]}")
+    while sum(ticker.gauge("kairos_ticker_schedules_held") for ticker in tickers) < size:
+        for ticker in tickers:
+            if not ticker.alive():
+                raise RuntimeError(f"a ticker exited:\n{ticker.log.read_text()[-3000:]}")
         # Not faster: each scrape of /metrics takes the ticker's interpreter for a while.
         time.sleep(0.25)
     return time.monotonic() - started
 
 
-def one_ticker(
+def one_deployment(
     bootstrap: str, size: int, workdir: Path, name: str, *, code: Path | None, profile: Path | None
 ) -> tuple[float, float]:
-    """(intake seconds, ticker CPU seconds) of one ticker on a deployment of its own."""
+    """(intake seconds, tickers' CPU seconds) of `TICKERS` tickers on a deployment of their own."""
     settings = deployment(bootstrap, f"intake{size}{name}.")
     publish(settings, intake_schedules(size))
-    log = LOGS / f"{name}-{size}.log" if LOGS is not None else workdir / f"{name}-{size}.log"
-    ticker = start_ticker(
-        settings, name, workdir / f"{name}-{size}", log, code=code, log_level=LOG_LEVEL
-    )
-    spy = None if profile is None else start_sampling(ticker.process.pid, profile)
+    tickers = []
+    for n in range(TICKERS):
+        instance = f"{name}-{n}"
+        log_dir = LOGS if LOGS is not None else workdir
+        tickers.append(
+            start_ticker(
+                settings,
+                instance,
+                workdir / f"{instance}-{size}",
+                log_dir / f"{instance}-{size}.log",
+                code=code,
+                log_level=LOG_LEVEL,
+            )
+        )
+    spy = None if profile is None else start_sampling(tickers[0].process.pid, profile)
     try:
-        seconds = ticker_intake(ticker, size)
+        seconds = tickers_intake(tickers, size)
     finally:
         stop_sampling(spy)
-        cpu_s = ticker.cpu_s()
-        ticker.stop()
+        cpu_s = sum(ticker.cpu_s() for ticker in tickers)
+        for ticker in tickers:
+            ticker.stop()
     return seconds, cpu_s
 
 
@@ -149,11 +165,13 @@ def measure(
         )
         if before is not None:
             name = f"before{round_no}"
-            seconds, cpu_s = one_ticker(bootstrap, size, workdir, name, code=before, profile=None)
+            seconds, cpu_s = one_deployment(
+                bootstrap, size, workdir, name, code=before, profile=None
+            )
             old.append(seconds)
             print(_line("before", size, seconds, raw[-1], cpu_s), flush=True)
         last = round_no == ROUNDS - 1
-        seconds, cpu_s = one_ticker(
+        seconds, cpu_s = one_deployment(
             bootstrap,
             size,
             workdir,
@@ -206,9 +224,10 @@ def main() -> None:
     parser.add_argument("--logs", type=Path, help="keep the tickers' logs in this directory")
     parser.add_argument("--log-level", default="INFO", help="the tickers' log level")
     parser.add_argument("--rounds", type=int, default=1, help="rounds per N; medians reported")
+    parser.add_argument("--tickers", type=int, default=1, help="ticker processes sharing it")
     args = parser.parse_args()
-    global LOGS, LOG_LEVEL, ROUNDS  # the script's options, set once before measuring
-    LOGS, LOG_LEVEL, ROUNDS = args.logs, args.log_level, args.rounds
+    global LOGS, LOG_LEVEL, ROUNDS, TICKERS  # the script's options, set once before measuring
+    LOGS, LOG_LEVEL, ROUNDS, TICKERS = args.logs, args.log_level, args.rounds, args.tickers
     if LOGS is not None:
         LOGS.mkdir(parents=True, exist_ok=True)
     outcomes = []
