@@ -27,6 +27,7 @@ import argparse
 import tempfile
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from statistics import median
 
@@ -48,12 +49,22 @@ from kairos.streams.codec import make_codecs
 from kairos.streams.settings import KafkaSettings
 from kairos.streams.topics import TopicRole
 
-LOGS: Path | None = None
-"""Where the tickers' logs are kept (`--logs`); the temporary directory by default."""
-LOG_LEVEL = "INFO"
-ROUNDS = 1
-TICKERS = 1
 ZONES = ("UTC", "America/New_York", "Europe/Berlin", "Asia/Tokyo", "Australia/Sydney")
+
+
+@dataclass(frozen=True)
+class Run:
+    """What every measurement of one invocation shares: the broker and the options."""
+
+    bootstrap: str
+    workdir: Path
+    logs: Path
+    """Where the tickers' logs go (`--logs`, the temporary directory by default)."""
+    log_level: str
+    rounds: int
+    tickers: int
+    before: Path | None
+    """The checkout measured before this one (`--ticker-code`)."""
 
 
 def intake_schedules(size: int) -> Iterator[Schedule]:
@@ -117,23 +128,23 @@ def tickers_intake(tickers: list[TickerProcess], size: int) -> float:
 
 
 def one_deployment(
-    bootstrap: str, size: int, workdir: Path, name: str, *, code: Path | None, profile: Path | None
+    run: Run, size: int, name: str, *, code: Path | None, profile: Path | None
 ) -> tuple[float, float]:
-    """(intake seconds, tickers' CPU seconds) of `TICKERS` tickers on a deployment of their own."""
-    settings = deployment(bootstrap, f"intake{size}{name}.")
+    """(intake seconds, tickers' CPU seconds) of `run.tickers` tickers on a deployment of their
+    own."""
+    settings = deployment(run.bootstrap, f"intake{size}{name}.")
     publish(settings, intake_schedules(size))
     tickers = []
-    for n in range(TICKERS):
+    for n in range(run.tickers):
         instance = f"{name}-{n}"
-        log_dir = LOGS if LOGS is not None else workdir
         tickers.append(
             start_ticker(
                 settings,
                 instance,
-                workdir / f"{instance}-{size}",
-                log_dir / f"{instance}-{size}.log",
+                run.workdir / f"{instance}-{size}",
+                run.logs / f"{instance}-{size}.log",
                 code=code,
-                log_level=LOG_LEVEL,
+                log_level=run.log_level,
             )
         )
     spy = None if profile is None else start_sampling(tickers[0].process.pid, profile)
@@ -147,15 +158,13 @@ def one_deployment(
     return seconds, cpu_s
 
 
-def measure(
-    bootstrap: str, size: int, workdir: Path, before: Path | None, profile: Path | None
-) -> Outcome:
+def measure(run: Run, size: int, profile: Path | None) -> Outcome:
     """Rounds of (raw, before, this ticker), each on deployments of their own: the machine's
     speed drifts by tens of percent from minute to minute, so each round compares neighbours
     and the medians are reported."""
     raw, old, new, cpu = [], [], [], []
-    for round_no in range(ROUNDS):
-        settings = deployment(bootstrap, f"intake{size}raw{round_no}.")
+    for round_no in range(run.rounds):
+        settings = deployment(run.bootstrap, f"intake{size}raw{round_no}.")
         published_s = publish(settings, intake_schedules(size))
         raw.append(raw_intake(settings, size))
         print(
@@ -163,18 +172,15 @@ def measure(
             f"raw read+decode {raw[-1]:6.2f}s ({size / raw[-1]:>9,.0f}/s)",
             flush=True,
         )
-        if before is not None:
+        if run.before is not None:
             name = f"before{round_no}"
-            seconds, cpu_s = one_deployment(
-                bootstrap, size, workdir, name, code=before, profile=None
-            )
+            seconds, cpu_s = one_deployment(run, size, name, code=run.before, profile=None)
             old.append(seconds)
             print(_line("before", size, seconds, raw[-1], cpu_s), flush=True)
-        last = round_no == ROUNDS - 1
+        last = round_no == run.rounds - 1
         seconds, cpu_s = one_deployment(
-            bootstrap,
+            run,
             size,
-            workdir,
             f"ticker{round_no}",
             code=None,
             profile=profile if last else None,
@@ -188,7 +194,7 @@ def measure(
         "raw_events_per_s": size / raw_s,
         "events_per_s": size / kairos_s,
         "ticker_over_raw": raw_s / kairos_s,
-        "rounds": ROUNDS,
+        "rounds": run.rounds,
     }
     summary = f"  N={size:>9,}  medians: raw {size / raw_s:,.0f}/s  ticker {size / kairos_s:,.0f}/s"
     if old:
@@ -226,22 +232,26 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1, help="rounds per N; medians reported")
     parser.add_argument("--tickers", type=int, default=1, help="ticker processes sharing it")
     args = parser.parse_args()
-    global LOGS, LOG_LEVEL, ROUNDS, TICKERS  # the script's options, set once before measuring
-    LOGS, LOG_LEVEL, ROUNDS, TICKERS = args.logs, args.log_level, args.rounds, args.tickers
-    if LOGS is not None:
-        LOGS.mkdir(parents=True, exist_ok=True)
+    if args.logs is not None:
+        args.logs.mkdir(parents=True, exist_ok=True)
     outcomes = []
     with (
         tempfile.TemporaryDirectory(prefix="kairos-intake-") as tmp,
         local_broker(Path(tmp)) as broker,
     ):
         assert broker.bootstrap_servers is not None
+        run = Run(
+            bootstrap=broker.bootstrap_servers,
+            workdir=Path(tmp),
+            logs=args.logs or Path(tmp),
+            log_level=args.log_level,
+            rounds=args.rounds,
+            tickers=args.tickers,
+            before=args.ticker_code,
+        )
         for n, size in enumerate(args.sizes):
             last = n == len(args.sizes) - 1
-            profile = args.profile if last else None
-            outcomes.append(
-                measure(broker.bootstrap_servers, size, Path(tmp), args.ticker_code, profile)
-            )
+            outcomes.append(measure(run, size, args.profile if last else None))
     if args.profile is not None:
         print_shares(args.profile, 40)
     if args.json is not None:
