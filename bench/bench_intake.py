@@ -49,6 +49,7 @@ from kairos.streams.codec import make_codecs
 from kairos.streams.settings import KafkaSettings
 from kairos.streams.topics import TopicRole
 
+IDLE_BEFORE_RSS_S = 5
 ZONES = ("UTC", "America/New_York", "Europe/Berlin", "Asia/Tokyo", "Australia/Sydney")
 
 
@@ -127,11 +128,20 @@ def tickers_intake(tickers: list[TickerProcess], size: int) -> float:
     return time.monotonic() - started
 
 
+@dataclass(frozen=True)
+class Intake:
+    seconds: float
+    cpu_s: float
+    """The tickers' CPU seconds, from start to stop."""
+    rss_mb: float
+    """The tickers' resident memory holding every schedule, after a few seconds of idle time
+    (what falls due soon prepared)."""
+
+
 def one_deployment(
     run: Run, size: int, name: str, *, code: Path | None, profile: Path | None
-) -> tuple[float, float]:
-    """(intake seconds, tickers' CPU seconds) of `run.tickers` tickers on a deployment of their
-    own."""
+) -> Intake:
+    """The intake of `run.tickers` tickers on a deployment of their own."""
     settings = deployment(run.bootstrap, f"intake{size}{name}.")
     publish(settings, intake_schedules(size))
     tickers = []
@@ -149,20 +159,24 @@ def one_deployment(
         )
     spy = None if profile is None else start_sampling(tickers[0].process.pid, profile)
     try:
-        seconds = tickers_intake(tickers, size)
+        try:
+            seconds = tickers_intake(tickers, size)
+        finally:
+            stop_sampling(spy)
+        time.sleep(IDLE_BEFORE_RSS_S)
+        rss_mb = sum(ticker.rss_mb() for ticker in tickers)
     finally:
-        stop_sampling(spy)
         cpu_s = sum(ticker.cpu_s() for ticker in tickers)
         for ticker in tickers:
             ticker.stop()
-    return seconds, cpu_s
+    return Intake(seconds, cpu_s, rss_mb)
 
 
 def measure(run: Run, size: int, profile: Path | None) -> Outcome:
     """Rounds of (raw, before, this ticker), each on deployments of their own: the machine's
     speed drifts by tens of percent from minute to minute, so each round compares neighbours
     and the medians are reported."""
-    raw, old, new, cpu = [], [], [], []
+    raw, old, new, cpu, rss = [], [], [], [], []
     for round_no in range(run.rounds):
         settings = deployment(run.bootstrap, f"intake{size}raw{round_no}.")
         published_s = publish(settings, intake_schedules(size))
@@ -174,20 +188,21 @@ def measure(run: Run, size: int, profile: Path | None) -> Outcome:
         )
         if run.before is not None:
             name = f"before{round_no}"
-            seconds, cpu_s = one_deployment(run, size, name, code=run.before, profile=None)
-            old.append(seconds)
-            print(_line("before", size, seconds, raw[-1], cpu_s), flush=True)
+            before = one_deployment(run, size, name, code=run.before, profile=None)
+            old.append(before.seconds)
+            print(_line("before", size, before, raw[-1]), flush=True)
         last = round_no == run.rounds - 1
-        seconds, cpu_s = one_deployment(
+        after = one_deployment(
             run,
             size,
             f"ticker{round_no}",
             code=None,
             profile=profile if last else None,
         )
-        new.append(seconds)
-        cpu.append(cpu_s)
-        print(_line("ticker", size, seconds, raw[-1], cpu_s), flush=True)
+        new.append(after.seconds)
+        cpu.append(after.cpu_s)
+        rss.append(after.rss_mb)
+        print(_line("ticker", size, after, raw[-1]), flush=True)
     raw_s, kairos_s = median(raw), median(new)
     extra: dict[str, float] = {
         "raw_seconds": raw_s,
@@ -195,6 +210,7 @@ def measure(run: Run, size: int, profile: Path | None) -> Outcome:
         "events_per_s": size / kairos_s,
         "ticker_over_raw": raw_s / kairos_s,
         "rounds": run.rounds,
+        "rss_mb": median(rss),
     }
     summary = f"  N={size:>9,}  medians: raw {size / raw_s:,.0f}/s  ticker {size / kairos_s:,.0f}/s"
     if old:
@@ -214,10 +230,12 @@ def measure(run: Run, size: int, profile: Path | None) -> Outcome:
     )
 
 
-def _line(name: str, size: int, seconds: float, raw_s: float, cpu_s: float) -> str:
+def _line(name: str, size: int, intake: Intake, raw_s: float) -> str:
+    seconds = intake.seconds
     return (
         f"  N={size:>9,}  {name:>6} {seconds:6.2f}s ({size / seconds:>9,.0f}/s)  "
-        f"{name}/raw {raw_s / seconds:.2f}  CPU {cpu_s:.1f}s"
+        f"{name}/raw {raw_s / seconds:.2f}  CPU {intake.cpu_s:.1f}s  "
+        f"RSS {intake.rss_mb:,.0f} MB ({intake.rss_mb * 2**20 / size:,.0f} B a schedule)"
     )
 
 

@@ -30,8 +30,6 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import psutil
-
 from bench.common import (
     PARTITIONS,
     Restore,
@@ -63,7 +61,7 @@ def restored(ticker: TickerProcess, timeout_s: float = 900) -> tuple[list[Restor
     try:
         wait_for(all_restored, timeout_s, f"{ticker.instance} to restore every partition")
         time.sleep(5)
-        rss_mb = psutil.Process(ticker.process.pid).memory_info().rss / 2**20
+        rss_mb = ticker.rss_mb()
     finally:
         ticker.stop()
     return found, rss_mb
@@ -95,7 +93,7 @@ def measure(
     try:
         wait_until_held([first], size)
         time.sleep(5)  # idle time: the ticker prepares what falls due in the next two minutes
-        rss_mb = psutil.Process(first.process.pid).memory_info().rss / 2**20
+        rss_mb = first.rss_mb()
     finally:
         first.stop()
     extra: dict[str, float | None] = {}

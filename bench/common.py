@@ -169,6 +169,9 @@ class TickerProcess:
     def cpu_s(self) -> float:
         return process_tree_cpu_s(self.process.pid)
 
+    def rss_mb(self) -> float:
+        return float(psutil.Process(self.process.pid).memory_info().rss) / 2**20
+
     def kill(self) -> None:
         """SIGKILL: no goodbye to the group, no transaction finished; the failure to survive."""
         self.process.send_signal(signal.SIGKILL)

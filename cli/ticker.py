@@ -23,6 +23,7 @@ from kairos.core.errors import KairosError
 from kairos.services.ticker.service import Ticker
 from kairos.services.ticker.settings import TickerSettings
 from kairos.streams.settings import KafkaSettings
+from kairos.streams.state_store import DEFAULT_STORE_MEMORY_MB
 
 _InstanceOption = Annotated[
     str, typer.Option(envvar="KAIROS_TICKER_INSTANCE", help="This ticker's unique name.")
@@ -61,6 +62,15 @@ _MaxClockAheadMsOption = Annotated[
     ),
 ]
 
+_StateStoreMemoryOption = Annotated[
+    int,
+    typer.Option(
+        envvar="KAIROS_STATE_STORE_MEMORY_MB",
+        help="Megabytes RocksDB may hold in memory for all this ticker's partition stores "
+        "together (block cache and memtables; at least 8).",
+    ),
+]
+
 
 def ticker(
     context: typer.Context,
@@ -69,6 +79,7 @@ def ticker(
     group_id: _GroupIdOption = None,
     session_timeout_ms: _SessionTimeoutMsOption = 10_000,
     max_clock_ahead_ms: _MaxClockAheadMsOption = DEFAULT_MAX_CLOCK_AHEAD_MS,
+    state_store_memory_mb: _StateStoreMemoryOption = DEFAULT_STORE_MEMORY_MB,
     metrics_port: MetricsPortOption = None,
     log_level: LogLevelOption = "INFO",
 ) -> None:
@@ -81,6 +92,7 @@ def ticker(
             group_id=group_id,
             session_timeout_ms=session_timeout_ms,
             max_clock_ahead_ms=max_clock_ahead_ms,
+            state_store_memory_mb=state_store_memory_mb,
             metrics_port=metrics_port,
         )
         service = Ticker(service_kafka_settings(context), settings)

@@ -27,6 +27,8 @@ from kairos.streams.records import run_requested_record
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MS = timedelta(milliseconds=1)
 _TEMPLATE_LIMIT = 2_000_000
+_Template = tuple[int, bytes, bytes, bytes]
+"""(schedule version, bytes before the leading fields, the encoded schedule id, bytes after)."""
 
 
 @lru_cache(maxsize=65_536)
@@ -94,13 +96,15 @@ class RunRequestedEncoder:
     def __init__(self, codec: Codec, ticker_instance: str) -> None:
         self._codec = codec
         self._ticker_instance = ticker_instance
-        self._templates: LruCache[tuple[str, int, int], tuple[bytes, bytes, bytes]] = LruCache(
-            _TEMPLATE_LIMIT
-        )
+        # One template per schedule and partition, of the version it was built for: a new
+        # version replaces it rather than leaving the old one to age out of the LRU.
+        self._templates: LruCache[tuple[str, int], _Template] = LruCache(_TEMPLATE_LIMIT)
+        self._headers: dict[bytes, bytes] = {}
+        """Every template's leading bytes, shared: a handful of distinct values."""
 
     def prepare(self, state: ScheduleState, partition: int) -> None:
         """Build the schedule's template ahead of its fires (idle time, not the herd's)."""
-        if self._templates.get((state.schedule.id, state.version, partition)) is not None:
+        if self._kept(state.schedule.id, state.version, partition) is not None:
             return
         nominal = state.next_nominal or _EPOCH
         decision = Decision(
@@ -115,11 +119,10 @@ class RunRequestedEncoder:
         if decision.rerun is not None:
             # Rare, and its overlap and request id differ from the schedule's template.
             return self._codec.encode(self._record(decision, state, fired_at, partition))
-        key = (decision.schedule_id, state.version, partition)
-        template = self._templates.get(key)
+        template = self._kept(decision.schedule_id, state.version, partition)
         if template is None:
             template = self._template(decision, state, fired_at, partition)
-        header, schedule_id, tail = template
+        _, header, schedule_id, tail = template
         fired_ms = _millis(fired_at)
         due_ms = _millis(decision.fire_at)
         return b"".join(
@@ -146,9 +149,17 @@ class RunRequestedEncoder:
             ticker_instance=self._ticker_instance,
         )
 
+    def forget(self, schedule_id: str, partition: int) -> None:
+        """Drop the schedule's template (it is not due soon: built again when it is)."""
+        self._templates.pop((schedule_id, partition))
+
+    def _kept(self, schedule_id: str, version: int, partition: int) -> _Template | None:
+        template = self._templates.get((schedule_id, partition))
+        return template if template is not None and template[0] == version else None
+
     def _template(
         self, decision: Decision, state: ScheduleState, fired_at: datetime, partition: int
-    ) -> tuple[bytes, bytes, bytes]:
+    ) -> _Template:
         record = self._record(decision, state, fired_at, partition)
         whole = self._codec.encode(record)
         schedule_id = _string(decision.schedule_id)
@@ -161,5 +172,6 @@ class RunRequestedEncoder:
             + _long(record["lateness_ms"])
         )
         start = whole.index(leading)
-        template = (whole[:start], schedule_id, whole[start + len(leading) :])
-        return self._templates.put((decision.schedule_id, state.version, partition), template)
+        header = self._headers.setdefault(whole[:start], whole[:start])
+        template = (state.version, header, schedule_id, whole[start + len(leading) :])
+        return self._templates.put((decision.schedule_id, partition), template)

@@ -35,7 +35,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import NamedTuple
 
-from rocksdict import Options, Rdict, WriteBatch
+from rocksdict import BlockBasedOptions, Cache, Options, Rdict, WriteBatch, WriteBufferManager
 from sortedcontainers import SortedDict
 
 from kairos.core.errors import KairosError
@@ -134,12 +134,52 @@ class DueIndex:
                 yield instant, list(bucket)
 
 
+class StoreMemory:
+    """The memory RocksDB may use for every partition store of one process, under one limit.
+
+    By default each RocksDB instance has its own memtables (64 MB each before a flush) and its
+    own block cache: a ticker holding a million schedules over twelve partitions kept its whole
+    store in unflushed memtables, about 300 bytes a schedule. One block cache shared by every
+    store, with the memtables charged to it through a write buffer manager, and the index and
+    filter blocks cached in it too, caps what RocksDB holds at `megabytes` however many
+    schedules and partitions there are (Kafka Streams bounds its RocksDB stores the same way).
+    The store's bytes beyond it live in SST files and the page cache.
+    """
+
+    def __init__(self, megabytes: int) -> None:
+        self.megabytes = megabytes
+        self._cache = Cache(megabytes << 20)
+        # Half of it for memtables: past it, the store written to flushes its memtable.
+        self._write_buffers = WriteBufferManager.new_write_buffer_manager_with_cache(
+            (megabytes << 20) // 2, False, self._cache
+        )
+
+    @property
+    def usage_bytes(self) -> int:
+        """What the block cache holds now, the memtables charged to it included."""
+        return int(self._cache.get_usage())
+
+    def options(self) -> Options:
+        options = Options(raw_mode=True)
+        options.create_if_missing(True)
+        options.set_write_buffer_manager(self._write_buffers)
+        table = BlockBasedOptions()
+        table.set_block_cache(self._cache)
+        table.set_cache_index_and_filter_blocks(True)
+        options.set_block_based_table_factory(table)
+        return options
+
+
+DEFAULT_STORE_MEMORY_MB = 64
+
+
 class PartitionStore:
     """One partition's schedules, due index and changelog position."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, memory: StoreMemory) -> None:
         path.mkdir(parents=True, exist_ok=True)
         self.path = path
+        self.memory = memory
         self._db = self._open()
         if self._db.get(_FORMAT) != _FORMAT_VERSION:
             if self._db.get(_CHANGELOG_OFFSET) is not None:
@@ -154,10 +194,8 @@ class PartitionStore:
         self._index = self._load_due_index()
 
     def _open(self) -> Rdict:
-        options = Options(raw_mode=True)
-        options.create_if_missing(True)
         try:
-            return Rdict(str(self.path), options)
+            return Rdict(str(self.path), self.memory.options())
         except Exception as error:
             if _NO_SPACE in str(error):
                 raise StateStoreError(
@@ -285,6 +323,11 @@ class PartitionStore:
         """Wall-clock ms of the last write; `None` for a store never written."""
         raw = self._db.get(_WRITTEN_AT)
         return None if raw is None else int(_BE64.unpack(raw)[0])
+
+    @property
+    def memtable_bytes(self) -> int:
+        """What the store's memtables hold now (written, not yet flushed to its files)."""
+        return int(self._db.property_int_value("rocksdb.cur-size-all-mem-tables") or 0)
 
     @property
     def count(self) -> int:

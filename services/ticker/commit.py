@@ -17,7 +17,7 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from kairos.core.clock import ClockAheadError
 from kairos.services.ticker.metrics import TickerMetrics
-from kairos.services.ticker.partition import OwnedPartition, consumed_offsets
+from kairos.services.ticker.partition import OwnedPartition, consumed_offsets, to_ms
 from kairos.services.ticker.quarantine import Quarantine
 from kairos.services.ticker.rebuild import RebuildError, abandon
 from kairos.services.ticker.transaction import FiringTransactions
@@ -85,7 +85,9 @@ class CommitPath:
         self._metrics.commit_seconds.observe(time.monotonic() - started)
         logger.debug("transaction committed instance=%s runs=%d", self._instance, len(work.runs))
         committed_at = self._clock()
-        self._apply_committed(work, owned, writes, checkpoints, changelog_ends)
+        self._apply_committed(
+            work, owned, writes, checkpoints, changelog_ends, transactions=transactions
+        )
         self._observe_commit(work, owned, committed_at)
 
     def _apply_committed(
@@ -95,9 +97,12 @@ class CommitPath:
         writes: dict[int, list[StateWrite]],
         checkpoints: dict[int, int],
         changelog_ends: dict[int, int],
+        *,
+        transactions: FiringTransactions,
     ) -> None:
         """Only after the commit do the local stores move, with the changelog offset they
-        reflect."""
+        reflect; what is not due soon leaves memory (`OwnedPartition.committed`)."""
+        now_ms = to_ms(self._clock())
         for partition, end in changelog_ends.items():
             one = owned[partition]
             one.changelog_end = end + 1
@@ -106,7 +111,8 @@ class CommitPath:
                 changelog_offset=end + 1,
                 schedules_offset=checkpoints.get(partition),
             )
-            one.committed(work.states.get(partition, {}))
+            dropped = one.committed(work.states.get(partition, {}), now_ms)
+            transactions.forget_prepared(dropped, partition)
         for one in owned.values():
             one.committed_offset = one.next_offset
         self._metrics.schedules_held.set(sum(o.store.count for o in owned.values()))

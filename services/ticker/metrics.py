@@ -70,6 +70,12 @@ class TickerMetrics:
         self.schedules_held = Gauge(
             "kairos_ticker_schedules_held", "Schedules in the owned partitions.", registry=r
         )
+        self.schedules_decoded = Gauge(
+            "kairos_ticker_schedules_decoded",
+            "Schedules held decoded in memory: those due within two minutes (the rest are bytes "
+            "in the state store until then).",
+            registry=r,
+        )
         self.restore_seconds = Histogram(
             "kairos_ticker_restore_seconds",
             "Time to restore one partition's store from the changelog.",

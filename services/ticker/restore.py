@@ -238,5 +238,5 @@ class PartitionRestore:
         else:
             return stored
         store.destroy()
-        self.owned.store = PartitionStore(store.path)
+        self.owned.store = PartitionStore(store.path, store.memory)
         return None

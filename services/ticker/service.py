@@ -222,6 +222,7 @@ class Ticker:
         work = self._planner.plan(self._changes_of(messages), owned, self.clock())
         if not work.empty:
             self._commit.commit(work, owned, session.transactions, session.member)
+        self.metrics.schedules_decoded.set(sum(one.decoded for one in owned.values()))
         for partition in work.held & owned.keys():  # read again: a change still settles
             offset = owned[partition].next_offset
             logger.info("schedule change held partition=%d offset=%d", partition, offset)

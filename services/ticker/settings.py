@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from kairos.core.clock import DEFAULT_MAX_CLOCK_AHEAD_MS
 from kairos.core.errors import KairosError
 from kairos.streams.settings import TICKER_GROUP, KafkaSettings
+from kairos.streams.state_store import DEFAULT_STORE_MEMORY_MB
 
 
 class TickerSettings(BaseModel):
@@ -28,6 +29,9 @@ class TickerSettings(BaseModel):
     max_wait_s: float = Field(default=0.1, gt=0)
     restore_timeout_s: float = Field(default=300, gt=0)
     max_clock_ahead_ms: int = Field(default=DEFAULT_MAX_CLOCK_AHEAD_MS, ge=0)
+    state_store_memory_mb: int = Field(default=DEFAULT_STORE_MEMORY_MB, ge=8)
+    """What RocksDB may hold in memory for all the ticker's partition stores together
+    (`StoreMemory`): their block cache, with the memtables charged to it."""
     metrics_port: int | None = None
 
     def group(self, kafka: KafkaSettings) -> str:

@@ -35,7 +35,7 @@ from kairos.streams.codec import Codecs
 from kairos.streams.ownership import OwnershipInfo
 from kairos.streams.passing import BROKER_GONE, LEADER_MOVING, ask_until_answered, passes
 from kairos.streams.ports import EndOffsets, GroupMember, PartitionReader
-from kairos.streams.state_store import PartitionStore
+from kairos.streams.state_store import PartitionStore, StoreMemory
 
 logger = logging.getLogger(__name__)
 
@@ -77,6 +77,7 @@ class TakeOver:
     ) -> None:
         self._settings = settings
         self._calendars = calendars
+        self._store_memory = StoreMemory(settings.state_store_memory_mb)
         self._topics = topics
         self._codecs = codecs
         self._metrics = metrics
@@ -174,7 +175,11 @@ class TakeOver:
         """Open the partition's store and plan its restore; postponed on a passing obstacle."""
         path = self._settings.state_dir / self._topics.schedules / str(tp.partition)
         owned = OwnedPartition(
-            tp.partition, PartitionStore(path), self._codecs, self._clock(), self._calendars
+            tp.partition,
+            PartitionStore(path, self._store_memory),
+            self._codecs,
+            self._clock(),
+            self._calendars,
         )
         restore = PartitionRestore(
             owned, self._topics.changelog, self._settings.restore_timeout_s, tp

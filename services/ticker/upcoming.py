@@ -11,15 +11,13 @@ import time
 from collections.abc import Callable, Mapping
 from datetime import datetime
 
-from kairos.services.ticker.partition import OwnedPartition, to_ms
+from kairos.services.ticker.partition import DECODED_AHEAD_MS, OwnedPartition, to_ms
 from kairos.services.ticker.transaction import FiringTransactions
 
 logger = logging.getLogger(__name__)
 
 PREPARE_MIN_IDLE_S = 0.02
 """Idle time below which nothing is prepared."""
-_PREPARE_AHEAD_MS = 120_000
-"""How far ahead idle time prepares upcoming fires (decoded states, encoded templates)."""
 _PREPARE_SLICE = 256
 """Schedules prepared between two looks at the clock."""
 
@@ -43,10 +41,10 @@ def prepare_upcoming(
     *,
     budget_s: float,
 ) -> float:
-    """Prepare the fires due within the next two minutes, for at most `budget_s`; time spent."""
+    """Prepare the fires due within `DECODED_AHEAD_MS`, for at most `budget_s`; time spent."""
     started = time.monotonic()
     now_ms = to_ms(clock())
-    horizon = now_ms + _PREPARE_AHEAD_MS
+    horizon = now_ms + DECODED_AHEAD_MS
     for partition in owned.values():
         from_ms, position = partition.prepared_cursor
         if from_ms < now_ms:

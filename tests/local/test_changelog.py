@@ -22,7 +22,10 @@ from kairos.streams.changelog import (
     state_from_stored,
 )
 from kairos.streams.codec import make_codecs
-from kairos.streams.state_store import PartitionStore, StateWrite
+from kairos.streams.state_store import PartitionStore, StateWrite, StoreMemory
+
+MEMORY = StoreMemory(16)
+"""One RocksDB memory limit shared by every store of a test module, as a ticker shares one."""
 
 CODECS = make_codecs()
 CALENDARS = latest({})
@@ -80,9 +83,9 @@ def test_written_records_read_back_into_a_store_hold_what_the_writes_hold(tmp_pa
     assert batch.schedules_offset == 812
     assert not batch.reached_end
 
-    restored = PartitionStore(tmp_path / "restored")
+    restored = PartitionStore(tmp_path / "restored", MEMORY)
     restored.apply(batch.writes, batch.next_offset, batch.schedules_offset)
-    written = PartitionStore(tmp_path / "written")
+    written = PartitionStore(tmp_path / "written", MEMORY)
     written.apply(writes, 100 + len(records), 812)
 
     for schedule_id, state in states.items():

@@ -8,11 +8,14 @@ from pathlib import Path
 import pytest
 from rocksdict import Options, Rdict
 
-from kairos.streams.state_store import PartitionStore, StateStoreError, StateWrite
+from kairos.streams.state_store import PartitionStore, StateStoreError, StateWrite, StoreMemory
+
+MEMORY = StoreMemory(16)
+"""One RocksDB memory limit shared by every store of a test module, as a ticker shares one."""
 
 
 def test_due_index_iterates_in_time_order_and_respects_bounds(tmp_path: Path) -> None:
-    store = PartitionStore(tmp_path / "p0")
+    store = PartitionStore(tmp_path / "p0", MEMORY)
     writes = [
         StateWrite("late", b"v1", b"p", 3_000),
         StateWrite("early", b"v2", b"p", 1_000),
@@ -42,7 +45,7 @@ def test_due_index_iterates_in_time_order_and_respects_bounds(tmp_path: Path) ->
 
 
 def test_updates_move_the_due_entry_and_deletes_remove_it(tmp_path: Path) -> None:
-    store = PartitionStore(tmp_path / "p0")
+    store = PartitionStore(tmp_path / "p0", MEMORY)
     store.apply([StateWrite("a", b"v1", b"p", 1_000), StateWrite("b", b"v1", b"p", 2_000)], 2)
     store.apply(
         [StateWrite("a", b"v2", b"p", 5_000), StateWrite("b", None, None, None, deleted=True)], 4
@@ -61,7 +64,7 @@ def test_updates_move_the_due_entry_and_deletes_remove_it(tmp_path: Path) -> Non
 
 
 def test_a_deletion_may_keep_the_progress_as_the_ids_floor(tmp_path: Path) -> None:
-    store = PartitionStore(tmp_path / "p0")
+    store = PartitionStore(tmp_path / "p0", MEMORY)
     store.apply([StateWrite("a", b"v1", b"p", 1_000), StateWrite("b", b"v1", b"p", 2_000)], 2)
     store.apply(
         [
@@ -74,7 +77,7 @@ def test_a_deletion_may_keep_the_progress_as_the_ids_floor(tmp_path: Path) -> No
     assert store.due(0, 10_000, 10) == []
     assert (store.progress("a"), store.progress("b")) == (b"floor", None)
     store.close()
-    reopened = PartitionStore(tmp_path / "p0")
+    reopened = PartitionStore(tmp_path / "p0", MEMORY)
     assert reopened.progress("a") == b"floor"
     assert reopened.due(0, 10_000, 10) == [] and reopened.schedule_ids() == []
     reopened.apply([StateWrite("a", b"v2", b"p2", 3_000)], 6)
@@ -83,31 +86,31 @@ def test_a_deletion_may_keep_the_progress_as_the_ids_floor(tmp_path: Path) -> No
 
 
 def test_state_and_changelog_offset_survive_reopen(tmp_path: Path) -> None:
-    store = PartitionStore(tmp_path / "p0")
+    store = PartitionStore(tmp_path / "p0", MEMORY)
     assert store.changelog_offset is None
     assert store.written_at_ms is None
     before = int(time.time() * 1000)
     store.apply([StateWrite("a", b"v1", b"p", 1_000)], changelog_offset=42)
     assert before <= (store.written_at_ms or 0) <= int(time.time() * 1000)
     store.close()
-    reopened = PartitionStore(tmp_path / "p0")
+    reopened = PartitionStore(tmp_path / "p0", MEMORY)
     assert reopened.changelog_offset == 42
     assert reopened.get("a") == (b"v1", b"p")
     assert reopened.due(0, 2_000, 10) == [(1_000, "a")]
     assert reopened.count == 1
     reopened.destroy()
-    assert PartitionStore(tmp_path / "p0").changelog_offset is None
+    assert PartitionStore(tmp_path / "p0", MEMORY).changelog_offset is None
 
 
 def test_a_second_opener_gets_a_clear_error(tmp_path: Path) -> None:
-    store = PartitionStore(tmp_path / "p0")
+    store = PartitionStore(tmp_path / "p0", MEMORY)
     with pytest.raises(StateStoreError, match="another ticker"):
-        PartitionStore(tmp_path / "p0")
+        PartitionStore(tmp_path / "p0", MEMORY)
     store.close()
 
 
 def test_one_batch_may_rewrite_a_schedule_many_times(tmp_path: Path) -> None:
-    store = PartitionStore(tmp_path / "p0")
+    store = PartitionStore(tmp_path / "p0", MEMORY)
     store.apply(
         [
             StateWrite("a", b"v1", b"p1", 1_000),
@@ -126,13 +129,13 @@ def test_one_batch_may_rewrite_a_schedule_many_times(tmp_path: Path) -> None:
 
 
 def test_the_due_index_read_at_open_is_the_one_written(tmp_path: Path) -> None:
-    store = PartitionStore(tmp_path / "p0")
+    store = PartitionStore(tmp_path / "p0", MEMORY)
     store.apply([StateWrite(f"s{n}", b"v", b"p", 1_000 * (n % 3)) for n in range(9)], 9)
     store.apply([StateWrite("s0", None, b"p", 5_000), StateWrite("s1", None, b"p", None)], 11)
     store.apply([StateWrite("s2", None, None, None, deleted=True)], 12)
     before = list(store.due_instants(0, 10_000))
     store.close()
-    reopened = PartitionStore(tmp_path / "p0")
+    reopened = PartitionStore(tmp_path / "p0", MEMORY)
     after = list(reopened.due_instants(0, 10_000))
     assert [(instant, sorted(ids)) for instant, ids in after] == [
         (instant, sorted(ids)) for instant, ids in before
@@ -143,7 +146,7 @@ def test_the_due_index_read_at_open_is_the_one_written(tmp_path: Path) -> None:
 
 
 def test_a_failed_batch_leaves_the_memory_index_untouched(tmp_path: Path) -> None:
-    store = PartitionStore(tmp_path / "p0")
+    store = PartitionStore(tmp_path / "p0", MEMORY)
     store.apply([StateWrite("a", b"v", b"p", 1_000)], 1)
     store.close()
     with pytest.raises(Exception, match=r"(?i)closed|invalid|not open"):
@@ -156,13 +159,13 @@ def test_a_definition_without_its_progress_is_not_due_until_the_progress_follows
     tmp_path: Path,
 ) -> None:
     # A restore batch may end between a definition and the progress written with it.
-    store = PartitionStore(tmp_path / "p0")
+    store = PartitionStore(tmp_path / "p0", MEMORY)
     store.apply([StateWrite("a", b"v1", b"p1", 1_000)], 1)
     store.apply([StateWrite("a", b"v2", None, None)], 2)
     assert store.due(0, 10_000, 10) == []
     assert store.get("a") == (b"v2", b"p1"), "the progress it had is kept"
     store.close()
-    reopened = PartitionStore(tmp_path / "p0")
+    reopened = PartitionStore(tmp_path / "p0", MEMORY)
     assert reopened.due(0, 10_000, 10) == []
     reopened.apply([StateWrite("a", None, b"p2", 2_000)], 3)
     assert reopened.due(0, 10_000, 10) == [(2_000, "a")]
@@ -171,16 +174,38 @@ def test_a_definition_without_its_progress_is_not_due_until_the_progress_follows
 
 
 def test_a_store_of_another_layout_starts_over_empty(tmp_path: Path) -> None:
-    store = PartitionStore(tmp_path / "p0")
+    store = PartitionStore(tmp_path / "p0", MEMORY)
     store.apply([StateWrite("a", b"v1", b"p1", 1_000)], 7)
     store.close()
     options = Options(raw_mode=True)
     db = Rdict(str(tmp_path / "p0"), options)
     db.put(b"m:format", b"1")  # as an older release's store would say
     db.close()
-    reopened = PartitionStore(tmp_path / "p0")
+    reopened = PartitionStore(tmp_path / "p0", MEMORY)
     assert reopened.changelog_offset is None, "restored cold from the changelog"
     assert reopened.get("a") is None
     assert reopened.count == 0
     assert reopened.next_due_ms() is None
     reopened.close()
+
+
+def test_rocksdb_memory_stays_under_the_limit_however_much_the_stores_hold(
+    tmp_path: Path,
+) -> None:
+    memory = StoreMemory(8)
+    stores = [PartitionStore(tmp_path / f"p{n}", memory) for n in range(4)]
+    definition = bytes(range(256)) * 2  # 512 B a schedule, 40 MB over the four stores
+    for batch in range(20):
+        for n, store in enumerate(stores):
+            writes = [
+                StateWrite(f"s{n}-{batch}-{i}", definition, b"p", batch * 1_000 + i)
+                for i in range(1_000)
+            ]
+            store.apply(writes, changelog_offset=batch + 1)
+        memtables = sum(store.memtable_bytes for store in stores)
+        assert memtables <= 5 << 20, f"the memtables hold {memtables:,} bytes"
+        assert memory.usage_bytes <= 9 << 20, f"RocksDB holds {memory.usage_bytes:,} bytes"
+    for n, store in enumerate(stores):
+        assert store.count == 20_000
+        assert store.get(f"s{n}-7-123") == (definition, b"p")
+        store.close()

@@ -48,6 +48,33 @@ def test_every_occurrence_fires_once_in_order_across_turns(world: World) -> None
         assert len(mine) >= 300 // every_s
 
 
+def test_only_schedules_due_soon_stay_decoded_and_the_rest_fire_from_the_store(
+    world: World,
+) -> None:
+    daily = {"id": "daily", "cron": "0 3 * * *", "timezone": "Europe/Berlin"}
+    world.publish(_every("minutely", 60), _every("ten-minutely", 600), daily)
+    ticker, _ = world.ticker()
+    ticker.connect()
+    decoded = []
+    while world.clock() < START + timedelta(minutes=25):
+        ticker.turn()
+        decoded.append((world.clock(), ticker.metrics.schedules_decoded._value.get()))
+    ticker.disconnect()
+    # Past each ten-minute fire, only the minutely schedule (next due within two minutes) is
+    # held decoded; the daily one never was after its intake.
+    for minute in (1, 11, 21):
+        at = START + timedelta(minutes=minute, seconds=30)
+        assert next(count for when, count in decoded if when >= at) == 1
+    assert max(count for _, count in decoded) == 2
+    fired = world.run_ids()
+    assert set(fired.values()) == {1}, "an occurrence fired twice"
+    ten = sorted(r["nominal_at"] for r in world.runs() if r["schedule_id"] == "ten-minutely")
+    assert ten == [START + timedelta(minutes=m) for m in (0, 10, 20)]
+    minutely = [r for r in world.runs() if r["schedule_id"] == "minutely"]
+    assert len(minutely) == 26
+    assert not [r for r in world.runs() if r["schedule_id"] == "daily"]
+
+
 def test_a_backlog_is_fired_in_slices_and_on_time_fires_go_first(world: World) -> None:
     # Thirty schedules down for two hours each owe 120 late occurrences; one more is due now.
     world.publish(*(_every(f"late-{n}", 60) for n in range(30)))
