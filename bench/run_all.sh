@@ -27,6 +27,8 @@ $PY -m bench.bench_failover --size 10000 --window 60 --json "$OUT/failover.json"
 $PY -m bench.bench_restore --sizes 10000 100000 300000 --json "$OUT/restore.json"
 $PY -m bench.bench_restore --sizes 1000000 --json "$OUT/restore-1m.json"
 $PY -m bench.bench_intake --sizes 100000 --rounds 3 --json "$OUT/intake-100k.json"
+$PY -m bench.bench_intake --sizes 1000000 --json "$OUT/intake-1m-memory.json"
+$PY -m bench.bench_store_memory --sizes 1000000
 
 # The peers: herd and steady with failure detection tuned like Kairos's; failover both tuned
 # and with each peer's defaults.
