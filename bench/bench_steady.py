@@ -35,8 +35,6 @@ from math import nan
 from pathlib import Path
 from typing import Any
 
-import psutil
-
 from bench.common import (
     RunsObserver,
     Tally,
@@ -101,7 +99,7 @@ def measure(
             before = (sum(t.cpu_s() for t in tickers), process_tree_cpu_s(broker_pid), own_cpu_s())
             sleep_until(end)
             after = (sum(t.cpu_s() for t in tickers), process_tree_cpu_s(broker_pid), own_cpu_s())
-            rss_mb = sum(psutil.Process(t.process.pid).memory_info().rss for t in tickers) / 2**20
+            rss_mb = sum(t.rss_mb() for t in tickers)
             unseen = observer.wait_for(expected, time.monotonic() + args.drain)
         finally:
             observer.stop()

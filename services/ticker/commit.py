@@ -86,7 +86,13 @@ class CommitPath:
         logger.debug("transaction committed instance=%s runs=%d", self._instance, len(work.runs))
         committed_at = self._clock()
         self._apply_committed(
-            work, owned, writes, checkpoints, changelog_ends, transactions=transactions
+            work,
+            owned,
+            writes,
+            checkpoints,
+            changelog_ends,
+            transactions=transactions,
+            committed_at=committed_at,
         )
         self._observe_commit(work, owned, committed_at)
 
@@ -99,10 +105,11 @@ class CommitPath:
         changelog_ends: dict[int, int],
         *,
         transactions: FiringTransactions,
+        committed_at: datetime,
     ) -> None:
         """Only after the commit do the local stores move, with the changelog offset they
         reflect; what is not due soon leaves memory (`OwnedPartition.committed`)."""
-        now_ms = to_ms(self._clock())
+        now_ms = to_ms(committed_at)
         for partition, end in changelog_ends.items():
             one = owned[partition]
             one.changelog_end = end + 1
