@@ -14,6 +14,7 @@ from kairos.cli import (
     apply,
     audit,
     calendars,
+    console,
     dev,
     executor,
     partitions,
@@ -140,6 +141,7 @@ schedules.app.command("backfill")(reruns.backfill)
 app.add_typer(schedules.app, name="schedules")
 app.add_typer(calendars.app, name="calendars")
 app.command("partitions")(partitions.partitions)
+app.command("console")(console.console)
 app.command("replay")(replay.replay)
 app.add_typer(audit.app, name="audit")
 app.add_typer(runs.app, name="runs")

@@ -158,12 +158,43 @@ def verify_command(
     check_grace = _duration(outcome_grace, "--outcome-grace") if outcomes else None
     settings = kafka_settings(context)
     try:
-        warnings = _horizon_warnings(settings, start, as_of)
-        with history_reader(settings) as reader:
-            read = _read(reader, schedule, start, end, check_grace)
-        calendars = as_of_history(read_calendar_history(settings))
+        report, warnings = audit_window(
+            settings,
+            start,
+            end,
+            as_of=as_of,
+            schedule=schedule,
+            grace=settle,
+            early_tolerance=tolerance,
+            outcome_grace=check_grace,
+        )
     except KairosError as error:
         raise fail(f"{error} (broker {settings.bootstrap_servers})", code=2) from None
+    if as_json:
+        typer.echo(json.dumps(as_document(report, warnings), indent=2))
+    else:
+        _print(report, warnings, wide_console())
+    if report.verdict is not Verdict.HOLDS:
+        raise typer.Exit(EXIT_CODES[report.verdict])
+
+
+def audit_window(
+    settings: KafkaSettings,
+    start: datetime,
+    end: datetime,
+    *,
+    as_of: datetime,
+    schedule: str | None = None,
+    grace: timedelta = timedelta(seconds=10),
+    early_tolerance: timedelta = DEFAULT_EARLY_TOLERANCE,
+    outcome_grace: timedelta | None = None,
+) -> tuple[AuditReport, list[str]]:
+    """The audit of the window read from the topics, and what limits what it proves; raises
+    `KairosError` when the topics cannot be read. The console runs this same audit."""
+    warnings = _horizon_warnings(settings, start, as_of)
+    with history_reader(settings) as reader:
+        read = _read(reader, schedule, start, end, outcome_grace)
+    calendars = as_of_history(read_calendar_history(settings))
     if read.rejected:
         warnings.append(f"{read.rejected} record(s) were not valid events and were skipped")
     report = verify(
@@ -180,19 +211,14 @@ def verify_command(
         start=start,
         end=end,
         as_of=as_of,
-        grace=settle,
+        grace=grace,
         schedule_id=schedule,
         stops=stopped_spans(read.history),
         unsettled=read.unsettled,
         outcomes=read.outcomes,
-        early_tolerance=tolerance,
+        early_tolerance=early_tolerance,
     )
-    if as_json:
-        typer.echo(json.dumps(as_document(report, warnings), indent=2))
-    else:
-        _print(report, warnings, wide_console())
-    if report.verdict is not Verdict.HOLDS:
-        raise typer.Exit(EXIT_CODES[report.verdict])
+    return report, warnings
 
 
 def _duration(value: str, option: str) -> timedelta:

@@ -7,6 +7,7 @@ events as they arrive. Ctrl-C (or SIGTERM) stops everything it started, and only
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import sys
@@ -23,6 +24,7 @@ import typer
 from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient
 
+from kairos.cli.console import DEFAULT_LISTEN, console_arguments
 from kairos.cli.executor import executor_arguments
 from kairos.cli.options import fail
 from kairos.cli.ticker import ticker_arguments
@@ -49,6 +51,8 @@ class _Child:
         self.name = name
         self.log_path = log_path
         with log_path.open("ab") as log:
+            # Where this run's lines begin: the log is kept across runs.
+            self.log_start = log.tell()
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "kairos.cli", *args],
                 stdout=log,
@@ -110,6 +114,11 @@ _TimeoutSOption = Annotated[
     float | None,
     typer.Option("--timeout", help="Stop by itself after this many seconds."),
 ]
+_ConsoleListenOption = Annotated[
+    str,
+    typer.Option(help="host:port of the web console; port 0 takes a free one."),
+]
+_SERVING = re.compile(r"console serving on (http://\S+)")
 
 
 def up(
@@ -117,8 +126,10 @@ def up(
     schedules_file: _SchedulesFileOption = None,
     stop_after: _StopAfterOption = None,
     timeout_s: _TimeoutSOption = None,
+    console_listen: _ConsoleListenOption = DEFAULT_LISTEN,
 ) -> None:
-    """Start a local broker, a ticker and an executor, apply sample schedules, show the runs."""
+    """Start a local broker, a ticker, an executor and the console, apply sample schedules,
+    show the runs."""
     stop = threading.Event()
 
     def request_stop(_signum: int, _frame: FrameType | None) -> None:
@@ -157,17 +168,40 @@ def up(
                 executor_arguments(settings, "dev-executor", home / "executor"),
                 home / "executor.log",
             ),
+            _Child(
+                "console",
+                console_arguments(settings, home / "console", console_listen),
+                home / "console.log",
+            ),
         ]
         for child in reversed(children):
             cleanup.callback(child.stop)
         with SchedulesClient(settings, changed_by="kairos dev up") as client:
             client.upsert_all(schedules, reason="kairos dev up sample")
+        address = _console_address(children[-1])
         typer.echo(
+            f"console {address} (read-only); "
             f"broker {bootstrap}; ticker and executor running (logs in {home}); "
             f"applied {len(schedules)} schedules. Runs appear below as they fire; Ctrl-C stops."
         )
         _follow_runs(settings, children, stop, stop_after, timeout_s)
     typer.echo("stopped everything dev up started")
+
+
+def _console_address(console: _Child, timeout_s: float = 60.0) -> str:
+    """The address the console logs once it listens (its port may have been chosen free)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        console.check_alive()
+        with console.log_path.open("rb") as log:
+            log.seek(console.log_start)
+            found = _SERVING.search(log.read().decode(errors="replace"))
+        if found:
+            return found.group(1)
+        time.sleep(0.2)
+    raise KairosError(
+        f"the console did not start listening in {timeout_s:.0f}s; see {console.log_path}"
+    )
 
 
 def _follow_runs(

@@ -114,14 +114,14 @@ def fail(message: str, code: int = 1) -> typer.Exit:
 def service_arguments(
     command: str,
     settings: KafkaSettings,
-    instance: str,
+    instance: str | None,
     state_dir: Path,
     flags: Iterable[tuple[str, object | None]],
 ) -> list[str]:
     """`kairos <root options> <command>` arguments of a service of this deployment: its Kafka
     settings (`settings.properties` reach it through its environment, KAIROS_KAFKA_CONFIG or
-    KAIROS_KAFKA_* variables), its instance and state, then each flag whose value is not
-    `None` (`None`: the flag's default)."""
+    KAIROS_KAFKA_* variables), its instance (if it has one) and state, then each flag whose
+    value is not `None` (`None`: the flag's default)."""
     arguments = [
         "--bootstrap-servers",
         settings.bootstrap_servers,
@@ -130,7 +130,10 @@ def service_arguments(
         "--schedules-partitions",
         str(settings.schedules_partitions),
     ]
-    arguments += [command, "--instance", instance, "--state-dir", str(state_dir)]
+    arguments.append(command)
+    if instance is not None:
+        arguments += ["--instance", instance]
+    arguments += ["--state-dir", str(state_dir)]
     for flag, value in flags:
         if value is not None:
             arguments += [flag, str(value)]

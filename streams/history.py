@@ -17,16 +17,13 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
-    TIMESTAMP_LOG_APPEND_TIME,
     Consumer,
     KafkaError,
     KafkaException,
-    Message,
     TopicPartition,
 )
 
@@ -40,13 +37,21 @@ from kairos.core.audit import (
 )
 from kairos.core.errors import KairosError
 from kairos.streams.codec import Codecs, DecodeError, make_codecs
+from kairos.streams.history_records import (
+    InvalidRecordError,
+    TopicRecord,
+    admission_dead_letter,
+    fired_run,
+    history_event,
+    record_value,
+    run_event,
+    topic_record,
+)
 from kairos.streams.partitioner import partition_for
 from kairos.streams.schedule_events import (
     RejectedEvent,
     RerunRemoved,
     RerunRequested,
-    ScheduleChange,
-    ScheduleUpserted,
     read_schedule_event,
 )
 from kairos.streams.settings import HISTORY_READERS_GROUP, KafkaSettings
@@ -93,19 +98,6 @@ class HistoryReadError(KairosError):
         self.topic = topic
         self.reason = reason
         super().__init__(f"cannot read {topic}: {reason}")
-
-
-@dataclass(frozen=True)
-class _Record:
-    partition: int
-    offset: int
-    timestamp: datetime
-    key: bytes | None
-    value: bytes | None
-    partitions: int
-    """The topic's partition count at read time: where each key belongs."""
-    appended: bool = False
-    """`timestamp` is the broker's append time (the topic has LogAppendTime)."""
 
 
 class HistoryReader:
@@ -158,7 +150,7 @@ class HistoryReader:
             elif isinstance(change, RerunRequested):
                 self.reruns.append(RequestedRerun(change.partition, change.offset, change.request))
             elif not isinstance(change, RerunRemoved):
-                found.append(_history_event(change))
+                found.append(history_event(change))
         return found
 
     def runs(
@@ -198,24 +190,24 @@ class HistoryReader:
         found: list[AdmissionDeadLetter] = []
         for record in self._read(topic, None):
             try:
-                letter = self._codecs.dead_letter.decode(_value(record))
-            except (DecodeError, _InvalidRecordError) as problem:
+                letter = self._codecs.dead_letter.decode(record_value(record))
+            except (DecodeError, InvalidRecordError) as problem:
                 self._reject(topic, record, str(problem))
                 continue
             if letter["source_topic"] == runs:
-                found.append(_admission_dead_letter(letter))
+                found.append(admission_dead_letter(letter))
         return found
 
-    def _as_run(self, record: _Record) -> FiredRun:
-        return _fired_run(self._codecs.run_requested.decode(_value(record)), record)
+    def _as_run(self, record: TopicRecord) -> FiredRun:
+        return fired_run(self._codecs, record)
 
-    def _as_run_event(self, record: _Record) -> RunEventRecord:
-        return _run_event(self._codecs.run_event.decode(_value(record)), record)
+    def _as_run_event(self, record: TopicRecord) -> RunEventRecord:
+        return run_event(self._codecs, record)
 
     def _committed(
         self,
         role: TopicRole,
-        convert: Callable[[_Record], _T],
+        convert: Callable[[TopicRecord], _T],
         run_id: str | None,
         keep: Callable[[_T], bool] | None,
     ) -> list[_T]:
@@ -226,10 +218,13 @@ class HistoryReader:
         return self._decoded(topic, self._read(topic, run_id), convert, wanted)
 
     def _with_unsettled(
-        self, role: TopicRole, convert: Callable[[_Record], _T], keep: Callable[[_T], bool] | None
+        self,
+        role: TopicRole,
+        convert: Callable[[TopicRecord], _T],
+        keep: Callable[[_T], bool] | None,
     ) -> tuple[list[_T], list[_T]]:
         topic = self.topic(role)
-        beyond: list[_Record] = []
+        beyond: list[TopicRecord] = []
         committed = self._decoded(topic, self._read(topic, None, beyond), convert, keep)
         # Records past a last stable offset may be aborted garbage: skipped, not reported.
         return committed, self._decoded(topic, beyond, convert, keep, reject=False)
@@ -237,8 +232,8 @@ class HistoryReader:
     def _decoded(
         self,
         topic: str,
-        records: Iterable[_Record],
-        convert: Callable[[_Record], _T],
+        records: Iterable[TopicRecord],
+        convert: Callable[[TopicRecord], _T],
         keep: Callable[[_T], bool] | None,
         *,
         reject: bool = True,
@@ -248,7 +243,7 @@ class HistoryReader:
         for record in records:
             try:
                 item = convert(record)
-            except (DecodeError, _InvalidRecordError) as problem:
+            except (DecodeError, InvalidRecordError) as problem:
                 if reject:
                     self._reject(topic, record, str(problem))
                 continue
@@ -256,12 +251,12 @@ class HistoryReader:
                 found.append(item)
         return found
 
-    def _reject(self, topic: str, record: _Record, reason: str) -> None:
+    def _reject(self, topic: str, record: TopicRecord, reason: str) -> None:
         self.rejected.append(RejectedRecord(topic, record.partition, record.offset, reason))
 
     def _read(
-        self, topic: str, key: str | None, beyond: list[_Record] | None = None
-    ) -> Iterator[_Record]:
+        self, topic: str, key: str | None, beyond: list[TopicRecord] | None = None
+    ) -> Iterator[TopicRecord]:
         """Every committed record of `topic` to the end of each partition, as of the read.
 
         With a `key`, only the partition Kairos producers (murmur2) put that key on. With
@@ -353,7 +348,7 @@ class HistoryReader:
         high: dict[int, int],
         *,
         bounded: bool,
-    ) -> Iterator[_Record]:
+    ) -> Iterator[TopicRecord]:
         """The records of each partition from `low`, to its end as the read finds it, or with
         `bounded` only those before `high` (the unsettled ones, past a last stable offset)."""
         partitions = sorted(low)
@@ -387,7 +382,7 @@ class HistoryReader:
                 if error is None:
                     position[partition] = offset + 1
                     if not bounded or offset < high[partition]:
-                        yield _record(message, count)
+                        yield topic_record(message, count)
                     if not bounded or offset + 1 < high[partition]:
                         continue
                 # The end as of now: later records were written after the read began.
@@ -400,92 +395,7 @@ class HistoryReader:
 
 
 def _open_transaction(
-    topic: str, partition: int, stable: int, high: int, found: list[_Record]
+    topic: str, partition: int, stable: int, high: int, found: list[TopicRecord]
 ) -> OpenTransaction:
     first = next((r for r in found if r.partition == partition), None)
     return OpenTransaction(topic, partition, stable, high, first.timestamp if first else None)
-
-
-class _InvalidRecordError(KairosError):
-    """A record decoded but breaks its topic's contract; the message is the reason."""
-
-
-def _record(message: Message, partitions: int) -> _Record:
-    partition, offset = message.partition(), message.offset()
-    assert partition is not None and offset is not None  # set on every record
-    timestamp_type, timestamp_ms = message.timestamp()
-    return _Record(
-        partition=partition,
-        offset=offset,
-        timestamp=datetime.fromtimestamp(timestamp_ms / 1000, UTC),
-        key=message.key(),
-        value=message.value(),
-        partitions=partitions,
-        appended=timestamp_type == TIMESTAMP_LOG_APPEND_TIME,
-    )
-
-
-def _history_event(change: ScheduleChange) -> HistoryEvent:
-    return HistoryEvent(
-        schedule_id=change.schedule_id,
-        partition=change.partition,
-        offset=change.offset,
-        change=change.change,
-        definition=change.schedule if isinstance(change, ScheduleUpserted) else None,
-        changed_at=change.changed_at,
-        changed_by=change.changed_by,
-        reason=change.reason,
-        revision=change.revision,
-    )
-
-
-def _value(record: _Record) -> bytes:
-    if record.value is None:
-        raise _InvalidRecordError("a null value: runs and run events are never deleted")
-    return record.value
-
-
-def _fired_run(run: dict[str, Any], record: _Record) -> FiredRun:
-    return FiredRun(
-        run_id=run["run_id"],
-        schedule_id=run["schedule_id"],
-        nominal=run["nominal_at"],
-        due_at=run["due_at"],
-        fired_at=run["fired_at"],
-        lateness_ms=run["lateness_ms"],
-        attempt=run["attempt"],
-        ticker_instance=run["ticker_instance"],
-        schedule_offset=run["schedule_offset"],
-        partition=record.partition,
-        offset=record.offset,
-        owner=run["owner"],
-        appended_at=record.timestamp if record.appended else None,
-    )
-
-
-def _run_event(event: dict[str, Any], record: _Record) -> RunEventRecord:
-    return RunEventRecord(
-        run_id=event["run_id"],
-        schedule_id=event["schedule_id"],
-        kind=event["kind"],
-        attempt=event["attempt"],
-        source=event["executor_instance"],
-        nominal=event["nominal_at"],
-        fired_at=event["fired_at"],
-        started_at=event["started_at"],
-        finished_at=event["finished_at"],
-        reason=event["reason"],
-        next_attempt_at=event["next_attempt_at"],
-        partition=record.partition,
-        offset=record.offset,
-    )
-
-
-def _admission_dead_letter(letter: dict[str, Any]) -> AdmissionDeadLetter:
-    return AdmissionDeadLetter(
-        source_partition=letter["source_partition"],
-        source_offset=letter["source_offset"],
-        error_class=letter["error_class"],
-        reason=letter["reason"],
-        dead_lettered_at=letter["dead_lettered_at"],
-    )

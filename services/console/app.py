@@ -1,0 +1,315 @@
+"""The console's routes: server-rendered pages and the JSON API, both built from the documents
+of `kairos.services.console.documents`, so a page and its API path never disagree.
+
+Every path is read-only: the console changes nothing in Kairos. Requesting an audit window
+stores a report in the console's own view, nothing else. The API is versioned under `/api/v1`;
+docs/console.md lists its paths.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, RedirectResponse, Response
+from starlette.routing import Route
+from starlette.templating import Jinja2Templates
+
+from kairos.core.audit import TimeArgumentError, parse_time
+from kairos.services.console import audits, documents, queries
+from kairos.services.console.audits import AuditJobs
+from kairos.services.console.follower import ViewFollower
+from kairos.services.console.herd import ComingHerd, herd_document
+from kairos.services.console.plots import Series, plot_svg
+from kairos.services.console.view import ConsoleView
+
+API = "/api/v1"
+MAX_HOURS = 24 * 7
+_TEMPLATES = Jinja2Templates(directory=str(Path(__file__).parent / "templates"))
+
+
+@dataclass(frozen=True)
+class Console:
+    """What the routes read: the view, its follower, the live group, audits and the herd."""
+
+    view: ConsoleView
+    follower: ViewFollower
+    group: documents.LiveGroup
+    audits: AuditJobs
+    herd: ComingHerd
+    clock: Callable[[], datetime] = lambda: datetime.now(UTC)
+
+
+class BadRequestError(ValueError):
+    """A query the console cannot answer; the message says what to send instead."""
+
+
+def build_app(console: Console) -> Starlette:
+    pages = Pages(console)
+    api = Api(console)
+    routes = [
+        Route("/", lambda _r: RedirectResponse("/schedules", status_code=303)),
+        Route("/schedules", pages.schedules),
+        Route("/schedules/{schedule_id:path}", pages.schedule),
+        Route("/partitions", pages.partitions),
+        Route("/activity", pages.activity),
+        Route("/audit", pages.audits, methods=["GET", "POST"]),
+        Route("/audit/{audit_id:int}", pages.audit),
+        Route("/dead-letters", pages.dead_letters),
+        Route("/healthz", lambda _r: JSONResponse({"ok": True})),
+        Route(f"{API}/status", api.status),
+        Route(f"{API}/schedules", api.schedules),
+        Route(f"{API}/schedules/{{schedule_id:path}}", api.schedule),
+        Route(f"{API}/partitions", api.partitions),
+        Route(f"{API}/activity", api.activity),
+        Route(f"{API}/herd", api.herd),
+        Route(f"{API}/audits", api.audits, methods=["GET", "POST"]),
+        Route(f"{API}/audits/{{audit_id:int}}", api.audit),
+        Route(f"{API}/dead-letters", api.dead_letters),
+    ]
+    return Starlette(routes=routes)
+
+
+def schedule_filter(request: Request) -> queries.ScheduleFilter:
+    args = request.query_params
+    state = args.get("state") or None
+    if state not in (None, "active", "paused"):
+        raise BadRequestError(f"state {state!r} is not active or paused")
+    kind = args.get("kind") or None
+    if kind not in (None, "cron", "every", "at"):
+        raise BadRequestError(f"kind {kind!r} is not cron, every or at")
+    label = args.get("label") or None
+    try:
+        parsed = queries.parse_label(label) if label else None
+    except queries.FilterError as error:
+        raise BadRequestError(str(error)) from None
+    return queries.ScheduleFilter(
+        prefix=args.get("q", "").strip(),
+        owner=args.get("owner") or None,
+        label=parsed,
+        paused=None if state is None else state == "paused",
+        trigger_kind=kind,
+    )
+
+
+def hours_of(request: Request) -> int:
+    text = request.query_params.get("hours", "3")
+    if not text.isdigit() or not 1 <= int(text) <= MAX_HOURS:
+        raise BadRequestError(f"hours {text!r} is not a whole number from 1 to {MAX_HOURS}")
+    return int(text)
+
+
+def audit_window(console: Console, fields: dict[str, Any]) -> tuple[datetime, datetime]:
+    now = console.clock()
+    try:
+        start = parse_time(str(fields.get("from") or "-1h"), now)
+        end = parse_time(str(fields.get("to") or "-1m"), now)
+    except TimeArgumentError as error:
+        raise BadRequestError(f"{error}; e.g. 2027-03-14T07:00:00Z, now or -2h") from None
+    if end <= start:
+        raise BadRequestError("the window's end is not after its start; swap them")
+    return start, end
+
+
+def status_document(console: Console) -> dict[str, Any]:
+    follower = console.follower
+    return {
+        "schedules": queries.count_schedules(console.view),
+        "view_updated_at": None if follower.applied_at is None else follower.applied_at.isoformat(),
+        "view_error": follower.error,
+        "rejected_records": follower.rejected,
+    }
+
+
+class Api:
+    def __init__(self, console: Console) -> None:
+        self._console = console
+
+    def status(self, _request: Request) -> Response:
+        return JSONResponse(status_document(self._console))
+
+    def schedules(self, request: Request) -> Response:
+        return _json(
+            lambda: documents.schedules_page(
+                self._console.view, schedule_filter(request), request.query_params.get("after", "")
+            )
+        )
+
+    def schedule(self, request: Request) -> Response:
+        schedule_id = request.path_params["schedule_id"]
+        found = documents.schedule_page(
+            self._console.view, self._console.group, schedule_id, self._console.clock()
+        )
+        if found is None:
+            return JSONResponse({"error": f"no schedule {schedule_id!r} in the view"}, 404)
+        return JSONResponse(found)
+
+    def partitions(self, _request: Request) -> Response:
+        return JSONResponse(self._console.group.document())
+
+    def activity(self, request: Request) -> Response:
+        return _json(
+            lambda: documents.activity_page(
+                self._console.view, self._console.clock(), hours_of(request)
+            )
+        )
+
+    def herd(self, _request: Request) -> Response:
+        return JSONResponse(herd_document(self._console.herd.latest(self._console.clock())))
+
+    async def audits(self, request: Request) -> Response:
+        if request.method == "POST":
+            try:
+                fields = await request.json()
+                if not isinstance(fields, dict):
+                    raise BadRequestError('send a JSON object: {"from": …, "to": …}')
+                start, end = audit_window(self._console, fields)
+            except (BadRequestError, ValueError) as error:
+                return JSONResponse({"error": str(error)}, 400)
+            audit_id = self._console.audits.request(start, end)
+            return JSONResponse(audits.audit(self._console.view, audit_id), 202)
+        return JSONResponse({"audits": audits.audits(self._console.view)})
+
+    def audit(self, request: Request) -> Response:
+        found = audits.audit(self._console.view, request.path_params["audit_id"])
+        if found is None:
+            return JSONResponse({"error": "no such audit"}, 404)
+        return JSONResponse(found)
+
+    def dead_letters(self, _request: Request) -> Response:
+        letters = queries.dead_letters(self._console.view)
+        for letter in letters:
+            letter["dead_lettered_at"] = documents.instant_text(letter["dead_lettered_at"])
+        return JSONResponse({"dead_letters": letters})
+
+
+def _json(build: Callable[[], dict[str, Any]]) -> Response:
+    try:
+        return JSONResponse(build())
+    except BadRequestError as error:
+        return JSONResponse({"error": str(error)}, 400)
+
+
+def activity_plots(activity: dict[str, Any]) -> list[str]:
+    minutes = activity["minutes"]
+    labels = [m["minute"][11:16] for m in minutes]
+
+    def series(name: str, key: str) -> Series:
+        return Series(name, [m.get(key) for m in minutes])
+
+    return [
+        plot_svg("Fires per minute", labels, [series("fires", "fires")], "", bars=True),
+        plot_svg(
+            "Lateness (bucket upper bound)",
+            labels,
+            [series("p50", "lateness_p50_ms"), series("p99", "lateness_p99_ms")],
+            "ms",
+        ),
+        plot_svg(
+            "Skipped, failed, dead-lettered, deadline missed",
+            labels,
+            [
+                series("skipped", "skipped"),
+                series("failed", "failed"),
+                series("dead-lettered", "dead_lettered"),
+                series("deadline missed", "deadline_missed"),
+            ],
+            "",
+            bars=True,
+        ),
+    ]
+
+
+def herd_plot(herd: dict[str, Any]) -> str | None:
+    if herd.get("state") != "counted":
+        return None
+    start = datetime.fromisoformat(herd["from"])
+    by_minute: dict[str, int] = herd["minutes"]
+    count = int((datetime.fromisoformat(herd["to"]) - start).total_seconds() // 60)
+    first = int(start.timestamp()) // 60 + 1
+    keys = [datetime.fromtimestamp((first + i) * 60, UTC).isoformat() for i in range(count)]
+    values: list[float | None] = [by_minute.get(key, 0) for key in keys]
+    labels = [key[11:16] for key in keys]
+    return plot_svg("Coming fires per minute", labels, [Series("due", values)], "", bars=True)
+
+
+class Pages:
+    def __init__(self, console: Console) -> None:
+        self._console = console
+
+    def _render(self, request: Request, name: str, status: int = 200, **context: Any) -> Response:
+        context.update(status=status_document(self._console), path=request.url.path)
+        return _TEMPLATES.TemplateResponse(request, name, context, status_code=status)
+
+    def _problem(self, request: Request, message: str, status: int) -> Response:
+        return self._render(request, "problem.html", status, message=message)
+
+    def schedules(self, request: Request) -> Response:
+        try:
+            chosen = schedule_filter(request)
+        except BadRequestError as error:
+            return self._problem(request, str(error), 400)
+        page = documents.schedules_page(
+            self._console.view, chosen, request.query_params.get("after", "")
+        )
+        owners = queries.owners(self._console.view)
+        args = dict(request.query_params)
+        return self._render(request, "schedules.html", page=page, owners=owners, args=args)
+
+    def schedule(self, request: Request) -> Response:
+        schedule_id = request.path_params["schedule_id"]
+        found = documents.schedule_page(
+            self._console.view, self._console.group, schedule_id, self._console.clock()
+        )
+        if found is None:
+            message = f"No schedule {schedule_id!r} in the view: never published, or deleted."
+            return self._problem(request, message, 404)
+        return self._render(request, "schedule.html", page=found)
+
+    def partitions(self, request: Request) -> Response:
+        return self._render(request, "partitions.html", group=self._console.group.document())
+
+    def activity(self, request: Request) -> Response:
+        try:
+            hours = hours_of(request)
+        except BadRequestError as error:
+            return self._problem(request, str(error), 400)
+        activity = documents.activity_page(self._console.view, self._console.clock(), hours)
+        herd = herd_document(self._console.herd.latest(self._console.clock()))
+        return self._render(
+            request,
+            "activity.html",
+            activity=activity,
+            hours=hours,
+            plots=activity_plots(activity),
+            herd=herd,
+            herd_plot=herd_plot(herd),
+        )
+
+    async def audits(self, request: Request) -> Response:
+        if request.method == "POST":
+            form = await request.form()
+            try:
+                start, end = audit_window(self._console, dict(form))
+            except BadRequestError as error:
+                return self._problem(request, str(error), 400)
+            audit_id = self._console.audits.request(start, end)
+            return RedirectResponse(f"/audit/{audit_id}", status_code=303)
+        return self._render(request, "audits.html", audits=audits.audits(self._console.view))
+
+    def audit(self, request: Request) -> Response:
+        found = audits.audit(self._console.view, request.path_params["audit_id"])
+        if found is None:
+            return self._problem(request, "No such audit.", 404)
+        return self._render(request, "audit.html", audit=found)
+
+    def dead_letters(self, request: Request) -> Response:
+        letters = queries.dead_letters(self._console.view)
+        for letter in letters:
+            letter["dead_lettered_at"] = documents.instant_text(letter["dead_lettered_at"])
+        return self._render(request, "dead_letters.html", letters=letters)

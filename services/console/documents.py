@@ -1,0 +1,169 @@
+"""What each page shows, as one document: the page renders it, the JSON API returns it as is.
+
+Instants are ISO-8601 UTC text, as in the CLI's `--json` output; where a document overlaps a
+CLI command's (`kairos partitions`, `kairos schedules describe`), it has that command's shape.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from kairos.cli.partitions import as_document as partitions_document
+from kairos.cli.preview_listing import MARKS, upcoming
+from kairos.core.calendar import never_fires_reason
+from kairos.core.calendar_rules import uses_calendars
+from kairos.core.errors import KairosError
+from kairos.core.schedule import Schedule
+from kairos.services.console import queries
+from kairos.services.console.lateness import OVER_AN_HOUR, merged, percentile_ms
+from kairos.services.console.view import ConsoleView
+from kairos.streams.partition_status import read_group_status
+from kairos.streams.settings import KafkaSettings
+
+_GROUP_FRESH_S = 5.0
+
+
+def instant_text(epoch_ms: int | None) -> str | None:
+    if epoch_ms is None:
+        return None
+    return datetime.fromtimestamp(epoch_ms / 1000, UTC).isoformat().replace("+00:00", "Z")
+
+
+class LiveGroup:
+    """The tickers' group as `kairos partitions` reads it, read again at most every 5 s."""
+
+    def __init__(self, settings: KafkaSettings, group_id: str) -> None:
+        self._settings = settings
+        self._group_id = group_id
+        self._lock = threading.Lock()
+        self._read_at = -_GROUP_FRESH_S
+        self._document: dict[str, Any] = {}
+
+    def document(self) -> dict[str, Any]:
+        """`kairos partitions --json`'s document, or `{"error": why}` when it cannot be read."""
+        with self._lock:
+            if time.monotonic() - self._read_at >= _GROUP_FRESH_S:
+                try:
+                    status = read_group_status(self._settings, self._group_id)
+                    self._document = partitions_document(status)
+                except KairosError as error:
+                    self._document = {"group_id": self._group_id, "error": str(error)}
+                self._read_at = time.monotonic()
+            return self._document
+
+
+def schedules_page(view: ConsoleView, chosen: queries.ScheduleFilter, after: str) -> dict[str, Any]:
+    shown = queries.list_schedules(view, chosen, after, queries.PAGE_SIZE + 1)
+    more = len(shown) > queries.PAGE_SIZE
+    shown = shown[: queries.PAGE_SIZE]
+    return {
+        "total": queries.count_schedules(view),
+        "schedules": shown,
+        "next_after": shown[-1]["schedule_id"] if more else None,
+    }
+
+
+def schedule_page(
+    view: ConsoleView, group: LiveGroup, schedule_id: str, now: datetime
+) -> dict[str, Any] | None:
+    found = queries.schedule(view, schedule_id)
+    if found is None:
+        return None
+    schedule = Schedule.model_validate(found["definition"])
+    found["changed_at"] = instant_text(found["changed_at"])
+    placement = next(
+        (p for p in group.document().get("partitions", []) if p["partition"] == found["partition"]),
+        None,
+    )
+    fires = upcoming(schedule, now, 10, None)
+    runs = queries.runs(view, schedule_id)
+    for run in runs:
+        for key in ("nominal_at", "fired_at", "finished_at"):
+            run[key] = instant_text(run[key])
+    return {
+        "schedule": found,
+        "ticker": None if placement is None else placement["owner"],
+        "next_fires": [
+            {
+                "nominal_at": instant_text(int(p.fire.nominal.timestamp() * 1000)),
+                "wall": p.fire.wall.isoformat(),
+                "dst": [note for mark in MARKS if (note := mark(p.fire, schedule)) is not None],
+                "skipped": p.verdict.skip_reason,
+            }
+            for p in fires
+        ],
+        "never_fires": None if fires else never_fires_reason(schedule, now),
+        "calendars_not_applied": uses_calendars(schedule),
+        "runs": runs,
+        "changes": _changes_with_diffs(queries.changes(view, schedule_id)),
+    }
+
+
+def _changes_with_diffs(changes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each change (newest first) with the diff of the definition from the change before it."""
+    for index, change in enumerate(changes):
+        before = changes[index + 1]["definition"] if index + 1 < len(changes) else None
+        after = change["definition"]
+        change["diff"] = list(
+            difflib.unified_diff(_lines(before), _lines(after), "before", "after", lineterm="", n=1)
+        )[2:]
+        change["changed_at"] = instant_text(change["changed_at"])
+    for change in changes:
+        change.pop("definition")
+    return changes
+
+
+def _lines(definition: dict[str, Any] | None) -> list[str]:
+    if definition is None:
+        return []
+    return json.dumps(definition, indent=2, sort_keys=True).splitlines()
+
+
+def activity_page(view: ConsoleView, now: datetime, hours: int) -> dict[str, Any]:
+    """Per minute over the last `hours`: fires, lateness p50/p99, and what went wrong."""
+    until = int(now.timestamp()) // 60 + 1
+    since = until - hours * 60
+    rows = {m.minute: m for m in queries.minutes(view, since, until)}
+    minutes = []
+    for minute in range(since, until):
+        row = rows.get(minute)
+        if row is None:
+            minutes.append({"minute": instant_text(minute * 60_000), "fires": 0})
+            continue
+        minutes.append(
+            {
+                "minute": instant_text(minute * 60_000),
+                "fires": row.fires,
+                "lateness_p50_ms": _bound(percentile_ms(row.lateness, 0.5)),
+                "lateness_p99_ms": _bound(percentile_ms(row.lateness, 0.99)),
+                "skipped": row.skipped,
+                "failed": row.failed,
+                "dead_lettered": row.dead_lettered,
+                "deadline_missed": row.deadline_missed,
+            }
+        )
+    window = merged([m.lateness for m in rows.values()])
+    return {
+        "from": instant_text(since * 60_000),
+        "to": instant_text(until * 60_000),
+        "fires": sum(m.fires for m in rows.values()),
+        "lateness_p50_ms": _bound(percentile_ms(window, 0.5)),
+        "lateness_p99_ms": _bound(percentile_ms(window, 0.99)),
+        "minutes": minutes,
+    }
+
+
+def _bound(value: int | None) -> int | None:
+    """A bucket bound; the last bucket's (later than an hour) has no finite bound to show."""
+    return None if value is None or value == OVER_AN_HOUR else value
+
+
+def default_audit_window(now: datetime) -> tuple[datetime, datetime]:
+    """The last hour up to a minute ago: recent, and past the ticker's commit interval."""
+    end = now.replace(second=0, microsecond=0) - timedelta(minutes=1)
+    return end - timedelta(hours=1), end

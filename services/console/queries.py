@@ -1,0 +1,239 @@
+"""What the console's pages and API read from the view: each question one indexed query.
+
+Lists page by key (`after` the last id shown), never by OFFSET, so the thousandth page of a
+million schedules costs what the first does. A filter by label, owner, state or trigger kind
+walks the index of that column; a search is a prefix of the schedule id (the primary key).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from dataclasses import dataclass
+from typing import Any
+
+from kairos.services.console.lateness import LATENESS_BOUNDS_MS
+from kairos.services.console.view import ConsoleView
+
+PAGE_SIZE = 50
+
+
+@dataclass(frozen=True)
+class ScheduleFilter:
+    """Which schedules a list shows; every field optional, all of them must hold."""
+
+    prefix: str = ""
+    owner: str | None = None
+    label: tuple[str, str] | None = None
+    paused: bool | None = None
+    trigger_kind: str | None = None
+
+
+class FilterError(ValueError):
+    """A filter the console cannot apply; the message says how to write it."""
+
+
+def parse_label(text: str) -> tuple[str, str]:
+    key, equals, value = text.partition("=")
+    if not equals or not key:
+        raise FilterError(f"label filter {text!r} is not key=value, e.g. team=payments")
+    return key, value
+
+
+_LIST_COLUMNS = (
+    "s.schedule_id, s.owner, s.paused, s.trigger_kind, s.trigger, s.timezone, s.partition"
+)
+
+
+def list_schedules(
+    view: ConsoleView, chosen: ScheduleFilter, after: str = "", limit: int = PAGE_SIZE
+) -> list[dict[str, Any]]:
+    """Up to `limit` schedules past `after` in id order, with their labels."""
+    where = ["s.schedule_id > ?"]
+    params: list[Any] = [after]
+    source = "schedules s"
+    if chosen.label is not None:
+        source = "labels l JOIN schedules s ON s.schedule_id = l.schedule_id"
+        where += ["l.key = ?", "l.value = ?", "l.schedule_id > ?"]
+        params += [*chosen.label, after]
+    if chosen.prefix:
+        # A range on the primary key: `LIKE` would not use the index for ids holding `_`.
+        where += ["s.schedule_id >= ?", "s.schedule_id < ?"]
+        params += [chosen.prefix, chosen.prefix + "\U0010ffff"]
+    if chosen.owner is not None:
+        where.append("s.owner = ?")
+        params.append(chosen.owner)
+    if chosen.paused is not None:
+        where.append("s.paused = ?")
+        params.append(int(chosen.paused))
+    if chosen.trigger_kind is not None:
+        where.append("s.trigger_kind = ?")
+        params.append(chosen.trigger_kind)
+    query = (
+        f"SELECT {_LIST_COLUMNS} FROM {source} WHERE {' AND '.join(where)} "
+        "ORDER BY s.schedule_id LIMIT ?"
+    )
+    with view.connection() as db:
+        rows = db.execute(query, [*params, limit]).fetchall()
+        labels = _labels(db, [row[0] for row in rows])
+    return [
+        {
+            "schedule_id": row[0],
+            "owner": row[1],
+            "state": "paused" if row[2] else "active",
+            "trigger_kind": row[3],
+            "trigger": row[4],
+            "timezone": row[5],
+            "partition": row[6],
+            "labels": labels.get(row[0], {}),
+        }
+        for row in rows
+    ]
+
+
+def _labels(db: sqlite3.Connection, ids: list[str]) -> dict[str, dict[str, str]]:
+    found: dict[str, dict[str, str]] = {}
+    if not ids:
+        return found
+    marks = ",".join("?" * len(ids))
+    query = f"SELECT schedule_id, key, value FROM labels WHERE schedule_id IN ({marks})"
+    for schedule_id, key, value in db.execute(query, ids):
+        found.setdefault(schedule_id, {})[key] = value
+    return found
+
+
+def count_schedules(view: ConsoleView) -> int:
+    return sum(schedules_by_partition(view).values())
+
+
+def owners(view: ConsoleView, limit: int = 200) -> list[str]:
+    """The distinct owners, for the filter's choices (an index walk, one step per owner)."""
+    with view.connection() as db:
+        rows = db.execute(
+            "SELECT DISTINCT owner FROM schedules WHERE owner IS NOT NULL ORDER BY owner LIMIT ?",
+            (limit,),
+        ).fetchall()
+    return [row[0] for row in rows]
+
+
+def schedule(view: ConsoleView, schedule_id: str) -> dict[str, Any] | None:
+    with view.connection() as db:
+        row = db.execute(
+            "SELECT schedule_id, owner, paused, trigger_kind, trigger, timezone, partition, "
+            "offset, revision, changed_at, changed_by, definition FROM schedules "
+            "WHERE schedule_id = ?",
+            (schedule_id,),
+        ).fetchone()
+        if row is None:
+            return None
+        labels = _labels(db, [schedule_id]).get(schedule_id, {})
+    keys = ("schedule_id", "owner", "paused", "trigger_kind", "trigger", "timezone", "partition")
+    found = dict(zip(keys, row[:7], strict=True))
+    found.update(
+        paused=bool(row[2]),
+        offset=row[7],
+        revision=row[8],
+        changed_at=row[9],
+        changed_by=row[10],
+        definition=json.loads(row[11]),
+        labels=labels,
+    )
+    return found
+
+
+def changes(view: ConsoleView, schedule_id: str, limit: int = 20) -> list[dict[str, Any]]:
+    """The schedule's last changes, newest first, each with its definition (for the diff)."""
+    with view.connection() as db:
+        rows = db.execute(
+            "SELECT change, revision, changed_at, changed_by, reason, definition, partition, "
+            "offset FROM changes WHERE schedule_id = ? ORDER BY partition DESC, offset DESC "
+            "LIMIT ?",
+            (schedule_id, limit),
+        ).fetchall()
+    keys = ("change", "revision", "changed_at", "changed_by", "reason")
+    return [
+        {
+            **dict(zip(keys, row[:5], strict=True)),
+            "definition": None if row[5] is None else json.loads(row[5]),
+            "offset": row[7],
+        }
+        for row in rows
+    ]
+
+
+def runs(view: ConsoleView, schedule_id: str, limit: int = 20) -> list[dict[str, Any]]:
+    """The schedule's last runs by nominal instant, newest first."""
+    with view.connection() as db:
+        rows = db.execute(
+            "SELECT run_id, nominal_at, fired_at, lateness_ms, ticker, status, attempts, "
+            "executor, reason, finished_at FROM runs WHERE schedule_id = ? "
+            "ORDER BY nominal_at DESC LIMIT ?",
+            (schedule_id, limit),
+        ).fetchall()
+    keys = (
+        "run_id",
+        "nominal_at",
+        "fired_at",
+        "lateness_ms",
+        "ticker",
+        "status",
+        "attempts",
+        "executor",
+        "reason",
+        "finished_at",
+    )
+    return [dict(zip(keys, row, strict=True)) for row in rows]
+
+
+@dataclass(frozen=True)
+class Minute:
+    """One UTC minute of activity: fires by when they were committed, and what went wrong."""
+
+    minute: int
+    fires: int
+    lateness: list[int]
+    skipped: int
+    failed: int
+    dead_lettered: int
+    deadline_missed: int
+
+
+def minutes(view: ConsoleView, since_minute: int, until_minute: int) -> list[Minute]:
+    with view.connection() as db:
+        rows = db.execute(
+            "SELECT minute, fires, lateness, skipped, failed, dead_lettered, deadline_missed "
+            "FROM minutes WHERE minute >= ? AND minute < ? ORDER BY minute",
+            (since_minute, until_minute),
+        ).fetchall()
+    empty = [0] * len(LATENESS_BOUNDS_MS)
+    return [
+        Minute(row[0], row[1], json.loads(row[2]) or empty, row[3], row[4], row[5], row[6])
+        for row in rows
+    ]
+
+
+def schedules_by_partition(view: ConsoleView) -> dict[int, int]:
+    """How many schedules each partition holds, as the view counted them."""
+    with view.connection() as db:
+        rows = db.execute("SELECT partition, schedules FROM partition_counts")
+        return {partition: count for partition, count in rows if count}
+
+
+def dead_letters(view: ConsoleView, limit: int = 100) -> list[dict[str, Any]]:
+    with view.connection() as db:
+        rows = db.execute(
+            "SELECT source_topic, source_partition, source_offset, error_class, reason, "
+            "dead_lettered_at, schedule_id FROM dead_letters ORDER BY dead_lettered_at DESC "
+            "LIMIT ?",
+            (limit,),
+        ).fetchall()
+    keys = (
+        "source_topic",
+        "source_partition",
+        "source_offset",
+        "error_class",
+        "reason",
+        "dead_lettered_at",
+        "schedule_id",
+    )
+    return [dict(zip(keys, row, strict=True)) for row in rows]

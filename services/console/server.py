@@ -1,0 +1,64 @@
+"""`kairos console`'s process: the follower filling the view, the audits' thread, and the web
+server, until SIGTERM or Ctrl-C."""
+
+from __future__ import annotations
+
+import logging
+import socket
+from pathlib import Path
+from types import FrameType
+
+import uvicorn
+
+from kairos.services.console.app import Console, build_app
+from kairos.services.console.audits import AuditJobs, AuditRunner
+from kairos.services.console.documents import LiveGroup
+from kairos.services.console.follower import ViewFollower
+from kairos.services.console.herd import ComingHerd
+from kairos.services.console.view import ConsoleView
+from kairos.streams.settings import TICKER_GROUP, KafkaSettings
+
+logger = logging.getLogger(__name__)
+
+VIEW_FILE = "console-view.sqlite"
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, stopping cleanly on SIGTERM or Ctrl-C with exit status 0 as every
+    Kairos service does: uvicorn itself raises the signal again once it has shut down."""
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        super().handle_exit(sig, frame)
+        self._captured_signals.clear()
+
+
+def run_console(
+    settings: KafkaSettings,
+    state_dir: Path,
+    *,
+    host: str,
+    port: int,
+    audit_runner: AuditRunner,
+    group_id: str | None = None,
+) -> None:
+    """Serve until a signal; the view file in `state_dir` survives and is resumed next time."""
+    view = ConsoleView(state_dir / VIEW_FILE)
+    follower = ViewFollower(settings, view)
+    audits = AuditJobs(view, audit_runner)
+    group = LiveGroup(settings, group_id or settings.deployment_id(TICKER_GROUP))
+    console = Console(view, follower, group, audits, ComingHerd(view))
+    follower.start()
+    server = _Server(
+        uvicorn.Config(build_app(console), host=host, port=port, log_level="warning")
+    )
+    # Bound here, so that port 0 takes a free port and the address is logged once it listens:
+    # `kairos dev up` and the tests read it from the log.
+    listening = socket.create_server((host, port))
+    bound_host, bound_port = listening.getsockname()[:2]
+    logger.info("console view %s, following %s", view.path, settings.bootstrap_servers)
+    logger.info("console serving on http://%s:%d", bound_host, bound_port)
+    try:
+        server.run(sockets=[listening])
+    finally:
+        audits.stop()
+        follower.stop()

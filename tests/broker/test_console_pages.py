@@ -1,0 +1,222 @@
+"""The console as a person uses it: real headless Chromium against a real broker, ticker,
+executor and console process. Each check is what the page shows: texts, links, plots."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webdriver import WebDriver
+
+from kairos.cli.console import console_arguments
+from kairos.core.schedule import Schedule
+from kairos.streams.schedule_publisher import SchedulesClient
+from kairos.streams.settings import KafkaSettings
+from tests.browser import chromium
+from tests.helpers import eventually
+from tests.processes import ServiceProcess, start_executor, start_ticker
+
+SERVING = re.compile(r"console serving on (http://\S+)")
+
+
+def start_console(settings: KafkaSettings, state_dir: Path, log_dir: Path) -> ServiceProcess:
+    return ServiceProcess(
+        console_arguments(settings, state_dir, "127.0.0.1:0"), log_dir / "console.log"
+    )
+
+
+def address_of(console: ServiceProcess, after: int = 0) -> str:
+    """The address the console logged (after the `after`-th start, when it was restarted)."""
+    console.wait_for_log("console serving on")
+
+    def address() -> str:
+        found = SERVING.findall(console.log())
+        return str(found[after]) if len(found) > after else ""
+
+    return eventually(address, message="no address")
+
+
+def api(base: str, path: str) -> Any:
+    with urllib.request.urlopen(base + path, timeout=10) as response:
+        return json.load(response)
+
+
+def succeeded_runs(base: str, schedule_id: str) -> list[dict[str, Any]]:
+    try:
+        runs = api(base, f"/api/v1/schedules/{schedule_id}")["runs"]
+    except urllib.error.HTTPError as error:
+        assert error.code == 404, error
+        return []  # not in the view yet
+    return [run for run in runs if run["status"] == "succeeded"]
+
+
+@pytest.fixture
+def browser() -> Iterator[WebDriver]:
+    driver = chromium()
+    yield driver
+    driver.quit()
+
+
+def schedules(now: datetime) -> list[Schedule]:
+    job = {"kind": "shell", "command": "echo ok"}
+    return [
+        Schedule.model_validate(s)
+        for s in [
+            {"id": "billing.every-minute", "cron": "* * * * *", "owner": "billing",
+             "labels": {"tier": "gold"}, "job": job},
+            {"id": "billing.nightly", "cron": "0 3 * * *", "owner": "billing", "job": job},
+            # Its next fires cross New York's spring-forward: 02:30 does not exist on 14 March.
+            {"id": "ops.new-york-0230", "cron": "30 2 * * *", "timezone": "America/New_York",
+             "start_at": "2027-03-12T00:00:00Z", "owner": "ops", "job": job},
+            {"id": "ops.paused", "cron": "*/5 * * * *", "owner": "ops", "paused": True,
+             "job": job},
+        ]
+    ]  # fmt: skip
+
+
+def test_a_person_reads_schedules_runs_partitions_activity_and_an_audit(
+    kafka_settings: KafkaSettings, tmp_path: Path, browser: WebDriver
+) -> None:
+    now = datetime.now(UTC)
+    with SchedulesClient(kafka_settings, changed_by="alice") as client:
+        client.upsert_all(schedules(now), reason="first version")
+        client.pause("billing.nightly", reason="quarter close")
+    processes = [
+        start_ticker(kafka_settings, "t1", tmp_path / "t1", tmp_path),
+        start_executor(kafka_settings, "e1", tmp_path / "e1", tmp_path),
+    ]
+    console = start_console(kafka_settings, tmp_path / "console", tmp_path)
+    processes.append(console)
+    try:
+        base = address_of(console)
+        first_run = eventually(
+            lambda: succeeded_runs(base, "billing.every-minute"),
+            timeout_s=120,
+            message="no run of billing.every-minute succeeded in the console's view",
+        )[0]
+        _the_schedules_list(browser, base)
+        _the_schedule_page(browser, base, first_run["nominal_at"])
+        _the_partitions_page(browser, base)
+        _the_activity_page(browser, base)
+        _an_audit_window(browser, base, first_run["nominal_at"])
+        fires_before = _fires_in_minute(base, first_run["fired_at"])
+        console.signal(signal.SIGTERM)
+        assert console.process.wait(timeout=30) == 0, console.log()[-3000:]
+        console = start_console(kafka_settings, tmp_path / "console", tmp_path)
+        processes.append(console)
+        restarted = address_of(console, after=1)
+        # The view survived: what it held is there at once, and nothing was applied twice.
+        assert api(restarted, "/api/v1/status")["schedules"] == 4
+        assert _fires_in_minute(restarted, first_run["fired_at"]) == fires_before
+    finally:
+        for process in processes:
+            if process.process.poll() is None:
+                assert process.stop() == 0, process.log()[-3000:]
+
+
+def _the_schedules_list(browser: WebDriver, base: str) -> None:
+    browser.get(base + "/schedules")
+    rows = browser.find_elements(By.CSS_SELECTOR, "#schedules tr td:first-child a")
+    assert [row.text for row in rows] == [
+        "billing.every-minute",
+        "billing.nightly",
+        "ops.new-york-0230",
+        "ops.paused",
+    ]
+    assert "4 schedules in the view" in browser.find_element(By.ID, "view-status").text
+    browser.find_element(By.NAME, "label").send_keys("tier=gold")
+    browser.find_element(By.CSS_SELECTOR, "form.filters button").click()
+    shown = browser.find_elements(By.CSS_SELECTOR, "#schedules tr td:first-child a")
+    assert [row.text for row in shown] == ["billing.every-minute"]
+    browser.get(base + "/schedules?owner=ops&state=paused")
+    shown = browser.find_elements(By.CSS_SELECTOR, "#schedules tr td:first-child a")
+    assert [row.text for row in shown] == ["ops.paused"]
+    browser.get(base + "/schedules?q=billing.n")
+    browser.find_element(By.LINK_TEXT, "billing.nightly").click()
+    assert browser.find_element(By.ID, "schedule-id").text == "billing.nightly"
+    browser.get(base + "/schedules?label=gold")
+    assert "is not key=value" in browser.find_element(By.ID, "problem").text
+
+
+def _the_schedule_page(browser: WebDriver, base: str, nominal_at: str) -> None:
+    browser.get(base + "/schedules/billing.every-minute")
+    assert browser.find_element(By.ID, "ticker").text == "t1"
+    runs = browser.find_element(By.ID, "runs").text
+    assert nominal_at in runs and "succeeded" in runs and "e1" in runs
+    browser.get(base + "/schedules/ops.new-york-0230")
+    fires = browser.find_element(By.ID, "next-fires").text
+    assert "2027-03-14T07:00:00Z" in fires, fires
+    assert "DST gap: 02:30 does not exist that day" in fires
+    browser.get(base + "/schedules/billing.nightly")
+    changes = browser.find_element(By.ID, "changes").text
+    assert "paused" in changes and "quarter close" in changes and "alice" in changes
+    assert '+  "paused": true' in changes, changes
+    browser.get(base + "/schedules/no.such-schedule")
+    assert "No schedule 'no.such-schedule'" in browser.find_element(By.ID, "problem").text
+
+
+def _the_partitions_page(browser: WebDriver, base: str) -> None:
+    def owned() -> bool:
+        browser.get(base + "/partitions")
+        return "stable" in browser.find_element(By.ID, "group").text
+
+    eventually(owned, timeout_s=30, message="the group is not shown stable")
+    table = browser.find_element(By.ID, "partitions")
+    owners = [row.text for row in table.find_elements(By.CSS_SELECTOR, "tr td:nth-child(2)")]
+    assert owners == ["t1"] * 4
+    assert "t1 on" in browser.find_element(By.ID, "members").text
+
+
+def _the_activity_page(browser: WebDriver, base: str) -> None:
+    browser.get(base + "/activity?hours=1")
+    summary = browser.find_element(By.ID, "activity-summary").text
+    assert re.search(r"[1-9][0-9]* fires from", summary), summary
+    plots = browser.find_elements(By.CSS_SELECTOR, "#plots svg.plot")
+    assert len(plots) == 3
+    bars = plots[0].find_elements(By.CSS_SELECTOR, "rect[data-series='fires']")
+    assert bars and all(bar.size["height"] > 0 for bar in bars)
+    assert plots[1].find_elements(By.CSS_SELECTOR, "circle")
+
+    def herd_counted() -> bool:
+        browser.get(base + "/activity?hours=1")
+        return "active schedules" in browser.find_element(By.ID, "herd-summary").text
+
+    eventually(herd_counted, timeout_s=30, message="the coming herd was not counted")
+    herd = browser.find_element(By.CSS_SELECTOR, "svg[aria-label='Coming fires per minute']")
+    assert herd.find_elements(By.CSS_SELECTOR, "rect")
+
+
+def _an_audit_window(browser: WebDriver, base: str, nominal_at: str) -> None:
+    browser.get(base + "/audit")
+    start = datetime.fromisoformat(nominal_at)
+    form = browser.find_element(By.ID, "audit-form")
+    for name, value in (("from", start), ("to", start + timedelta(minutes=1))):
+        field = form.find_element(By.NAME, name)
+        field.clear()
+        field.send_keys(value.isoformat())
+    form.find_element(By.TAG_NAME, "button").click()
+
+    def finished() -> str:
+        browser.refresh()
+        state = browser.find_element(By.ID, "audit-state").text
+        return state if state in ("done", "failed") else ""
+
+    assert eventually(finished, timeout_s=60, message="the audit did not finish") == "done"
+    assert browser.find_element(By.ID, "verdict").text == "Verdict: holds"
+    totals = browser.find_element(By.ID, "totals").text
+    assert totals.split("\n")[1].split()[:4] == ["1", "1", "0", "0"], totals
+
+
+def _fires_in_minute(base: str, fired_at: str) -> int:
+    minute = fired_at[:17] + "00Z"
+    activity = api(base, "/api/v1/activity?hours=1")
+    return int(next(m["fires"] for m in activity["minutes"] if m["minute"] == minute))
