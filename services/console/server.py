@@ -48,9 +48,7 @@ def run_console(
     group = LiveGroup(settings, group_id or settings.deployment_id(TICKER_GROUP))
     console = Console(view, follower, group, audits, ComingHerd(view))
     follower.start()
-    server = _Server(
-        uvicorn.Config(build_app(console), host=host, port=port, log_level="warning")
-    )
+    server = _Server(uvicorn.Config(build_app(console), host=host, port=port, log_level="warning"))
     # Bound here, so that port 0 takes a free port and the address is logged once it listens:
     # `kairos dev up` and the tests read it from the log.
     listening = socket.create_server((host, port))
