@@ -15,7 +15,6 @@ from kairos.cli.partitions import GroupOption
 from kairos.core.errors import KairosError
 from kairos.services.console.audits import AuditRunner
 from kairos.services.console.server import run_console
-from kairos.services.console.view import ViewSchemaError
 from kairos.streams.settings import KafkaSettings
 
 DEFAULT_LISTEN = "127.0.0.1:8080"
@@ -34,6 +33,14 @@ _StateDirOption = Annotated[
         help="Where the console keeps its view of the topics (rebuilt from them if deleted).",
     ),
 ]
+_ViewUrlOption = Annotated[
+    str | None,
+    typer.Option(
+        envvar="KAIROS_CONSOLE_VIEW_URL",
+        help="postgresql://user@host:5432/db for the view; default: SQLite in --state-dir.",
+        show_default=False,
+    ),
+]
 
 
 def listen_address(text: str) -> tuple[str, int]:
@@ -48,6 +55,7 @@ def console(
     state_dir: _StateDirOption,
     listen: _ListenOption = DEFAULT_LISTEN,
     group_id: GroupOption = None,
+    view_url: _ViewUrlOption = None,
     log_level: LogLevelOption = "INFO",
 ) -> None:
     """Serve the web console and JSON API: schedules, runs, partitions, activity and audits."""
@@ -62,9 +70,12 @@ def console(
             port=port,
             audit_runner=_auditor(settings),
             group_id=group_id,
+            view_url=view_url,
         )
-    except (KairosError, ViewSchemaError, OSError) as error:
+    except KairosError as error:
         raise fail(str(error)) from error
+    except OSError as error:
+        raise fail(f"--listen {listen}: {error.strerror}; choose another host:port") from error
 
 
 def _auditor(settings: KafkaSettings) -> AuditRunner:

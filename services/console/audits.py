@@ -44,13 +44,13 @@ class AuditJobs:
 
     def request(self, start: datetime, end: datetime) -> int:
         with self._view.connection() as db:
-            cursor = db.execute(
-                "INSERT INTO audits (requested_at, window_from, window_to, state) "
-                "VALUES (?, ?, ?, 'queued')",
-                (epoch_ms(datetime.now(UTC)), epoch_ms(start), epoch_ms(end)),
+            audit_id = int(
+                db.execute(
+                    "INSERT INTO audits (requested_at, window_from, window_to, state) "
+                    "VALUES (?, ?, ?, 'queued') RETURNING audit_id",
+                    (epoch_ms(datetime.now(UTC)), epoch_ms(start), epoch_ms(end)),
+                ).fetchone()[0]
             )
-        audit_id = cursor.lastrowid
-        assert audit_id is not None
         self._queue.put(audit_id)
         return audit_id
 

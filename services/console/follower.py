@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -48,6 +49,7 @@ logger = logging.getLogger(__name__)
 CONSOLE_READERS_GROUP = "console-readers"
 FOLLOWED = (TopicRole.SCHEDULES, TopicRole.RUNS, TopicRole.RUN_EVENTS, TopicRole.DEAD_LETTERS)
 _BATCH = 5_000
+PRUNE_EVERY_S = 600.0
 
 
 class ViewFollower:
@@ -91,14 +93,23 @@ class ViewFollower:
                     return
                 except (KafkaException, KairosError) as error:
                     self.error = f"cannot read the topics: {error}"
-                    logger.warning("%s; trying again in 5 s", self.error)
-                    self._stop.wait(5)
+                except Exception as error:
+                    # The failed batch rolled back with its offsets: reading again from the
+                    # offsets stored applies it once, on a new connection.
+                    self.error = f"cannot write the view: {error}"
+                    self._view.reconnect()
+                logger.warning("%s; trying again in 5 s", self.error)
+                self._stop.wait(5)
         finally:
             consumer.close()
 
     def _follow(self, consumer: Consumer) -> None:
         self._assign(consumer)
+        pruned_at = 0.0
         while not self._stop.is_set():
+            if time.monotonic() - pruned_at >= PRUNE_EVERY_S:
+                self._view.prune(epoch_ms(datetime.now(UTC)))
+                pruned_at = time.monotonic()
             messages = consumer.consume(num_messages=_BATCH, timeout=0.5)
             batch = ViewBatch()
             for message in messages:
@@ -158,10 +169,10 @@ class ViewFollower:
         if isinstance(record, RejectedEvent):
             self._reject(message.topic() or "", record.partition, record.offset, record.reason)
         elif isinstance(record, ScheduleUpserted):
-            batch.upserted.append(schedule_row(record))
+            batch.upsert(schedule_row(record))
             batch.changes.append(history_event(record))
         elif isinstance(record, ScheduleDeleted):
-            batch.deleted.append(record.schedule_id)
+            batch.delete(record.schedule_id)
             batch.changes.append(history_event(record))
 
     def _reject(self, topic: str, partition: int, offset: int, reason: str) -> None:

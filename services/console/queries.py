@@ -8,10 +8,10 @@ walks the index of that column; a search is a prefix of the schedule id (the pri
 from __future__ import annotations
 
 import json
-import sqlite3
 from dataclasses import dataclass
 from typing import Any
 
+from kairos.services.console.database import ViewDb
 from kairos.services.console.lateness import LATENESS_BOUNDS_MS
 from kairos.services.console.view import ConsoleView
 
@@ -91,7 +91,7 @@ def list_schedules(
     ]
 
 
-def _labels(db: sqlite3.Connection, ids: list[str]) -> dict[str, dict[str, str]]:
+def _labels(db: ViewDb, ids: list[str]) -> dict[str, dict[str, str]]:
     found: dict[str, dict[str, str]] = {}
     if not ids:
         return found
@@ -120,7 +120,7 @@ def schedule(view: ConsoleView, schedule_id: str) -> dict[str, Any] | None:
     with view.connection() as db:
         row = db.execute(
             "SELECT schedule_id, owner, paused, trigger_kind, trigger, timezone, partition, "
-            "offset, revision, changed_at, changed_by, definition FROM schedules "
+            "at_offset, revision, changed_at, changed_by, definition FROM schedules "
             "WHERE schedule_id = ?",
             (schedule_id,),
         ).fetchone()
@@ -146,7 +146,7 @@ def changes(view: ConsoleView, schedule_id: str, limit: int = 20) -> list[dict[s
     with view.connection() as db:
         rows = db.execute(
             "SELECT change, revision, changed_at, changed_by, reason, definition, partition, "
-            "offset FROM changes WHERE schedule_id = ? ORDER BY partition DESC, offset DESC "
+            "at_offset FROM changes WHERE schedule_id = ? ORDER BY at_offset DESC "
             "LIMIT ?",
             (schedule_id, limit),
         ).fetchall()

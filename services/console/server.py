@@ -12,6 +12,7 @@ import uvicorn
 
 from kairos.services.console.app import Console, build_app
 from kairos.services.console.audits import AuditJobs, AuditRunner
+from kairos.services.console.database import SQLITE_SCHEME, shown_url
 from kairos.services.console.documents import LiveGroup
 from kairos.services.console.follower import ViewFollower
 from kairos.services.console.herd import ComingHerd
@@ -40,9 +41,11 @@ def run_console(
     port: int,
     audit_runner: AuditRunner,
     group_id: str | None = None,
+    view_url: str | None = None,
 ) -> None:
-    """Serve until a signal; the view file in `state_dir` survives and is resumed next time."""
-    view = ConsoleView(state_dir / VIEW_FILE)
+    """Serve until a signal. The view (by default a SQLite file in `state_dir`, else at
+    `view_url`) survives, and is resumed where it was next time."""
+    view = ConsoleView(view_url or f"{SQLITE_SCHEME}{(state_dir / VIEW_FILE).resolve()}")
     follower = ViewFollower(settings, view)
     audits = AuditJobs(view, audit_runner)
     group = LiveGroup(settings, group_id or settings.deployment_id(TICKER_GROUP))
@@ -53,7 +56,7 @@ def run_console(
     # `kairos dev up` and the tests read it from the log.
     listening = socket.create_server((host, port))
     bound_host, bound_port = listening.getsockname()[:2]
-    logger.info("console view %s, following %s", view.path, settings.bootstrap_servers)
+    logger.info("console view %s, following %s", shown_url(view.url), settings.bootstrap_servers)
     logger.info("console serving on http://%s:%d", bound_host, bound_port)
     try:
         server.run(sockets=[listening])

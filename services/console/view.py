@@ -1,4 +1,4 @@
-"""The console's own view of the topics, in SQLite: what its pages read instead of the topics.
+"""The console's own view of the topics: what its pages read instead of the topics.
 
 The follower (`kairos.services.console.follower`) applies each batch it consumed in one
 transaction together with the offsets it reached, so after a restart the view resumes exactly
@@ -13,68 +13,65 @@ one row a minute whatever the fire rate.
 from __future__ import annotations
 
 import json
-import sqlite3
-import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
-from pathlib import Path
 
 from kairos.core.audit import FiredRun, HistoryEvent, RunEventRecord
+from kairos.services.console.database import Connections, ViewDatabaseError, ViewDb
 from kairos.services.console.lateness import LATENESS_BOUNDS_MS, bucket_of
 
 SCHEMA_VERSION = 1
+RUNS_KEPT_MS = 14 * 24 * 3600 * 1000
+"""Runs older than this (by nominal instant) leave the view: pages show recent runs, and the
+audit reads the topics. The per-minute activity is kept longer (`MINUTES_KEPT_MS`)."""
+MINUTES_KEPT_MS = 90 * 24 * 3600 * 1000
+
+# `{key_text}`, `{serial_key}`, `{table_suffix}`: the dialect's (services/console/database.py).
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS offsets (
-    topic TEXT NOT NULL, partition INTEGER NOT NULL, next_offset INTEGER NOT NULL,
-    PRIMARY KEY (topic, partition)) WITHOUT ROWID;
+    topic TEXT NOT NULL, partition INTEGER NOT NULL, next_offset BIGINT NOT NULL,
+    PRIMARY KEY (topic, partition)){table_suffix};
 CREATE TABLE IF NOT EXISTS schedules (
-    schedule_id TEXT PRIMARY KEY, owner TEXT, paused INTEGER NOT NULL, trigger_kind TEXT NOT NULL,
-    trigger TEXT NOT NULL, timezone TEXT NOT NULL, partition INTEGER NOT NULL,
-    offset INTEGER NOT NULL, revision INTEGER NOT NULL, changed_at INTEGER NOT NULL,
-    changed_by TEXT, definition TEXT NOT NULL) WITHOUT ROWID;
+    schedule_id {key_text} PRIMARY KEY, owner TEXT, paused INTEGER NOT NULL,
+    trigger_kind TEXT NOT NULL, trigger TEXT NOT NULL, timezone TEXT NOT NULL,
+    partition INTEGER NOT NULL, at_offset BIGINT NOT NULL, revision INTEGER NOT NULL,
+    changed_at BIGINT NOT NULL, changed_by TEXT, definition TEXT NOT NULL){table_suffix};
 CREATE INDEX IF NOT EXISTS schedules_by_owner ON schedules (owner, schedule_id);
 CREATE INDEX IF NOT EXISTS schedules_by_kind ON schedules (trigger_kind, schedule_id);
 CREATE INDEX IF NOT EXISTS schedules_by_paused ON schedules (paused, schedule_id);
--- Counted as rows come and go: a page never counts a million rows.
 CREATE TABLE IF NOT EXISTS partition_counts (
-    partition INTEGER PRIMARY KEY, schedules INTEGER NOT NULL);
-CREATE TRIGGER IF NOT EXISTS schedule_added AFTER INSERT ON schedules BEGIN
-    INSERT INTO partition_counts VALUES (new.partition, 1)
-    ON CONFLICT (partition) DO UPDATE SET schedules = schedules + 1;
-END;
-CREATE TRIGGER IF NOT EXISTS schedule_removed AFTER DELETE ON schedules BEGIN
-    UPDATE partition_counts SET schedules = schedules - 1 WHERE partition = old.partition;
-END;
+    partition INTEGER PRIMARY KEY, schedules BIGINT NOT NULL);
 CREATE TABLE IF NOT EXISTS labels (
-    key TEXT NOT NULL, value TEXT NOT NULL, schedule_id TEXT NOT NULL,
-    PRIMARY KEY (key, value, schedule_id)) WITHOUT ROWID;
+    key TEXT NOT NULL, value TEXT NOT NULL, schedule_id {key_text} NOT NULL,
+    PRIMARY KEY (key, value, schedule_id)){table_suffix};
 CREATE INDEX IF NOT EXISTS labels_by_schedule ON labels (schedule_id);
 CREATE TABLE IF NOT EXISTS changes (
-    schedule_id TEXT NOT NULL, partition INTEGER NOT NULL, offset INTEGER NOT NULL,
-    change TEXT NOT NULL, revision INTEGER NOT NULL, changed_at INTEGER NOT NULL,
+    schedule_id {key_text} NOT NULL, partition INTEGER NOT NULL, at_offset BIGINT NOT NULL,
+    change TEXT NOT NULL, revision INTEGER NOT NULL, changed_at BIGINT NOT NULL,
     changed_by TEXT, reason TEXT, definition TEXT,
-    PRIMARY KEY (schedule_id, partition, offset)) WITHOUT ROWID;
+    PRIMARY KEY (schedule_id, partition, at_offset)){table_suffix};
 CREATE TABLE IF NOT EXISTS runs (
-    run_id TEXT PRIMARY KEY, schedule_id TEXT NOT NULL, nominal_at INTEGER NOT NULL,
-    fired_at INTEGER, lateness_ms INTEGER, ticker TEXT, status TEXT NOT NULL,
-    attempts INTEGER NOT NULL, executor TEXT, reason TEXT, finished_at INTEGER) WITHOUT ROWID;
+    run_id TEXT PRIMARY KEY, schedule_id {key_text} NOT NULL, nominal_at BIGINT NOT NULL,
+    fired_at BIGINT, lateness_ms BIGINT, ticker TEXT, status TEXT NOT NULL,
+    attempts INTEGER NOT NULL, executor TEXT, reason TEXT, finished_at BIGINT){table_suffix};
 CREATE INDEX IF NOT EXISTS runs_by_schedule ON runs (schedule_id, nominal_at);
+CREATE INDEX IF NOT EXISTS runs_by_nominal ON runs (nominal_at);
 CREATE TABLE IF NOT EXISTS minutes (
-    minute INTEGER PRIMARY KEY, fires INTEGER NOT NULL, lateness TEXT NOT NULL,
-    skipped INTEGER NOT NULL, failed INTEGER NOT NULL, dead_lettered INTEGER NOT NULL,
-    deadline_missed INTEGER NOT NULL);
+    minute BIGINT PRIMARY KEY, fires BIGINT NOT NULL, lateness TEXT NOT NULL,
+    skipped BIGINT NOT NULL, failed BIGINT NOT NULL, dead_lettered BIGINT NOT NULL,
+    deadline_missed BIGINT NOT NULL);
 CREATE TABLE IF NOT EXISTS dead_letters (
-    topic TEXT NOT NULL, partition INTEGER NOT NULL, offset INTEGER NOT NULL,
-    source_topic TEXT NOT NULL, source_partition INTEGER NOT NULL, source_offset INTEGER NOT NULL,
-    error_class TEXT NOT NULL, reason TEXT NOT NULL, dead_lettered_at INTEGER NOT NULL,
-    schedule_id TEXT, PRIMARY KEY (topic, partition, offset)) WITHOUT ROWID;
+    topic TEXT NOT NULL, partition INTEGER NOT NULL, at_offset BIGINT NOT NULL,
+    source_topic TEXT NOT NULL, source_partition INTEGER NOT NULL, source_offset BIGINT NOT NULL,
+    error_class TEXT NOT NULL, reason TEXT NOT NULL, dead_lettered_at BIGINT NOT NULL,
+    schedule_id TEXT, PRIMARY KEY (topic, partition, at_offset)){table_suffix};
 CREATE INDEX IF NOT EXISTS dead_letters_by_time ON dead_letters (dead_lettered_at);
 CREATE TABLE IF NOT EXISTS audits (
-    audit_id INTEGER PRIMARY KEY, requested_at INTEGER NOT NULL, window_from INTEGER NOT NULL,
-    window_to INTEGER NOT NULL, state TEXT NOT NULL, verdict TEXT, report TEXT);
+    audit_id {serial_key}, requested_at BIGINT NOT NULL, window_from BIGINT NOT NULL,
+    window_to BIGINT NOT NULL, state TEXT NOT NULL, verdict TEXT, report TEXT)
 """
 
 # The order of a run's states: a later event never moves a run back to an earlier state, so
@@ -95,10 +92,6 @@ _MINUTE_EVENTS = ("skipped", "failed", "dead_lettered", "deadline_missed")
 
 def epoch_ms(instant: datetime) -> int:
     return int(instant.timestamp() * 1000)
-
-
-class ViewSchemaError(Exception):
-    """The view file was written by a newer console; the message says what to do."""
 
 
 @dataclass(frozen=True)
@@ -138,8 +131,9 @@ class DeadLetterRow:
 class ViewBatch:
     """What one poll of the topics brought, applied at once by `ConsoleView.apply`."""
 
-    upserted: list[ScheduleRow] = field(default_factory=list)
-    deleted: list[str] = field(default_factory=list)
+    schedules: dict[str, ScheduleRow | None] = field(default_factory=dict)
+    """Each schedule's state after the batch: its row, or `None` once deleted (the last record
+    of a schedule in the batch decides)."""
     changes: list[HistoryEvent] = field(default_factory=list)
     fired: list[FiredRun] = field(default_factory=list)
     events: list[RunEventRecord] = field(default_factory=list)
@@ -147,39 +141,64 @@ class ViewBatch:
     offsets: dict[tuple[str, int], int] = field(default_factory=dict)
     """(topic, partition) -> the next offset to read once this batch is applied."""
 
+    def upsert(self, row: ScheduleRow) -> None:
+        self.schedules.pop(row.schedule_id, None)
+        self.schedules[row.schedule_id] = row
+
+    def delete(self, schedule_id: str) -> None:
+        self.schedules.pop(schedule_id, None)
+        self.schedules[schedule_id] = None
+
 
 class ConsoleView:
-    """The SQLite file behind the console: one writer (the follower), many readers (pages)."""
+    """The database behind the console: one writer (the follower), many readers (pages).
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._local = threading.local()
+    `url` is `sqlite:////absolute/path` (the default, in the console's state directory) or
+    `postgresql://user@host:5432/database`.
+    """
+
+    def __init__(self, url: str) -> None:
+        self._connections = Connections(url)
+        self.url = url
+        self.dialect = self._connections.dialect.name
         with self.connection() as db:
-            db.executescript(_SCHEMA)
+            for statement in self._connections.dialect.schema(_SCHEMA):
+                db.execute(statement)
             self._check_version(db)
 
     @contextmanager
-    def connection(self) -> Iterator[sqlite3.Connection]:
-        """This thread's connection; WAL lets pages read while the follower writes."""
-        db: sqlite3.Connection | None = getattr(self._local, "db", None)
-        if db is None:
-            db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=NORMAL")
-            db.execute("PRAGMA cache_size=-65536")
-            self._local.db = db
-        yield db
+    def connection(self) -> Iterator[ViewDb]:
+        """This thread's connection."""
+        with self._connections.connection() as db:
+            yield db
 
-    def _check_version(self, db: sqlite3.Connection) -> None:
+    def reconnect(self) -> None:
+        """Drop this thread's connection (after an error left it in doubt)."""
+        self._connections.drop()
+
+    @contextmanager
+    def transaction(self) -> Iterator[ViewDb]:
+        """A write transaction: committed when the block ends, rolled back if it raises."""
+        with self.connection() as db:
+            db.execute(self._connections.dialect.begin)
+            try:
+                yield db
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
+
+    def _check_version(self, db: ViewDb) -> None:
         found = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
         if found is None:
-            db.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+            db.execute(
+                "INSERT INTO meta VALUES ('schema_version', ?) ON CONFLICT (key) DO NOTHING",
+                (str(SCHEMA_VERSION),),
+            )
         elif int(found[0]) > SCHEMA_VERSION:
-            raise ViewSchemaError(
-                f"{self.path} holds a view of schema {found[0]}, newer than this console's "
-                f"{SCHEMA_VERSION}; upgrade the console, or delete the file to rebuild the view "
-                "from the topics"
+            raise ViewDatabaseError(
+                f"the view holds schema {found[0]}, newer than this console's {SCHEMA_VERSION}; "
+                "upgrade the console, or give it an empty view (it is rebuilt from the topics)"
             )
 
     def offsets(self) -> dict[tuple[str, int], int]:
@@ -189,37 +208,58 @@ class ConsoleView:
 
     def apply(self, batch: ViewBatch) -> None:
         """Write the batch and the offsets it reached in one transaction: all or nothing."""
-        with self.connection() as db:
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                _write_schedules(db, batch)
-                _write_changes(db, batch.changes)
-                _write_runs(db, batch.fired, batch.events)
-                _write_dead_letters(db, batch.dead_letters)
-                db.executemany(
-                    "INSERT INTO offsets VALUES (?, ?, ?) ON CONFLICT (topic, partition) "
-                    "DO UPDATE SET next_offset = excluded.next_offset",
-                    [(topic, p, offset) for (topic, p), offset in batch.offsets.items()],
-                )
-                db.execute("COMMIT")
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
+        with self.transaction() as db:
+            _write_schedules(db, batch.schedules)
+            _write_changes(db, batch.changes)
+            _write_runs(db, batch.fired, batch.events)
+            _write_dead_letters(db, batch.dead_letters)
+            db.executemany(
+                "INSERT INTO offsets VALUES (?, ?, ?) ON CONFLICT (topic, partition) "
+                "DO UPDATE SET next_offset = excluded.next_offset",
+                [(topic, p, offset) for (topic, p), offset in batch.offsets.items()],
+            )
+
+    def prune(self, now_ms: int) -> None:
+        """Forget runs and minutes past what the view keeps (`RUNS_KEPT_MS`, `MINUTES_KEPT_MS`)."""
+        with self.transaction() as db:
+            db.execute("DELETE FROM runs WHERE nominal_at < ?", (now_ms - RUNS_KEPT_MS,))
+            db.execute(
+                "DELETE FROM minutes WHERE minute < ?", ((now_ms - MINUTES_KEPT_MS) // 60_000,)
+            )
 
 
-def _write_schedules(db: sqlite3.Connection, batch: ViewBatch) -> None:
-    gone = [(schedule_id,) for schedule_id in batch.deleted]
-    rewritten = [(row.schedule_id,) for row in batch.upserted]
-    db.executemany("DELETE FROM labels WHERE schedule_id = ?", gone + rewritten)
-    db.executemany("DELETE FROM schedules WHERE schedule_id = ?", gone)
-    # An upsert, not INSERT OR REPLACE: a replace would add to the counts without taking away.
+_CHUNK = 500
+"""Ids per `IN (…)` list: below SQLite's limit on parameters."""
+
+
+def _write_schedules(db: ViewDb, schedules: dict[str, ScheduleRow | None]) -> None:
+    ids = list(schedules)
+    known: dict[str, int] = {}
+    for start in range(0, len(ids), _CHUNK):
+        chunk = ids[start : start + _CHUNK]
+        marks = ",".join("?" * len(chunk))
+        query = f"SELECT schedule_id, partition FROM schedules WHERE schedule_id IN ({marks})"
+        known.update(db.execute(query, chunk).fetchall())
+    counts: dict[int, int] = {}
+    for schedule_id, row in schedules.items():
+        if row is None and schedule_id in known:
+            counts[known[schedule_id]] = counts.get(known[schedule_id], 0) - 1
+        elif row is not None and schedule_id not in known:
+            counts[row.partition] = counts.get(row.partition, 0) + 1
+    db.executemany("DELETE FROM labels WHERE schedule_id = ?", [(i,) for i in ids])
+    db.executemany(
+        "DELETE FROM schedules WHERE schedule_id = ?",
+        [(i,) for i, row in schedules.items() if row is None],
+    )
+    rows = [row for row in schedules.values() if row is not None]
     db.executemany(
         "INSERT INTO schedules VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
         "ON CONFLICT (schedule_id) DO UPDATE SET owner = excluded.owner, "
         "paused = excluded.paused, trigger_kind = excluded.trigger_kind, "
-        "trigger = excluded.trigger, timezone = excluded.timezone, offset = excluded.offset, "
-        "revision = excluded.revision, changed_at = excluded.changed_at, "
-        "changed_by = excluded.changed_by, definition = excluded.definition",
+        "trigger = excluded.trigger, timezone = excluded.timezone, "
+        "at_offset = excluded.at_offset, revision = excluded.revision, "
+        "changed_at = excluded.changed_at, changed_by = excluded.changed_by, "
+        "definition = excluded.definition",
         [
             (
                 r.schedule_id,
@@ -235,18 +275,23 @@ def _write_schedules(db: sqlite3.Connection, batch: ViewBatch) -> None:
                 r.changed_by,
                 r.definition,
             )
-            for r in batch.upserted
+            for r in rows
         ],
     )
     db.executemany(
-        "INSERT OR IGNORE INTO labels VALUES (?, ?, ?)",
-        [(key, value, r.schedule_id) for r in batch.upserted for key, value in r.labels.items()],
+        "INSERT INTO labels VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
+        [(key, value, r.schedule_id) for r in rows for key, value in r.labels.items()],
+    )
+    db.executemany(
+        "INSERT INTO partition_counts VALUES (?, ?) "
+        "ON CONFLICT (partition) DO UPDATE SET schedules = partition_counts.schedules + ?",
+        [(partition, added, added) for partition, added in counts.items() if added],
     )
 
 
-def _write_changes(db: sqlite3.Connection, changes: Iterable[HistoryEvent]) -> None:
+def _write_changes(db: ViewDb, changes: Iterable[HistoryEvent]) -> None:
     db.executemany(
-        "INSERT OR IGNORE INTO changes VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "INSERT INTO changes VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
         [
             (
                 e.schedule_id,
@@ -264,9 +309,7 @@ def _write_changes(db: sqlite3.Connection, changes: Iterable[HistoryEvent]) -> N
     )
 
 
-def _write_runs(
-    db: sqlite3.Connection, fired: list[FiredRun], events: list[RunEventRecord]
-) -> None:
+def _write_runs(db: ViewDb, fired: list[FiredRun], events: list[RunEventRecord]) -> None:
     minutes: dict[int, list[int]] = {}
     firsts = [run for run in fired if run.attempt == 1]
     for run in firsts:
@@ -303,7 +346,7 @@ def _empty_minute() -> list[int]:
     return [0] * (1 + len(LATENESS_BOUNDS_MS) + len(_MINUTE_EVENTS))
 
 
-def _apply_event(db: sqlite3.Connection, event: RunEventRecord) -> None:
+def _apply_event(db: ViewDb, event: RunEventRecord) -> None:
     found = db.execute(
         "SELECT status, attempts FROM runs WHERE run_id = ?", (event.run_id,)
     ).fetchone()
@@ -316,12 +359,14 @@ def _apply_event(db: sqlite3.Connection, event: RunEventRecord) -> None:
         )
         found = ("requested", event.attempt)
     status, attempts = found
-    moves = STATUS_RANK.get(event.kind, 0) >= STATUS_RANK.get(status, 0) or event.attempt > attempts
-    if not moves:
+    rank = STATUS_RANK.get(event.kind, 0)
+    if event.attempt < attempts or (
+        event.attempt == attempts and rank < STATUS_RANK.get(status, 0)
+    ):
         return
     db.execute(
-        "UPDATE runs SET status = ?, attempts = max(attempts, ?), executor = ?, reason = ?, "
-        "finished_at = ? WHERE run_id = ?",
+        "UPDATE runs SET status = ?, attempts = ?, executor = ?, reason = ?, finished_at = ? "
+        "WHERE run_id = ?",
         (
             event.kind,
             event.attempt,
@@ -333,7 +378,8 @@ def _apply_event(db: sqlite3.Connection, event: RunEventRecord) -> None:
     )
 
 
-def _add_minutes(db: sqlite3.Connection, minutes: dict[int, list[int]]) -> None:
+def _add_minutes(db: ViewDb, minutes: dict[int, list[int]]) -> None:
+    buckets = len(LATENESS_BOUNDS_MS)
     for minute, added in minutes.items():
         counts = added
         found = db.execute(
@@ -344,16 +390,18 @@ def _add_minutes(db: sqlite3.Connection, minutes: dict[int, list[int]]) -> None:
         if found is not None:
             before = [found[0], *json.loads(found[1]), *found[2:]]
             counts = [a + b for a, b in zip(before, added, strict=True)]
-        buckets = len(LATENESS_BOUNDS_MS)
         db.execute(
-            "INSERT OR REPLACE INTO minutes VALUES (?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO minutes VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (minute) DO UPDATE "
+            "SET fires = excluded.fires, lateness = excluded.lateness, "
+            "skipped = excluded.skipped, failed = excluded.failed, "
+            "dead_lettered = excluded.dead_lettered, deadline_missed = excluded.deadline_missed",
             (minute, counts[0], json.dumps(counts[1 : 1 + buckets]), *counts[1 + buckets :]),
         )
 
 
-def _write_dead_letters(db: sqlite3.Connection, letters: list[DeadLetterRow]) -> None:
+def _write_dead_letters(db: ViewDb, letters: list[DeadLetterRow]) -> None:
     db.executemany(
-        "INSERT OR IGNORE INTO dead_letters VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "INSERT INTO dead_letters VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
         [
             (
                 d.topic,

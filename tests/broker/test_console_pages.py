@@ -72,7 +72,7 @@ def schedules(now: datetime) -> list[Schedule]:
         Schedule.model_validate(s)
         for s in [
             {"id": "billing.every-minute", "cron": "* * * * *", "owner": "billing",
-             "labels": {"tier": "gold"}, "job": job},
+             "labels": {"tier": "gold", "note": "<b>bold</b>"}, "job": job},
             {"id": "billing.nightly", "cron": "0 3 * * *", "owner": "billing", "job": job},
             # Its next fires cross New York's spring-forward: 02:30 does not exist on 14 March.
             {"id": "ops.new-york-0230", "cron": "30 2 * * *", "timezone": "America/New_York",
@@ -133,6 +133,9 @@ def _the_schedules_list(browser: WebDriver, base: str) -> None:
         "ops.paused",
     ]
     assert "4 schedules in the view" in browser.find_element(By.ID, "view-status").text
+    # A label is text, never markup.
+    assert "note=<b>bold</b>" in browser.find_element(By.ID, "schedules").text
+    assert not browser.find_elements(By.CSS_SELECTOR, "#schedules b")
     browser.find_element(By.NAME, "label").send_keys("tier=gold")
     browser.find_element(By.CSS_SELECTOR, "form.filters button").click()
     shown = browser.find_elements(By.CSS_SELECTOR, "#schedules tr td:first-child a")

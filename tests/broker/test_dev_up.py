@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -22,6 +23,8 @@ def test_dev_up_shows_a_run_succeeding_and_leaves_nothing_running(tmp_path: Path
             "1",
             "--timeout",
             "150",
+            "--console-listen",
+            "127.0.0.1:0",
         ],
         capture_output=True,
         text=True,
@@ -30,6 +33,7 @@ def test_dev_up_shows_a_run_succeeding_and_leaves_nothing_running(tmp_path: Path
     )
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
     assert "applied 2 schedules" in result.stdout
+    assert re.search(r"console http://127\.0\.0\.1:\d+ \(read-only\)", result.stdout)
     assert "succeeded     sample." in result.stdout
     assert "stopped everything dev up started" in result.stdout
     leftovers = subprocess.run(
