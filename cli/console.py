@@ -13,6 +13,7 @@ from kairos.cli.audit import as_document, audit_window
 from kairos.cli.options import LogLevelOption, fail, service_arguments, service_kafka_settings
 from kairos.cli.partitions import GroupOption
 from kairos.core.errors import KairosError
+from kairos.services.console.actions import Users
 from kairos.services.console.audits import AuditRunner
 from kairos.services.console.server import run_console
 from kairos.streams.settings import KafkaSettings
@@ -41,6 +42,15 @@ _ViewUrlOption = Annotated[
         show_default=False,
     ),
 ]
+_UsersFileOption = Annotated[
+    Path | None,
+    typer.Option(
+        envvar="KAIROS_CONSOLE_USERS_FILE",
+        help="name:token lines of who may pause, resume and trigger from the console (chmod "
+        "600); without it the console is read-only.",
+        show_default=False,
+    ),
+]
 
 
 def listen_address(text: str) -> tuple[str, int]:
@@ -56,6 +66,7 @@ def console(
     listen: _ListenOption = DEFAULT_LISTEN,
     group_id: GroupOption = None,
     view_url: _ViewUrlOption = None,
+    users_file: _UsersFileOption = None,
     log_level: LogLevelOption = "INFO",
 ) -> None:
     """Serve the web console and JSON API: schedules, runs, partitions, activity and audits."""
@@ -63,6 +74,7 @@ def console(
     host, port = listen_address(listen)
     settings = service_kafka_settings(context)
     try:
+        users = None if users_file is None else Users.load(users_file)
         run_console(
             settings,
             state_dir,
@@ -71,6 +83,7 @@ def console(
             audit_runner=_auditor(settings),
             group_id=group_id,
             view_url=view_url,
+            users=users,
         )
     except KairosError as error:
         raise fail(str(error)) from error
@@ -88,6 +101,9 @@ def _auditor(settings: KafkaSettings) -> AuditRunner:
     return audit
 
 
-def console_arguments(settings: KafkaSettings, state_dir: Path, listen: str) -> list[str]:
+def console_arguments(
+    settings: KafkaSettings, state_dir: Path, listen: str, users_file: Path | None = None
+) -> list[str]:
     """The `kairos` arguments of a console of this deployment."""
-    return service_arguments("console", settings, None, state_dir, [("--listen", listen)])
+    flags = [("--listen", listen), ("--users-file", users_file)]
+    return service_arguments("console", settings, None, state_dir, flags)

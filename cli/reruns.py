@@ -24,8 +24,8 @@ from kairos.cli.schedules import (
 from kairos.core.audit import parse_time
 from kairos.core.errors import KairosError
 from kairos.core.rerun_request import RerunKind, RerunRequest
-from kairos.core.reruns import MAX_BACKFILL_RUNS, rerun_occurrences
-from kairos.core.run_id import check_request_id, format_instant, rerun_id
+from kairos.core.reruns import MAX_BACKFILL_RUNS, rerun_occurrences, rerun_request
+from kairos.core.run_id import format_instant, rerun_id
 from kairos.core.schedule import OverlapPolicy, Schedule
 from kairos.streams.schedule_publisher import SchedulesClient
 
@@ -143,27 +143,18 @@ def _request(
     reason: str | None,
     requested: tuple[str, datetime],
 ) -> RerunRequest:
-    start, end = instants
-    requested_by, requested_at = requested
-    stamp = [format_instant(start).replace("-", "").replace(":", "")]
-    if kind is RerunKind.BACKFILL:
-        stamp.append(format_instant(end).replace("-", "").replace(":", ""))
-    chosen_id = request_id or "-".join([kind.value, *stamp])
     try:
-        check_request_id(chosen_id)
+        return rerun_request(
+            schedule_id,
+            kind,
+            instants,
+            request_id=request_id,
+            overlap=overlap,
+            reason=reason,
+            requested=requested,
+        )
     except KairosError as error:
         raise fail(f"--request-id: {error}", code=2) from None
-    return RerunRequest(
-        request_id=chosen_id,
-        schedule_id=schedule_id,
-        kind=kind,
-        start=start,
-        end=end,
-        overlap=overlap,
-        requested_by=requested_by,
-        requested_at=requested_at,
-        reason=reason,
-    )
 
 
 def _publish(

@@ -26,8 +26,8 @@ from datetime import datetime, timedelta
 from kairos.core.calendar_rules import CalendarLookup, next_occurrence
 from kairos.core.firing import Action, Decision, ScheduleState
 from kairos.core.rerun_request import RerunKind, RerunProgress, RerunRequest
-from kairos.core.run_id import rerun_id
-from kairos.core.schedule import Schedule
+from kairos.core.run_id import check_request_id, format_instant, rerun_id
+from kairos.core.schedule import OverlapPolicy, Schedule
 
 REMEMBERED_REQUESTS = 64
 """Completed request ids a schedule remembers, so that a retried request fires nothing."""
@@ -102,3 +102,35 @@ def take_rerun(
         )
     remembered = (*state.reruns_done, request.request_id)[-REMEMBERED_REQUESTS:]
     return RerunOutcome(replace(state, rerun=None, reruns_done=remembered), decisions, done=True)
+
+
+def rerun_request(
+    schedule_id: str,
+    kind: RerunKind,
+    instants: tuple[datetime, datetime],
+    *,
+    request_id: str | None,
+    overlap: OverlapPolicy | None,
+    reason: str | None,
+    requested: tuple[str, datetime],
+) -> RerunRequest:
+    """The request for the occurrences from `instants[0]` through `instants[1]`, asked by
+    `requested` (who, when). Without a `request_id`, it is named after its kind and instants, so
+    that asking twice for the same runs is one request; raises `KairosError` for an invalid id."""
+    start, end = instants
+    requested_by, requested_at = requested
+    stamp = [format_instant(start).replace("-", "").replace(":", "")]
+    if kind is RerunKind.BACKFILL:
+        stamp.append(format_instant(end).replace("-", "").replace(":", ""))
+    chosen_id = check_request_id(request_id or "-".join([kind.value, *stamp]))
+    return RerunRequest(
+        request_id=chosen_id,
+        schedule_id=schedule_id,
+        kind=kind,
+        start=start,
+        end=end,
+        overlap=overlap,
+        requested_by=requested_by,
+        requested_at=requested_at,
+        reason=reason,
+    )

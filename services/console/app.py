@@ -22,6 +22,7 @@ from starlette.templating import Jinja2Templates
 
 from kairos.core.audit import TimeArgumentError, parse_time
 from kairos.services.console import audits, documents, queries
+from kairos.services.console.acting import Acting, ActionDoor
 from kairos.services.console.audits import AuditJobs
 from kairos.services.console.follower import ViewFollower
 from kairos.services.console.herd import ComingHerd, herd_document
@@ -29,6 +30,7 @@ from kairos.services.console.plots import Series, plot_svg
 from kairos.services.console.view import ConsoleView
 
 API = "/api/v1"
+POST = ["POST"]
 MAX_HOURS = 24 * 7
 _TEMPLATES = Jinja2Templates(directory=str(Path(__file__).parent / "templates"))
 
@@ -42,6 +44,8 @@ class Console:
     group: documents.LiveGroup
     audits: AuditJobs
     herd: ComingHerd
+    actions: ActionDoor | None = None
+    """`None`: read-only, the default."""
     clock: Callable[[], datetime] = lambda: datetime.now(UTC)
 
 
@@ -52,7 +56,11 @@ class BadRequestError(ValueError):
 def build_app(console: Console) -> Starlette:
     pages = Pages(console)
     api = Api(console)
+    acting = Acting(console)
     routes = [
+        Route("/login", acting.login),
+        Route("/schedules/{schedule_id:path}/actions/{action}", acting.page, methods=POST),
+        Route(f"{API}/schedules/{{schedule_id:path}}/actions/{{action}}", acting.api, methods=POST),
         Route("/", lambda _r: RedirectResponse("/schedules", status_code=303)),
         Route("/schedules", pages.schedules),
         Route("/schedules/{schedule_id:path}", pages.schedule),
@@ -269,7 +277,13 @@ class Pages:
         if found is None:
             message = f"No schedule {schedule_id!r} in the view: never published, or deleted."
             return self._problem(request, message, 404)
-        return self._render(request, "schedule.html", page=found)
+        return self._render(
+            request,
+            "schedule.html",
+            page=found,
+            actions=self._console.actions is not None,
+            done=request.query_params.get("done"),
+        )
 
     def partitions(self, request: Request) -> Response:
         return self._render(request, "partitions.html", group=self._console.group.document())

@@ -10,6 +10,8 @@ from types import FrameType
 
 import uvicorn
 
+from kairos.services.console.acting import ActionDoor
+from kairos.services.console.actions import Users
 from kairos.services.console.app import Console, build_app
 from kairos.services.console.audits import AuditJobs, AuditRunner
 from kairos.services.console.database import SQLITE_SCHEME, shown_url
@@ -42,14 +44,17 @@ def run_console(
     audit_runner: AuditRunner,
     group_id: str | None = None,
     view_url: str | None = None,
+    users: Users | None = None,
 ) -> None:
     """Serve until a signal. The view (by default a SQLite file in `state_dir`, else at
-    `view_url`) survives, and is resumed where it was next time."""
+    `view_url`) survives, and is resumed where it was next time. With `users`, they may act
+    (pause, resume, trigger); without, the console is read-only."""
     view = ConsoleView(view_url or f"{SQLITE_SCHEME}{(state_dir / VIEW_FILE).resolve()}")
     follower = ViewFollower(settings, view)
     audits = AuditJobs(view, audit_runner)
     group = LiveGroup(settings, group_id or settings.deployment_id(TICKER_GROUP))
-    console = Console(view, follower, group, audits, ComingHerd(view))
+    door = None if users is None else ActionDoor(users, settings)
+    console = Console(view, follower, group, audits, ComingHerd(view), door)
     follower.start()
     server = _Server(uvicorn.Config(build_app(console), host=host, port=port, log_level="warning"))
     # Bound here, so that port 0 takes a free port and the address is logged once it listens:
@@ -57,7 +62,12 @@ def run_console(
     listening = socket.create_server((host, port))
     bound_host, bound_port = listening.getsockname()[:2]
     logger.info("console view %s, following %s", shown_url(view.url), settings.bootstrap_servers)
-    logger.info("console serving on http://%s:%d", bound_host, bound_port)
+    logger.info(
+        "console serving on http://%s:%d (%s)",
+        bound_host,
+        bound_port,
+        "read-only" if users is None else f"actions allowed to {len(users.tokens)} user(s)",
+    )
     try:
         server.run(sockets=[listening])
     finally:

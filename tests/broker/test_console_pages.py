@@ -3,6 +3,7 @@ executor and console process. Each check is what the page shows: texts, links, p
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import signal
@@ -28,10 +29,25 @@ from tests.processes import ServiceProcess, start_executor, start_ticker
 SERVING = re.compile(r"console serving on (http://\S+)")
 
 
-def start_console(settings: KafkaSettings, state_dir: Path, log_dir: Path) -> ServiceProcess:
-    return ServiceProcess(
-        console_arguments(settings, state_dir, "127.0.0.1:0"), log_dir / "console.log"
+TOKEN = "a-token-of-the-right-length"
+
+
+def start_console(
+    settings: KafkaSettings, state_dir: Path, log_dir: Path, users_file: Path | None = None
+) -> ServiceProcess:
+    arguments = console_arguments(settings, state_dir, "127.0.0.1:0", users_file)
+    return ServiceProcess(arguments, log_dir / "console.log")
+
+
+def post(base: str, path: str, headers: dict[str, str] | None = None) -> tuple[int, Any]:
+    request = urllib.request.Request(
+        base + path, data=b'{"reason": "test"}', headers=headers or {}, method="POST"
     )
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, json.load(response)
+    except urllib.error.HTTPError as error:
+        return error.code, json.load(error)
 
 
 def address_of(console: ServiceProcess, after: int = 0) -> str:
@@ -108,15 +124,20 @@ def test_a_person_reads_schedules_runs_partitions_activity_and_an_audit(
         _the_partitions_page(browser, base)
         _the_activity_page(browser, base)
         _an_audit_window(browser, base, first_run["nominal_at"])
+        _read_only_by_default(browser, base)
         fires_before = _fires_in_minute(base, first_run["fired_at"])
         console.signal(signal.SIGTERM)
         assert console.process.wait(timeout=30) == 0, console.log()[-3000:]
-        console = start_console(kafka_settings, tmp_path / "console", tmp_path)
+        users = tmp_path / "users"
+        users.write_text(f"alice:{TOKEN}\n")
+        users.chmod(0o600)
+        console = start_console(kafka_settings, tmp_path / "console", tmp_path, users)
         processes.append(console)
         restarted = address_of(console, after=1)
         # The view survived: what it held is there at once, and nothing was applied twice.
         assert api(restarted, "/api/v1/status")["schedules"] == 4
         assert _fires_in_minute(restarted, first_run["fired_at"]) == fires_before
+        _acting_as_alice(browser, restarted)
     finally:
         for process in processes:
             if process.process.poll() is None:
@@ -217,6 +238,42 @@ def _an_audit_window(browser: WebDriver, base: str, nominal_at: str) -> None:
     assert browser.find_element(By.ID, "verdict").text == "Verdict: holds"
     totals = browser.find_element(By.ID, "totals").text
     assert totals.split("\n")[1].split()[:4] == ["1", "1", "0", "0"], totals
+
+
+def _read_only_by_default(browser: WebDriver, base: str) -> None:
+    status, answer = post(base, "/api/v1/schedules/ops.paused/actions/resume")
+    assert (status, answer["error"][:25]) == (403, "the console is read-only;")
+    browser.get(base + "/schedules/ops.paused")
+    assert not browser.find_elements(By.ID, "actions")
+
+
+def _acting_as_alice(browser: WebDriver, base: str) -> None:
+    resume = "/api/v1/schedules/ops.paused/actions/resume"
+    status, _ = post(base, resume)
+    assert status == 401, "an action without credentials"
+    alice = "Basic " + base64.b64encode(f"alice:{TOKEN}".encode()).decode()
+    status, _ = post(
+        base,
+        resume,
+        {"Authorization": "Basic " + base64.b64encode(b"alice:guess-guess-guess").decode()},
+    )
+    assert status == 401, "a wrong token"
+    status, _ = post(base, resume, {"Authorization": alice, "Origin": "http://elsewhere.example"})
+    assert status == 403, "a form posted from another site"
+    browser.get(base.replace("http://", f"http://alice:{TOKEN}@") + "/login")
+    browser.get(base + "/schedules/ops.paused")
+    form = browser.find_element(By.ID, "actions")
+    form.find_element(By.NAME, "reason").send_keys("back to work")
+    form.find_element(By.ID, "action-resume").click()
+    assert browser.find_element(By.ID, "done").text.startswith("Done: resumed ops.paused")
+
+    def resumed() -> bool:
+        browser.get(base + "/schedules/ops.paused")
+        return bool(browser.find_elements(By.CSS_SELECTOR, "#summary td.active"))
+
+    eventually(resumed, timeout_s=30, message="the resume did not reach the view")
+    changes = browser.find_element(By.ID, "changes").text
+    assert "alice via console" in changes and "back to work" in changes
 
 
 def _fires_in_minute(base: str, fired_at: str) -> int:
