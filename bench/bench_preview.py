@@ -22,7 +22,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 from bench.common import deployment, publish
-from kairos.cli.preview_histogram import HistogramTooLargeError, count_fires
+from kairos.core.preview_histogram import HistogramTooLargeError, count_fires
 from kairos.core.schedule import Schedule
 
 START = datetime(2027, 3, 14, tzinfo=UTC)

@@ -18,13 +18,13 @@ from kairos.cli.options import fail, kafka_settings
 from kairos.cli.output import JsonAliasOption, OutputOption, as_yaml, chosen, render, table_lines
 from kairos.cli.partitions import GroupOption
 from kairos.cli.preview_calendars import preview_calendars
-from kairos.cli.preview_listing import MARKS, heading, occurrence_line, upcoming
 from kairos.cli.reading import TIME_HELP, history_reader, instant_option, text
 from kairos.cli.runs import run_summaries
 from kairos.core.audit import HistoryEvent
 from kairos.core.calendar import never_fires_reason
 from kairos.core.calendar_rules import Planned
 from kairos.core.errors import KairosError
+from kairos.core.preview_listing import MARKS, heading, occurrence_line, upcoming
 from kairos.core.schedule import Schedule
 from kairos.streams.history import HistoryReader
 from kairos.streams.partition_status import PartitionStatusError, read_group_status

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -11,11 +11,12 @@ from rich.table import Table
 
 from kairos.cli.options import fail, kafka_settings
 from kairos.cli.output import JsonAliasOption, OutputOption, chosen, render
-from kairos.cli.reading import text, wide_console
+from kairos.cli.reading import wide_console
 from kairos.streams.partition_status import (
     GroupStatus,
     PartitionStatus,
     PartitionStatusError,
+    group_status_document,
     read_group_status,
 )
 from kairos.streams.settings import TICKER_GROUP
@@ -47,51 +48,9 @@ def partitions(
         status = read_group_status(settings, group_id or settings.deployment_id(TICKER_GROUP))
     except PartitionStatusError as error:
         raise fail(f"{error} (broker {settings.bootstrap_servers})") from None
-    render(as_document(status), chosen_output, lambda: _print(status, wide_console()))
+    render(group_status_document(status), chosen_output, lambda: _print(status, wide_console()))
     if status.unowned:
         raise typer.Exit(1)
-
-
-def as_document(status: GroupStatus) -> dict[str, Any]:
-    return {
-        "group_id": status.group_id,
-        "topic": status.topic,
-        "state": status.state,
-        "members": [
-            {
-                "instance": m.instance,
-                "member_id": m.member_id,
-                "host": m.host,
-                "partitions": list(m.partitions),
-            }
-            for m in status.members
-        ],
-        "partitions": [_partition_document(p) for p in status.partitions],
-        "unowned": status.unowned,
-    }
-
-
-def _partition_document(p: PartitionStatus) -> dict[str, Any]:
-    info = p.ownership
-    return {
-        "partition": p.partition,
-        "owner": p.owner,
-        "owner_host": p.owner_host,
-        "committed_offset": p.committed_offset,
-        "end_offset": p.end_offset,
-        "lag": p.lag,
-        "changelog_end_offset": p.changelog_end_offset,
-        "changelog_offset": info.changelog_offset if info else None,
-        "changelog_lag": p.changelog_lag,
-        # The rest is what the last committing owner reported, which after a handover may be
-        # the previous owner: `reported_by` names it.
-        "reported_by": info.instance if info else None,
-        "reported_host": info.host if info else None,
-        "since": text(info.since) if info else None,
-        "schedules": info.schedules if info else None,
-        "next_due": text(info.next_due) if info else None,
-        "last_fire_lateness_ms": info.last_fire_lateness_ms if info else None,
-    }
 
 
 def _print(status: GroupStatus, console: Console) -> None:

@@ -15,13 +15,6 @@ import typer
 
 from kairos.cli.options import fail
 from kairos.cli.preview_calendars import preview_calendars
-from kairos.cli.preview_histogram import (
-    LONGEST_HORIZON,
-    count_fires,
-    histogram_json,
-    histogram_text,
-)
-from kairos.cli.preview_listing import heading, occurrence_line, runs_json, upcoming
 from kairos.cli.preview_sources import PreviewInputError, file_schedules, published_schedules
 from kairos.core import limits
 from kairos.core.audit import TimeArgumentError, parse_time
@@ -29,6 +22,13 @@ from kairos.core.calendar import never_fires_reason
 from kairos.core.calendar_rules import CalendarLookup
 from kairos.core.durations import format_duration, parse_duration
 from kairos.core.errors import KairosError
+from kairos.core.preview_histogram import (
+    LONGEST_HORIZON,
+    count_fires,
+    histogram_json,
+    histogram_text,
+)
+from kairos.core.preview_listing import heading, occurrence_line, runs_json, upcoming
 from kairos.core.schedule import Schedule
 
 DEFAULT_COUNT = 5

@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 from concurrent.futures import TimeoutError as FutureTimeoutError
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from confluent_kafka import (
@@ -27,6 +28,7 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from kairos.core.errors import KairosError
+from kairos.core.run_id import format_instant
 from kairos.streams.ownership import OwnershipInfo
 from kairos.streams.settings import KafkaSettings
 from kairos.streams.topics import TopicRole
@@ -226,3 +228,50 @@ def _result(future: Any, what: str, timeout_s: float) -> Any:
         raise PartitionStatusError(
             what, f"the broker did not answer within {timeout_s:g}s"
         ) from None
+
+
+def group_status_document(status: GroupStatus) -> dict[str, Any]:
+    """`kairos partitions --json`'s document, which the console's API serves too."""
+    return {
+        "group_id": status.group_id,
+        "topic": status.topic,
+        "state": status.state,
+        "members": [
+            {
+                "instance": m.instance,
+                "member_id": m.member_id,
+                "host": m.host,
+                "partitions": list(m.partitions),
+            }
+            for m in status.members
+        ],
+        "partitions": [_partition_document(p) for p in status.partitions],
+        "unowned": status.unowned,
+    }
+
+
+def _partition_document(p: PartitionStatus) -> dict[str, Any]:
+    info = p.ownership
+    return {
+        "partition": p.partition,
+        "owner": p.owner,
+        "owner_host": p.owner_host,
+        "committed_offset": p.committed_offset,
+        "end_offset": p.end_offset,
+        "lag": p.lag,
+        "changelog_end_offset": p.changelog_end_offset,
+        "changelog_offset": info.changelog_offset if info else None,
+        "changelog_lag": p.changelog_lag,
+        # The rest is what the last committing owner reported, which after a handover may be
+        # the previous owner: `reported_by` names it.
+        "reported_by": info.instance if info else None,
+        "reported_host": info.host if info else None,
+        "since": _text(info.since) if info else None,
+        "schedules": info.schedules if info else None,
+        "next_due": _text(info.next_due) if info else None,
+        "last_fire_lateness_ms": info.last_fire_lateness_ms if info else None,
+    }
+
+
+def _text(instant: datetime | None) -> str | None:
+    return None if instant is None else format_instant(instant)

@@ -13,16 +13,15 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from kairos.cli.partitions import as_document as partitions_document
-from kairos.cli.preview_listing import MARKS, upcoming
 from kairos.core.calendar import never_fires_reason
 from kairos.core.calendar_rules import uses_calendars
 from kairos.core.errors import KairosError
+from kairos.core.preview_listing import MARKS, upcoming
 from kairos.core.schedule import Schedule
 from kairos.services.console import queries
 from kairos.services.console.lateness import OVER_AN_HOUR, merged, percentile_ms
 from kairos.services.console.view import ConsoleView
-from kairos.streams.partition_status import read_group_status
+from kairos.streams.partition_status import group_status_document, read_group_status
 from kairos.streams.settings import KafkaSettings
 
 _GROUP_FRESH_S = 5.0
@@ -50,7 +49,7 @@ class LiveGroup:
             if time.monotonic() - self._read_at >= _GROUP_FRESH_S:
                 try:
                     status = read_group_status(self._settings, self._group_id)
-                    self._document = partitions_document(status)
+                    self._document = group_status_document(status)
                 except KairosError as error:
                     self._document = {"group_id": self._group_id, "error": str(error)}
                 self._read_at = time.monotonic()

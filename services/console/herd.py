@@ -13,8 +13,8 @@ import threading
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from kairos.cli.preview_histogram import Histogram, count_fires
 from kairos.core.errors import KairosError
+from kairos.core.preview_histogram import Histogram, count_fires
 from kairos.core.schedule import Schedule
 from kairos.services.console.view import ConsoleView
 

@@ -12,7 +12,7 @@ from typer.testing import CliRunner, Result
 
 from kairos.cli.app import app
 from kairos.cli.preview_calendars import preview_calendars
-from kairos.cli.preview_histogram import count_fires
+from kairos.core.preview_histogram import count_fires
 from kairos.core.schedule import parse_schedule
 
 pytestmark = pytest.mark.unit

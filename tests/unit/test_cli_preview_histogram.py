@@ -13,8 +13,8 @@ import yaml
 from typer.testing import CliRunner, Result
 
 from kairos.cli.app import app
-from kairos.cli.preview_histogram import HistogramTooLargeError, count_fires
 from kairos.core.calendar import fire_instant_with_jitter
+from kairos.core.preview_histogram import HistogramTooLargeError, count_fires
 from kairos.core.schedule import Schedule
 
 FROM = "2027-03-14T00:00:00Z"

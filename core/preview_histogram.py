@@ -167,7 +167,9 @@ def count_fires(
     groups: dict[str, list[Schedule]] = {}
     for schedule in active:
         if uses_calendars(schedule):
-            _count_calendar_runs(histogram.minutes, schedule, start, end, spending, calendars)
+            _count_calendar_runs(
+                histogram.minutes, schedule, start, end, spending, calendars=calendars
+            )
             continue
         groups.setdefault(_calendar_key(schedule), []).append(schedule)
     for members in groups.values():
@@ -220,6 +222,7 @@ def _count_calendar_runs(
     start: datetime,
     end: datetime,
     spending: _Budget,
+    *,
     calendars: CalendarLookup | None,
 ) -> None:
     due: Counter[int] = Counter()
