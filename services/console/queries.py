@@ -51,11 +51,21 @@ def list_schedules(
     """Up to `limit` schedules past `after` in id order, with their labels."""
     where = ["s.schedule_id > ?"]
     params: list[Any] = [after]
-    source = "schedules s"
-    if chosen.label is not None:
+    source, order = "schedules s", "s.schedule_id"
+    if chosen.label is not None and chosen.owner is None:
+        # Walked in the labels' key order (key, value, schedule_id): ordering by the schedules'
+        # column instead would sort every schedule carrying the label.
         source = "labels l JOIN schedules s ON s.schedule_id = l.schedule_id"
+        order = "l.schedule_id"
         where += ["l.key = ?", "l.value = ?", "l.schedule_id > ?"]
         params += [*chosen.label, after]
+    elif chosen.label is not None:
+        # With an owner, its schedules (one team's, the fewer) are walked and each label checked.
+        where.append(
+            "EXISTS (SELECT 1 FROM labels l WHERE l.key = ? AND l.value = ? "
+            "AND l.schedule_id = s.schedule_id)"
+        )
+        params += [*chosen.label]
     if chosen.prefix:
         # A range on the primary key: `LIKE` would not use the index for ids holding `_`.
         where += ["s.schedule_id >= ?", "s.schedule_id < ?"]
@@ -70,8 +80,7 @@ def list_schedules(
         where.append("s.trigger_kind = ?")
         params.append(chosen.trigger_kind)
     query = (
-        f"SELECT {_LIST_COLUMNS} FROM {source} WHERE {' AND '.join(where)} "
-        "ORDER BY s.schedule_id LIMIT ?"
+        f"SELECT {_LIST_COLUMNS} FROM {source} WHERE {' AND '.join(where)} ORDER BY {order} LIMIT ?"
     )
     with view.connection() as db:
         rows = db.execute(query, [*params, limit]).fetchall()
