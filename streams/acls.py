@@ -14,6 +14,7 @@ from enum import StrEnum
 
 from kairos.streams.settings import (
     CALENDAR_READERS_GROUP,
+    CONSOLE_READERS_GROUP,
     EXECUTOR_GROUP,
     HISTORY_READERS_GROUP,
     RESTORE_GROUP,
@@ -31,6 +32,7 @@ class Role(StrEnum):
     PRODUCER = "producer"
     AUDITOR = "auditor"
     OPERATOR = "operator"
+    CONSOLE = "console"
 
 
 class Resource(StrEnum):
@@ -79,6 +81,7 @@ class DeploymentNames:
     schedule_readers_group: str
     history_readers_group: str
     calendar_readers_group: str
+    console_readers_group: str
 
     @classmethod
     def of(
@@ -97,6 +100,7 @@ class DeploymentNames:
             schedule_readers_group=kafka.deployment_id(SCHEDULE_READERS_GROUP),
             history_readers_group=kafka.deployment_id(HISTORY_READERS_GROUP),
             calendar_readers_group=kafka.deployment_id(CALENDAR_READERS_GROUP),
+            console_readers_group=kafka.deployment_id(CONSOLE_READERS_GROUP),
         )
 
 
@@ -252,10 +256,34 @@ def _operator(names: DeploymentNames) -> list[Grant]:
     ]
 
 
+def _console(names: DeploymentNames) -> list[Grant]:
+    """The auditor's reads (the console runs `audit verify`), the dead letters, its own readers'
+    group, and the tickers' group to show who owns what. Actions need the producer's too."""
+    return [
+        *_auditor(names),
+        _topic(names, TopicRole.DEAD_LETTERS, Operation.READ, "show the dead letters"),
+        _reader_group(names.console_readers_group),
+        Grant(
+            Resource.GROUP,
+            names.ticker_group,
+            Pattern.LITERAL,
+            Operation.DESCRIBE,
+            "the partitions page: the tickers' members and committed offsets",
+        ),
+        _topic(
+            names,
+            TopicRole.CHANGELOG,
+            Operation.DESCRIBE,
+            "the partitions page: each changelog partition's end offset",
+        ),
+    ]
+
+
 _GRANTS = {
     Role.TICKER: _ticker,
     Role.EXECUTOR: _executor,
     Role.PRODUCER: _producer,
     Role.AUDITOR: _auditor,
     Role.OPERATOR: _operator,
+    Role.CONSOLE: _console,
 }

@@ -32,6 +32,7 @@ RESTORE_GROUP = "restore-"
 SCHEDULE_READERS_GROUP = "schedule-readers"
 HISTORY_READERS_GROUP = "history-readers"
 CALENDAR_READERS_GROUP = "calendar-readers"
+CONSOLE_READERS_GROUP = "console-readers"
 """The group ids of the assigned (never joined) consumers of `kairos apply`, `kairos schedules`,
 the audit and the calendars readers (tickers, `kairos calendars`, the audit): confluent-kafka
 requires one, and librdkafka looks its coordinator up."""

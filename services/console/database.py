@@ -9,13 +9,14 @@ connection in autocommit mode, so the follower writes while pages read (SQLite i
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, cast
+from typing import IO, Any, Protocol, cast
 
 from kairos.core.errors import KairosError
 
@@ -123,6 +124,7 @@ class Connections:
                 "postgresql://user@host:5432/database"
             )
         self._local = threading.local()
+        self._lock_file: IO[str] | None = None
 
     @contextmanager
     def connection(self) -> Iterator[ViewDb]:
@@ -131,6 +133,26 @@ class Connections:
             db = ViewDb(self._connect(), self.dialect.placeholder)
             self._local.db = db
         yield db
+
+    def take_follower_lock(self) -> bool:
+        """Whether this thread now holds the view's follower lock: one console follows the
+        topics into a view, any number read it. Held until this thread's connection closes
+        (PostgreSQL: a session advisory lock) or the process ends (SQLite: a lock file)."""
+        if self._path is None:
+            with self.connection() as db:
+                row = db.execute(
+                    "SELECT pg_try_advisory_lock(hashtextextended('kairos-console-follower', 0))"
+                ).fetchone()
+            return bool(row[0])
+        if self._lock_file is None:
+            lock_file = (self._path.parent / (self._path.name + ".follower")).open("a")
+            try:
+                fcntl.flock(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                lock_file.close()
+                return False
+            self._lock_file = lock_file
+        return True
 
     def drop(self) -> None:
         db: ViewDb | None = getattr(self._local, "db", None)

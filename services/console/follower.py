@@ -41,12 +41,11 @@ from kairos.streams.schedule_events import (
     ScheduleUpserted,
     read_schedule_message,
 )
-from kairos.streams.settings import KafkaSettings
+from kairos.streams.settings import CONSOLE_READERS_GROUP, KafkaSettings
 from kairos.streams.topics import TopicRole
 
 logger = logging.getLogger(__name__)
 
-CONSOLE_READERS_GROUP = "console-readers"
 FOLLOWED = (TopicRole.SCHEDULES, TopicRole.RUNS, TopicRole.RUN_EVENTS, TopicRole.DEAD_LETTERS)
 _BATCH = 5_000
 PRUNE_EVERY_S = 600.0
@@ -104,6 +103,11 @@ class ViewFollower:
             consumer.close()
 
     def _follow(self, consumer: Consumer) -> None:
+        # Two followers of one view would each count every fire in the activity.
+        while not self._view.take_follower_lock():
+            self.error = "another console follows the topics into this view; this one reads it"
+            if self._stop.wait(5):
+                return
         self._assign(consumer)
         pruned_at = 0.0
         while not self._stop.is_set():

@@ -172,6 +172,9 @@ class ConsoleView:
         with self._connections.connection() as db:
             yield db
 
+    def take_follower_lock(self) -> bool:
+        return self._connections.take_follower_lock()
+
     def reconnect(self) -> None:
         """Drop this thread's connection (after an error left it in doubt)."""
         self._connections.drop()

@@ -215,3 +215,12 @@ def test_a_view_url_of_another_kind_is_refused_with_the_two_forms() -> None:
     with pytest.raises(ViewDatabaseError, match="neither sqlite:////") as refused:
         ConsoleView("mysql://root:secret@db/kairos")
     assert "secret" not in str(refused.value)
+
+
+def test_one_console_follows_into_a_view_and_others_only_read_it(
+    view: ConsoleView, tmp_path: Path
+) -> None:
+    second = ConsoleView(view.url)
+    assert view.take_follower_lock()
+    assert view.take_follower_lock(), "the holder keeps it"
+    assert not second.take_follower_lock()
