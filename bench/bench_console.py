@@ -84,11 +84,12 @@ def rows(size: int) -> Iterator[ViewBatch]:
                     labels={"tier": ("gold", "silver", "bronze")[n % 3], "region": f"r{n % 7}"},
                 )
             )
-            batch.changes.append(
-                HistoryEvent(
-                    schedule.id, n % 12, n // 12, "upserted", schedule, NOW, "bench", None, 0
-                )
+            stored = batch.schedules[schedule.id]
+            assert stored is not None
+            change = HistoryEvent(
+                schedule.id, n % 12, n // 12, "upserted", schedule, NOW, "bench", None, 0
             )
+            batch.changes.append((change, stored.definition))
             nominal = NOW - timedelta(minutes=n % 1440)
             batch.fired.append(
                 FiredRun(

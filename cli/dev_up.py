@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -24,7 +25,7 @@ import typer
 from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient
 
-from kairos.cli.console import DEFAULT_LISTEN, console_arguments
+from kairos.cli.console import DEFAULT_LISTEN, console_arguments, listen_address
 from kairos.cli.executor import executor_arguments
 from kairos.cli.options import fail
 from kairos.cli.ticker import ticker_arguments
@@ -170,7 +171,7 @@ def up(
             ),
             _Child(
                 "console",
-                console_arguments(settings, home / "console", console_listen),
+                console_arguments(settings, home / "console", _free_or_any(console_listen)),
                 home / "console.log",
             ),
         ]
@@ -186,6 +187,19 @@ def up(
         )
         _follow_runs(settings, children, stop, stop_after, timeout_s)
     typer.echo("stopped everything dev up started")
+
+
+def _free_or_any(listen: str) -> str:
+    """`listen`, or any free port when it is the default and taken (another `dev up`, say):
+    the console's address is printed either way."""
+    if listen != DEFAULT_LISTEN:
+        return listen
+    host, port = listen_address(listen)
+    try:
+        with socket.create_server((host, port)):
+            return listen
+    except OSError:
+        return f"{host}:0"
 
 
 def _console_address(console: _Child, timeout_s: float = 60.0) -> str:

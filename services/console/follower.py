@@ -173,11 +173,12 @@ class ViewFollower:
         if isinstance(record, RejectedEvent):
             self._reject(message.topic() or "", record.partition, record.offset, record.reason)
         elif isinstance(record, ScheduleUpserted):
-            batch.upsert(schedule_row(record))
-            batch.changes.append(history_event(record))
+            row = schedule_row(record)
+            batch.upsert(row)
+            batch.changes.append((history_event(record), row.definition))
         elif isinstance(record, ScheduleDeleted):
             batch.delete(record.schedule_id)
-            batch.changes.append(history_event(record))
+            batch.changes.append((history_event(record), None))
 
     def _reject(self, topic: str, partition: int, offset: int, reason: str) -> None:
         self.rejected += 1

@@ -134,7 +134,8 @@ class ViewBatch:
     schedules: dict[str, ScheduleRow | None] = field(default_factory=dict)
     """Each schedule's state after the batch: its row, or `None` once deleted (the last record
     of a schedule in the batch decides)."""
-    changes: list[HistoryEvent] = field(default_factory=list)
+    changes: list[tuple[HistoryEvent, str | None]] = field(default_factory=list)
+    """Each change with its definition's JSON (the schedule row's: encoded once)."""
     fired: list[FiredRun] = field(default_factory=list)
     events: list[RunEventRecord] = field(default_factory=list)
     dead_letters: list[DeadLetterRow] = field(default_factory=list)
@@ -292,7 +293,7 @@ def _write_schedules(db: ViewDb, schedules: dict[str, ScheduleRow | None]) -> No
     )
 
 
-def _write_changes(db: ViewDb, changes: Iterable[HistoryEvent]) -> None:
+def _write_changes(db: ViewDb, changes: Iterable[tuple[HistoryEvent, str | None]]) -> None:
     db.executemany(
         "INSERT INTO changes VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
         [
@@ -305,9 +306,9 @@ def _write_changes(db: ViewDb, changes: Iterable[HistoryEvent]) -> None:
                 epoch_ms(e.changed_at),
                 e.changed_by,
                 e.reason,
-                None if e.definition is None else e.definition.model_dump_json(),
+                definition,
             )
-            for e in changes
+            for e, definition in changes
         ],
     )
 
@@ -383,23 +384,32 @@ def _apply_event(db: ViewDb, event: RunEventRecord) -> None:
 
 def _add_minutes(db: ViewDb, minutes: dict[int, list[int]]) -> None:
     buckets = len(LATENESS_BOUNDS_MS)
-    for minute, added in minutes.items():
-        counts = added
-        found = db.execute(
-            "SELECT fires, lateness, skipped, failed, dead_lettered, deadline_missed "
-            "FROM minutes WHERE minute = ?",
-            (minute,),
-        ).fetchone()
-        if found is not None:
-            before = [found[0], *json.loads(found[1]), *found[2:]]
-            counts = [a + b for a, b in zip(before, added, strict=True)]
-        db.execute(
-            "INSERT INTO minutes VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (minute) DO UPDATE "
-            "SET fires = excluded.fires, lateness = excluded.lateness, "
-            "skipped = excluded.skipped, failed = excluded.failed, "
-            "dead_lettered = excluded.dead_lettered, deadline_missed = excluded.deadline_missed",
-            (minute, counts[0], json.dumps(counts[1 : 1 + buckets]), *counts[1 + buckets :]),
+    touched = sorted(minutes)
+    before: dict[int, list[int]] = {}
+    for start in range(0, len(touched), _CHUNK):
+        chunk = touched[start : start + _CHUNK]
+        marks = ",".join("?" * len(chunk))
+        for row in db.execute(
+            "SELECT minute, fires, lateness, skipped, failed, dead_lettered, deadline_missed "
+            f"FROM minutes WHERE minute IN ({marks})",
+            chunk,
+        ):
+            before[row[0]] = [row[1], *json.loads(row[2]), *row[3:]]
+    rows = []
+    for minute in touched:
+        counts = minutes[minute]
+        if minute in before:
+            counts = [a + b for a, b in zip(before[minute], counts, strict=True)]
+        rows.append(
+            (minute, counts[0], json.dumps(counts[1 : 1 + buckets]), *counts[1 + buckets :])
         )
+    db.executemany(
+        "INSERT INTO minutes VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (minute) DO UPDATE "
+        "SET fires = excluded.fires, lateness = excluded.lateness, "
+        "skipped = excluded.skipped, failed = excluded.failed, "
+        "dead_lettered = excluded.dead_lettered, deadline_missed = excluded.deadline_missed",
+        rows,
+    )
 
 
 def _write_dead_letters(db: ViewDb, letters: list[DeadLetterRow]) -> None:
