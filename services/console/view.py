@@ -13,10 +13,12 @@ one row a minute whatever the fire rate.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from kairos.core.audit import FiredRun, HistoryEvent, RunEventRecord
 from kairos.services.console.database import Connections, ViewDatabaseError, ViewDb
@@ -44,6 +46,7 @@ CREATE INDEX IF NOT EXISTS schedules_by_kind ON schedules (trigger_kind, schedul
 CREATE INDEX IF NOT EXISTS schedules_by_paused ON schedules (paused, schedule_id);
 CREATE TABLE IF NOT EXISTS partition_counts (
     partition INTEGER PRIMARY KEY, schedules BIGINT NOT NULL);
+CREATE TABLE IF NOT EXISTS owner_counts (owner TEXT PRIMARY KEY, schedules BIGINT NOT NULL);
 CREATE TABLE IF NOT EXISTS labels (
     key TEXT NOT NULL, value TEXT NOT NULL, schedule_id {key_text} NOT NULL,
     PRIMARY KEY (key, value, schedule_id)){table_suffix};
@@ -238,18 +241,27 @@ _CHUNK = 500
 
 def _write_schedules(db: ViewDb, schedules: dict[str, ScheduleRow | None]) -> None:
     ids = list(schedules)
-    known: dict[str, int] = {}
+    known: dict[str, tuple[int, str]] = {}
     for start in range(0, len(ids), _CHUNK):
         chunk = ids[start : start + _CHUNK]
         marks = ",".join("?" * len(chunk))
-        query = f"SELECT schedule_id, partition FROM schedules WHERE schedule_id IN ({marks})"
-        known.update(db.execute(query, chunk).fetchall())
-    counts: dict[int, int] = {}
+        query = (
+            "SELECT schedule_id, partition, coalesce(owner, '') FROM schedules "
+            f"WHERE schedule_id IN ({marks})"
+        )
+        known.update((i, (p, owner)) for i, p, owner in db.execute(query, chunk))
+    partitions: Counter[int] = Counter()
+    owners: Counter[str] = Counter()
     for schedule_id, row in schedules.items():
-        if row is None and schedule_id in known:
-            counts[known[schedule_id]] = counts.get(known[schedule_id], 0) - 1
-        elif row is not None and schedule_id not in known:
-            counts[row.partition] = counts.get(row.partition, 0) + 1
+        if schedule_id in known:
+            partition, owner = known[schedule_id]
+            partitions[partition] -= 1
+            owners[owner] -= 1
+        if row is not None:
+            partitions[row.partition] += 1
+            owners[row.owner or ""] += 1
+    _add_counts(db, "partition_counts", "partition", partitions)
+    _add_counts(db, "owner_counts", "owner", owners)
     db.executemany("DELETE FROM labels WHERE schedule_id = ?", [(i,) for i in ids])
     db.executemany(
         "DELETE FROM schedules WHERE schedule_id = ?",
@@ -286,10 +298,13 @@ def _write_schedules(db: ViewDb, schedules: dict[str, ScheduleRow | None]) -> No
         "INSERT INTO labels VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
         [(key, value, r.schedule_id) for r in rows for key, value in r.labels.items()],
     )
+
+
+def _add_counts(db: ViewDb, table: str, key: str, added: Counter[Any]) -> None:
     db.executemany(
-        "INSERT INTO partition_counts VALUES (?, ?) "
-        "ON CONFLICT (partition) DO UPDATE SET schedules = partition_counts.schedules + ?",
-        [(partition, added, added) for partition, added in counts.items() if added],
+        f"INSERT INTO {table} VALUES (?, ?) "
+        f"ON CONFLICT ({key}) DO UPDATE SET schedules = {table}.schedules + ?",
+        [(value, count, count) for value, count in added.items() if count],
     )
 
 

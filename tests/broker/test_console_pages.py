@@ -8,6 +8,7 @@ import json
 import re
 import signal
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import Producer
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 
@@ -22,6 +24,7 @@ from kairos.cli.console import console_arguments
 from kairos.core.schedule import Schedule
 from kairos.streams.schedule_publisher import SchedulesClient
 from kairos.streams.settings import KafkaSettings
+from kairos.streams.topics import TopicRole
 from tests.browser import chromium
 from tests.helpers import eventually
 from tests.processes import ServiceProcess, start_executor, start_ticker
@@ -106,6 +109,10 @@ def test_a_person_reads_schedules_runs_partitions_activity_and_an_audit(
     with SchedulesClient(kafka_settings, changed_by="alice") as client:
         client.upsert_all(schedules(now), reason="first version")
         client.pause("billing.nightly", reason="quarter close")
+    # Not an event at all: the ticker dead-letters it, the console skips and counts it.
+    garbage = Producer(kafka_settings.producer_config())
+    garbage.produce(kafka_settings.layout.name(TopicRole.SCHEDULES), b"not avro", b"bad.record")
+    assert garbage.flush(30) == 0
     processes = [
         start_ticker(kafka_settings, "t1", tmp_path / "t1", tmp_path),
         start_executor(kafka_settings, "e1", tmp_path / "e1", tmp_path),
@@ -124,6 +131,7 @@ def test_a_person_reads_schedules_runs_partitions_activity_and_an_audit(
         _the_partitions_page(browser, base)
         _the_activity_page(browser, base)
         _an_audit_window(browser, base, first_run["nominal_at"])
+        _a_bad_record(browser, base)
         _read_only_by_default(browser, base)
         fires_before = _fires_in_minute(base, first_run["fired_at"])
         console.signal(signal.SIGTERM)
@@ -228,16 +236,33 @@ def _an_audit_window(browser: WebDriver, base: str, nominal_at: str) -> None:
         field.clear()
         field.send_keys(value.isoformat())
     form.find_element(By.TAG_NAME, "button").click()
+    audit_path = urllib.parse.urlsplit(browser.current_url).path
+    assert re.fullmatch(r"/audit/\d+", audit_path), audit_path
 
+    # Waited for through the API: the page reloads itself while the audit runs, and an element
+    # read across a reload is stale.
     def finished() -> str:
-        browser.refresh()
-        state = browser.find_element(By.ID, "audit-state").text
+        state = str(api(base, "/api/v1/audits/" + audit_path.rsplit("/", 1)[1])["state"])
         return state if state in ("done", "failed") else ""
 
     assert eventually(finished, timeout_s=60, message="the audit did not finish") == "done"
+    browser.get(base + audit_path)
+    assert browser.find_element(By.ID, "audit-state").text == "done"
     assert browser.find_element(By.ID, "verdict").text == "Verdict: holds"
     totals = browser.find_element(By.ID, "totals").text
     assert totals.split("\n")[1].split()[:4] == ["1", "1", "0", "0"], totals
+
+
+def _a_bad_record(browser: WebDriver, base: str) -> None:
+    assert "1 invalid record(s) skipped" in browser.find_element(By.ID, "view-status").text
+
+    def dead_lettered() -> bool:
+        browser.get(base + "/dead-letters")
+        return "bad.record" in browser.find_element(By.ID, "dead-letters").text
+
+    eventually(dead_lettered, timeout_s=30, message="the ticker's dead letter is not shown")
+    row = browser.find_element(By.LINK_TEXT, "bad.record").find_element(By.XPATH, "../..")
+    assert "cannot decode io.kairos.v1.ScheduleEvent" in row.text, row.text
 
 
 def _read_only_by_default(browser: WebDriver, base: str) -> None:

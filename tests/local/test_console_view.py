@@ -107,6 +107,7 @@ def test_the_last_record_of_a_schedule_in_a_batch_decides_and_counts_follow(
     assert ids(queries.list_schedules(view, queries.ScheduleFilter())) == ["a", "b"]
     assert queries.schedules_by_partition(view) == {0: 1, 1: 1}
     assert queries.count_schedules(view) == 2
+    assert queries.owners(view) == ["billing", "x"]
     found = queries.schedule(view, "b")
     assert found is not None and found["owner"] == "x"
     gold = queries.ScheduleFilter(label=("tier", "gold"))
