@@ -158,23 +158,7 @@ def up(
         assert bootstrap is not None
         settings = KafkaSettings(bootstrap_servers=bootstrap)
         create_topics(AdminClient(settings.consumer_config()), settings.layout)
-        children = [
-            _Child(
-                "ticker",
-                ticker_arguments(settings, "dev-ticker", home / "ticker"),
-                home / "ticker.log",
-            ),
-            _Child(
-                "executor",
-                executor_arguments(settings, "dev-executor", home / "executor"),
-                home / "executor.log",
-            ),
-            _Child(
-                "console",
-                console_arguments(settings, home / "console", _free_or_any(console_listen)),
-                home / "console.log",
-            ),
-        ]
+        children = _start_services(settings, home, console_listen)
         for child in reversed(children):
             cleanup.callback(child.stop)
         with SchedulesClient(settings, changed_by="kairos dev up") as client:
@@ -187,6 +171,27 @@ def up(
         )
         _follow_runs(settings, children, stop, stop_after, timeout_s)
     typer.echo("stopped everything dev up started")
+
+
+def _start_services(settings: KafkaSettings, home: Path, console_listen: str) -> list[_Child]:
+    """The ticker, the executor and the console (last), each logging in `home`."""
+    return [
+        _Child(
+            "ticker",
+            ticker_arguments(settings, "dev-ticker", home / "ticker"),
+            home / "ticker.log",
+        ),
+        _Child(
+            "executor",
+            executor_arguments(settings, "dev-executor", home / "executor"),
+            home / "executor.log",
+        ),
+        _Child(
+            "console",
+            console_arguments(settings, home / "console", _free_or_any(console_listen)),
+            home / "console.log",
+        ),
+    ]
 
 
 def _free_or_any(listen: str) -> str:

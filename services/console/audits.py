@@ -10,7 +10,6 @@ at a million schedules it would be a million rows nobody reads on a page.
 from __future__ import annotations
 
 import json
-import logging
 import queue
 import threading
 from collections.abc import Callable
@@ -19,8 +18,6 @@ from typing import Any
 
 from kairos.core.errors import KairosError
 from kairos.services.console.view import ConsoleView, epoch_ms
-
-logger = logging.getLogger(__name__)
 
 AuditRunner = Callable[[datetime, datetime, datetime], dict[str, Any]]
 """(from, to, as of) -> `kairos audit verify --json`'s document; raises `KairosError`."""

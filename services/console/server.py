@@ -54,7 +54,8 @@ def run_console(
     audits = AuditJobs(view, audit_runner)
     group = LiveGroup(settings, group_id or settings.deployment_id(TICKER_GROUP))
     door = None if users is None else ActionDoor(users, settings)
-    console = Console(view, follower, group, audits, ComingHerd(view), door)
+    herd = ComingHerd(view)
+    console = Console(view, follower, group, audits, herd, door)
     follower.start()
     server = _Server(uvicorn.Config(build_app(console), host=host, port=port, log_level="warning"))
     # Bound here, so that port 0 takes a free port and the address is logged once it listens:
@@ -72,4 +73,5 @@ def run_console(
         server.run(sockets=[listening])
     finally:
         audits.stop()
+        herd.close()
         follower.stop()
