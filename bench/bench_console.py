@@ -41,7 +41,7 @@ from kairos.services.console.audits import AuditJobs
 from kairos.services.console.database import SQLITE_SCHEME
 from kairos.services.console.documents import LiveGroup
 from kairos.services.console.follower import ViewFollower
-from kairos.services.console.herd import ComingHerd
+from kairos.services.console.herd import ComingHerd, count_herd
 from kairos.services.console.view import ConsoleView, ScheduleRow, ViewBatch, epoch_ms
 from kairos.streams.schedule_reader import ScheduleReader
 from kairos.streams.settings import KafkaSettings
@@ -168,9 +168,8 @@ def measure_pages(settings: KafkaSettings, size: int, workdir: Path) -> dict[str
         medians[name] = statistics.median(timings)
         print(f"  {size:>9,} {name:<34} p50 {medians[name]:8.1f} ms  max {max(timings):8.1f} ms")
     server.should_exit = True
-    started = time.monotonic()
-    herd._count(NOW)
-    herd_s = time.monotonic() - started
+    herd.close()
+    herd_s = count_herd(view.url, NOW).took.total_seconds()
     print(f"  {size:>9,} view filled in {fill_s:.1f} s; herd counted in {herd_s:.1f} s")
     return {"size": size, "fill_s": fill_s, "herd_s": herd_s, "pages_p50_ms": medians}
 
