@@ -24,7 +24,7 @@ from kairos.core.audit import HistoryEvent
 from kairos.core.calendar import never_fires_reason
 from kairos.core.calendar_rules import Planned
 from kairos.core.errors import KairosError
-from kairos.core.preview_listing import MARKS, heading, occurrence_line, upcoming
+from kairos.core.preview_listing import fire_document, heading, occurrence_line, upcoming
 from kairos.core.schedule import Schedule
 from kairos.streams.history import HistoryReader
 from kairos.streams.partition_status import PartitionStatusError, read_group_status
@@ -82,7 +82,7 @@ def describe(
         "owner": schedule.owner,
         "labels": dict(schedule.labels),
         "placement": placement,
-        "next_fires": [_fire_document(p, schedule) for p in upcoming_fires],
+        "next_fires": [fire_document(p, schedule) for p in upcoming_fires],
         "never_fires": None if upcoming_fires else never_fires_reason(schedule, after),
         "last_runs": summaries[-runs:] if runs else [],
         "last_changes": [_change_document(e) for e in history[-changes:]] if changes else [],
@@ -138,19 +138,6 @@ def _placement(settings: KafkaSettings, stored: StoredSchedule, group_id: str) -
         # The owner's committed offset is past this definition once its state holds it.
         "applied": partition.committed_offset is not None
         and partition.committed_offset > stored.offset,
-    }
-
-
-def _fire_document(occurrence: Planned, schedule: Schedule) -> dict[str, Any]:
-    fire, verdict = occurrence.fire, occurrence.verdict
-    runs_at = occurrence.runs_at
-    return {
-        "nominal_at": fire.nominal,
-        "wall": fire.wall.isoformat(),
-        "runs_at": None if runs_at is None else runs_at.astimezone(fire.wall.tzinfo).isoformat(),
-        "dst": [note for mark in MARKS if (note := mark(fire, schedule)) is not None],
-        "skipped": verdict.skip_reason,
-        "moved_why": verdict.moved_why,
     }
 
 

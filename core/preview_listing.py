@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime
 from itertools import islice
+from typing import Any
 
 from kairos.core.calendar import Fire
 from kairos.core.calendar_rules import CalendarLookup, Planned, planned
@@ -102,3 +103,17 @@ def _calendars_named(schedule: Schedule) -> str:
     if schedule.blackout:
         parts.append(f"blackout {', '.join(schedule.blackout)} ({schedule.blackout_action.value})")
     return f" [{'; '.join(parts)}]" if parts else ""
+
+
+def fire_document(occurrence: Planned, schedule: Schedule) -> dict[str, Any]:
+    """One next fire as `kairos schedules describe --json` and the console's API show it."""
+    fire, verdict = occurrence.fire, occurrence.verdict
+    runs_at = occurrence.runs_at
+    return {
+        "nominal_at": fire.nominal,
+        "wall": fire.wall.isoformat(),
+        "runs_at": None if runs_at is None else runs_at.astimezone(fire.wall.tzinfo).isoformat(),
+        "dst": [note for mark in MARKS if (note := mark(fire, schedule)) is not None],
+        "skipped": verdict.skip_reason,
+        "moved_why": verdict.moved_why,
+    }

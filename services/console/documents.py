@@ -16,7 +16,8 @@ from typing import Any
 from kairos.core.calendar import never_fires_reason
 from kairos.core.calendar_rules import uses_calendars
 from kairos.core.errors import KairosError
-from kairos.core.preview_listing import MARKS, upcoming
+from kairos.core.preview_listing import fire_document, upcoming
+from kairos.core.run_id import format_instant
 from kairos.core.schedule import Schedule
 from kairos.services.console import queries
 from kairos.services.console.lateness import OVER_AN_HOUR, merged, percentile_ms
@@ -84,22 +85,18 @@ def schedule_page(
     for run in runs:
         for key in ("nominal_at", "fired_at", "finished_at"):
             run[key] = instant_text(run[key])
+    # The keys and shapes `kairos schedules describe --json` uses for the same things.
+    next_fires = [fire_document(p, schedule) for p in fires]
+    for fire in next_fires:
+        fire["nominal_at"] = format_instant(fire["nominal_at"])
     return {
         "schedule": found,
         "ticker": None if placement is None else placement["owner"],
-        "next_fires": [
-            {
-                "nominal_at": instant_text(int(p.fire.nominal.timestamp() * 1000)),
-                "wall": p.fire.wall.isoformat(),
-                "dst": [note for mark in MARKS if (note := mark(p.fire, schedule)) is not None],
-                "skipped": p.verdict.skip_reason,
-            }
-            for p in fires
-        ],
+        "next_fires": next_fires,
         "never_fires": None if fires else never_fires_reason(schedule, now),
         "calendars_not_applied": uses_calendars(schedule),
-        "runs": runs,
-        "changes": _changes_with_diffs(queries.changes(view, schedule_id)),
+        "last_runs": runs,
+        "last_changes": _changes_with_diffs(queries.changes(view, schedule_id)),
     }
 
 

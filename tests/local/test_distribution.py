@@ -138,10 +138,12 @@ def test_the_wheel_is_named_kairos_scheduler_and_its_kairos_command_runs(tmp_pat
         "print(kairos.__file__)\n"
         f"print(m.version({DISTRIBUTION!r}))\n"
         "print(r.files('kairos.cli') / 'sample_schedules.yaml')\n"
+        "print((r.files('kairos.services.console') / 'templates' / 'base.html').is_file())\n"
     )
     found = _run(tmp_path, str(target / "bin" / "python"), "-c", probe)
     assert found.returncode == 0, found.stderr
-    module, version, sample = found.stdout.splitlines()
+    module, version, sample, console_templates = found.stdout.splitlines()
+    assert console_templates == "True", "the console's page templates are not in the wheel"
     assert Path(module).is_relative_to(target), f"kairos imported from {module}, not the wheel"
     assert version == "0.1.0"
     # `kairos --version` reads the installed wheel's metadata, not a number kept in the code.
