@@ -24,8 +24,13 @@ from kairos.cli.schedules import (
 from kairos.core.audit import parse_time
 from kairos.core.errors import KairosError
 from kairos.core.rerun_request import RerunKind, RerunRequest
-from kairos.core.reruns import MAX_BACKFILL_RUNS, rerun_occurrences, rerun_request
-from kairos.core.run_id import format_instant, rerun_id
+from kairos.core.reruns import (
+    MAX_BACKFILL_RUNS,
+    RerunRangeError,
+    planned_rerun_ids,
+    rerun_request,
+)
+from kairos.core.run_id import format_instant
 from kairos.core.schedule import OverlapPolicy, Schedule
 from kairos.streams.schedule_publisher import SchedulesClient
 
@@ -197,23 +202,7 @@ def _publish(
 
 
 def _runs(schedule: Schedule, request: RerunRequest, limit: int | None) -> list[str]:
-    """The run ids the request will fire, as of the definition read now (the ticker's may be
-    newer); refused when a backfill names none or more than `limit`."""
-    if schedule.business_day is not None:
-        return []  # its occurrences need the shared calendars; the ticker computes them
-    runs: list[str] = []
-    for nominal in rerun_occurrences(schedule, request):
-        runs.append(rerun_id(schedule.id, nominal, request.request_id))
-        if limit is not None and len(runs) > limit:
-            raise fail(
-                f"the range names more than {limit} occurrences of {schedule.id}; split it into "
-                "several backfills",
-                code=2,
-            )
-    if not runs:
-        raise fail(
-            f"no occurrence of {schedule.id} from {format_instant(request.start)} through "
-            f"{format_instant(request.end)}; nothing to backfill",
-            code=2,
-        )
-    return runs
+    try:
+        return planned_rerun_ids(schedule, request, limit)
+    except RerunRangeError as error:
+        raise fail(str(error), code=2) from None

@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from kairos.core.calendar_rules import CalendarLookup, next_occurrence
+from kairos.core.errors import KairosError
 from kairos.core.firing import Action, Decision, ScheduleState
 from kairos.core.rerun_request import RerunKind, RerunProgress, RerunRequest
 from kairos.core.run_id import check_request_id, format_instant, rerun_id
@@ -134,3 +135,28 @@ def rerun_request(
         requested_at=requested_at,
         reason=reason,
     )
+
+
+class RerunRangeError(KairosError):
+    """A backfill that names no occurrence, or more than a request may."""
+
+
+def planned_rerun_ids(schedule: Schedule, request: RerunRequest, limit: int | None) -> list[str]:
+    """The run ids the request will fire, as of `schedule` (the ticker's may be newer); a
+    `RerunRangeError` when a backfill names none or more than `limit`."""
+    if schedule.business_day is not None:
+        return []  # its occurrences need the shared calendars; the ticker computes them
+    runs: list[str] = []
+    for nominal in rerun_occurrences(schedule, request):
+        runs.append(rerun_id(schedule.id, nominal, request.request_id))
+        if limit is not None and len(runs) > limit:
+            raise RerunRangeError(
+                f"the range names more than {limit} occurrences of {schedule.id}; split it into "
+                "several backfills"
+            )
+    if not runs:
+        raise RerunRangeError(
+            f"no occurrence of {schedule.id} from {format_instant(request.start)} through "
+            f"{format_instant(request.end)}; nothing to backfill"
+        )
+    return runs

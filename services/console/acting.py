@@ -41,7 +41,7 @@ class Acting:
 
     async def page(self, request: Request) -> Response:
         form = await request.form()
-        outcome = await self._act(request, str(form.get("reason", "")))
+        outcome = await self._act(request, {k: str(v) for k, v in form.items()})
         if isinstance(outcome, Response):
             return outcome
         schedule_id = quote(request.path_params["schedule_id"])
@@ -56,12 +56,12 @@ class Acting:
             fields = None
         if not isinstance(fields, dict):
             return JSONResponse({"error": 'send a JSON object, e.g. {"reason": "…"}'}, 400)
-        outcome = await self._act(request, str(fields.get("reason") or ""))
+        outcome = await self._act(request, {k: str(v) for k, v in fields.items() if v is not None})
         if isinstance(outcome, Response):
             return outcome
         return JSONResponse({"done": outcome})
 
-    async def _act(self, request: Request, reason: str) -> str | Response:
+    async def _act(self, request: Request, fields: dict[str, str]) -> str | Response:
         refusal = self._refusal(request)
         if refusal is not None:
             return refusal
@@ -75,7 +75,7 @@ class Acting:
         try:
             return str(
                 await run_in_threadpool(
-                    act, door.settings, action, request.path_params["schedule_id"], who, reason
+                    act, door.settings, action, request.path_params["schedule_id"], who, fields
                 )
             )
         except KairosError as error:

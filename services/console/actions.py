@@ -1,8 +1,10 @@
-"""The console's actions (pause, resume, trigger now), off unless a users file is given.
+"""The console's actions (pause, resume, trigger now, backfill), off unless a users file is
+given.
 
 An action is the CLI's own SDK call (`SchedulesClient.pause`, `.resume`, `.request_rerun`), so
-what the console publishes is what `kairos schedules pause|resume|trigger` would, validated
-the same way, with the person's name as `changed_by` (`<name> via console`) for the history.
+what the console publishes is what `kairos schedules pause|resume|trigger|backfill` would,
+validated the same way (`kairos.core.reruns`), with the person's name as `changed_by`
+(`<name> via console`) for the history.
 
 Who may act is a file of `name:token` lines, readable by the console's user only. A request
 proves who it is with HTTP Basic authentication (the name and the token, over TLS in front of
@@ -21,9 +23,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from kairos.core.audit import parse_time
 from kairos.core.errors import KairosError
 from kairos.core.rerun_request import RerunKind
-from kairos.core.reruns import rerun_request
+from kairos.core.reruns import MAX_BACKFILL_RUNS, planned_rerun_ids, rerun_request
+from kairos.core.run_id import format_instant
 from kairos.streams.schedule_publisher import SchedulesClient
 from kairos.streams.settings import KafkaSettings
 
@@ -81,29 +85,59 @@ class Users:
         return name if known is not None and matches else None
 
 
-ACTIONS = ("pause", "resume", "trigger")
+ACTIONS = ("pause", "resume", "trigger", "backfill")
 
 
-def act(settings: KafkaSettings, action: str, schedule_id: str, who: str, reason: str) -> str:
-    """Do `action` on the schedule as the CLI does; returns what was done, for the page."""
+class ActionError(KairosError):
+    """An action asked with fields it cannot use; the message says what to send."""
+
+
+def act(
+    settings: KafkaSettings, action: str, schedule_id: str, who: str, fields: dict[str, str]
+) -> str:
+    """Do `action` on the schedule as the CLI does, with the form's or the JSON's `fields`
+    (`reason`; a backfill's `from` and `to`); returns what was done, for the page."""
     changed_by = f"{who} via console"
+    reason = fields.get("reason") or None
     with SchedulesClient(settings, changed_by) as client:
         if action == "pause":
-            client.pause(schedule_id, reason or None)
+            client.pause(schedule_id, reason)
             return f"paused {schedule_id}"
         if action == "resume":
-            client.resume(schedule_id, reason or None)
+            client.resume(schedule_id, reason)
             return f"resumed {schedule_id}"
         now = datetime.now(UTC).replace(microsecond=0)
+        kind, window = (RerunKind.TRIGGER, (now, now))
+        if action == "backfill":
+            kind, window = RerunKind.BACKFILL, _backfill_window(fields, now)
         request = rerun_request(
             schedule_id,
-            RerunKind.TRIGGER,
-            (now, now),
+            kind,
+            window,
             request_id=None,
             overlap=None,
-            reason=reason or None,
+            reason=reason,
             requested=(changed_by, now),
         )
-        client.get(schedule_id)
+        limit = MAX_BACKFILL_RUNS if kind is RerunKind.BACKFILL else None
+        runs = planned_rerun_ids(client.get(schedule_id).schedule, request, limit)
         partition = client.request_rerun(request)
-        return f"requested a run of {schedule_id} now ({request.request_id}, partition {partition})"
+    return (
+        f"requested {kind.value} {request.request_id} of {schedule_id}: {len(runs)} run(s), "
+        f"fired by the ticker of partition {partition}"
+    )
+
+
+def _backfill_window(fields: dict[str, str], now: datetime) -> tuple[datetime, datetime]:
+    """The window as `kairos schedules backfill --from --to` takes it."""
+    if not fields.get("from") or not fields.get("to"):
+        raise ActionError("a backfill needs from and to, e.g. 2027-03-14T07:00:00Z or -2h")
+    first, last = parse_time(fields["from"], now), parse_time(fields["to"], now)
+    if last < first:
+        raise ActionError(f"to {format_instant(last)} is before from {format_instant(first)}")
+    if last > now:
+        raise ActionError(
+            f"to {format_instant(last)} is in the future: a backfill re-runs occurrences that "
+            "are due already; future ones fire on schedule"
+        )
+    return first, last

@@ -42,10 +42,11 @@ def start_console(
     return ServiceProcess(arguments, log_dir / "console.log")
 
 
-def post(base: str, path: str, headers: dict[str, str] | None = None) -> tuple[int, Any]:
-    request = urllib.request.Request(
-        base + path, data=b'{"reason": "test"}', headers=headers or {}, method="POST"
-    )
+def post(
+    base: str, path: str, headers: dict[str, str] | None = None, body: dict[str, str] | None = None
+) -> tuple[int, Any]:
+    data = json.dumps(body or {"reason": "test"}).encode()
+    request = urllib.request.Request(base + path, data=data, headers=headers or {}, method="POST")
     try:
         with urllib.request.urlopen(request, timeout=30) as response:
             return response.status, json.load(response)
@@ -146,6 +147,7 @@ def test_a_person_reads_schedules_runs_partitions_activity_and_an_audit(
         assert api(restarted, "/api/v1/status")["schedules"] == 4
         assert _fires_in_minute(restarted, first_run["fired_at"]) == fires_before
         _acting_as_alice(browser, restarted)
+        _a_backfill_as_alice(browser, restarted, first_run["nominal_at"])
     finally:
         for process in processes:
             if process.process.poll() is None:
@@ -304,6 +306,27 @@ def _acting_as_alice(browser: WebDriver, base: str) -> None:
     eventually(resumed, timeout_s=30, message="the resume did not reach the view")
     changes = browser.find_element(By.ID, "changes").text
     assert "alice via console" in changes and "back to work" in changes
+
+
+def _a_backfill_as_alice(browser: WebDriver, base: str, nominal_at: str) -> None:
+    alice = {"Authorization": "Basic " + base64.b64encode(f"alice:{TOKEN}".encode()).decode()}
+    backfill = "/api/v1/schedules/billing.every-minute/actions/backfill"
+    status, answer = post(base, backfill, alice, {"from": "-1h", "to": "+1h"})
+    assert status == 400 and answer["error"].endswith("future ones fire on schedule"), answer
+    browser.get(base + "/schedules/billing.every-minute")
+    form = browser.find_element(By.ID, "backfill-form")
+    for name, value in (("from", nominal_at), ("to", nominal_at), ("reason", "replay it")):
+        form.find_element(By.NAME, name).send_keys(value)
+    form.find_element(By.ID, "action-backfill").click()
+    done = browser.find_element(By.ID, "done").text
+    assert "requested backfill backfill-" in done and "1 run(s)" in done, done
+
+    def rerun_succeeded() -> bool:
+        return any(
+            "backfill-" in run["run_id"] for run in succeeded_runs(base, "billing.every-minute")
+        )
+
+    eventually(rerun_succeeded, timeout_s=90, message="the backfilled run did not succeed")
 
 
 def _fires_in_minute(base: str, fired_at: str) -> int:
