@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -23,13 +23,16 @@ from starlette.templating import Jinja2Templates
 from kairos.core.audit import TimeArgumentError, parse_time
 from kairos.services.console import audits, documents, queries
 from kairos.services.console.acting import Acting, ActionDoor
-from kairos.services.console.audits import AuditJobs
+from kairos.services.console.audits import AuditJobs, AuditsBusyError
 from kairos.services.console.follower import ViewFollower
 from kairos.services.console.herd import ComingHerd, herd_document
 from kairos.services.console.plots import Series, plot_svg
 from kairos.services.console.view import ConsoleView
 
 API = "/api/v1"
+LONGEST_AUDIT = timedelta(days=7)
+"""Anyone who can read the console can ask for an audit: each is bounded, and one waits at most
+(`AuditJobs`), so that asking cannot take the console's machine."""
 POST = ["POST"]
 MAX_HOURS = 24 * 7
 _TEMPLATES = Jinja2Templates(directory=str(Path(__file__).parent / "templates"))
@@ -121,6 +124,11 @@ def audit_window(console: Console, fields: dict[str, Any]) -> tuple[datetime, da
         raise BadRequestError(f"{error}; e.g. 2027-03-14T07:00:00Z, now or -2h") from None
     if end <= start:
         raise BadRequestError("the window's end is not after its start; swap them")
+    if end - start > LONGEST_AUDIT:
+        raise BadRequestError(
+            f"the window is longer than {LONGEST_AUDIT.days} days; audit a longer one in parts, "
+            "or with `kairos audit verify` from a shell"
+        )
     return start, end
 
 
@@ -179,7 +187,10 @@ class Api:
                 start, end = audit_window(self._console, fields)
             except (BadRequestError, ValueError) as error:
                 return JSONResponse({"error": str(error)}, 400)
-            audit_id = self._console.audits.request(start, end)
+            try:
+                audit_id = self._console.audits.request(start, end)
+            except AuditsBusyError as error:
+                return JSONResponse({"error": str(error)}, 429)
             return JSONResponse(audits.audit(self._console.view, audit_id), 202)
         return JSONResponse({"audits": audits.audits(self._console.view)})
 
@@ -312,7 +323,10 @@ class Pages:
                 start, end = audit_window(self._console, dict(form))
             except BadRequestError as error:
                 return self._problem(request, str(error), 400)
-            audit_id = self._console.audits.request(start, end)
+            try:
+                audit_id = self._console.audits.request(start, end)
+            except AuditsBusyError as error:
+                return self._problem(request, str(error), 429)
             return RedirectResponse(f"/audit/{audit_id}", status_code=303)
         return self._render(request, "audits.html", audits=audits.audits(self._console.view))
 

@@ -23,6 +23,12 @@ AuditRunner = Callable[[datetime, datetime, datetime], dict[str, Any]]
 """(from, to, as of) -> `kairos audit verify --json`'s document; raises `KairosError`."""
 
 FINDINGS_KEPT = 1_000
+WAITING_AUDITS = 1
+"""Audits queued behind the one running: a console asked for many runs one and refuses more."""
+
+
+class AuditsBusyError(KairosError):
+    """Asked for an audit while another already waits."""
 
 
 class AuditJobs:
@@ -40,6 +46,11 @@ class AuditJobs:
         self._thread.start()
 
     def request(self, start: datetime, end: datetime) -> int:
+        """Queue an audit of the window; `AuditsBusyError` when one is already waiting."""
+        if self._queue.qsize() >= WAITING_AUDITS:
+            raise AuditsBusyError(
+                "an audit is already waiting for the one running; ask again once it has started"
+            )
         with self._view.connection() as db:
             audit_id = int(
                 db.execute(

@@ -235,6 +235,8 @@ def _the_activity_page(browser: WebDriver, base: str) -> None:
 
 
 def _an_audit_window(browser: WebDriver, base: str, nominal_at: str) -> None:
+    status, answer = post(base, "/api/v1/audits", body={"from": "-30d", "to": "now"})
+    assert status == 400 and "longer than 7 days" in answer["error"], answer
     browser.get(base + "/audit")
     start = datetime.fromisoformat(nominal_at)
     form = browser.find_element(By.ID, "audit-form")
