@@ -46,8 +46,8 @@ _UsersFileOption = Annotated[
     Path | None,
     typer.Option(
         envvar="KAIROS_CONSOLE_USERS_FILE",
-        help="name:token lines of who may pause, resume and trigger from the console (chmod "
-        "600); without it the console is read-only.",
+        help="name:token lines of who may pause, resume, trigger and backfill from the console "
+        "(chmod 600); without it the console is read-only.",
         show_default=False,
     ),
 ]
