@@ -23,6 +23,7 @@ from kairos.cli import (
     reruns,
     runs,
     schedules,
+    teams,
     ticker,
     topics,
 )
@@ -117,6 +118,15 @@ def deployment(
             show_default=False,
         ),
     ] = None,
+    signing_key: Annotated[
+        Path | None,
+        typer.Option(
+            help="The team's signing key (`kairos teams keygen`): every schedule change this "
+            "command publishes is signed with it, as a deployment that enforces ownership "
+            "requires (docs/teams.md); env KAIROS_SIGNING_KEY.",
+            show_default=False,
+        ),
+    ] = None,
     _version: _VersionOption = False,
 ) -> None:
     """Kairos: every scheduled run happens — late, never lost, never fired twice.
@@ -125,7 +135,7 @@ def deployment(
     earlier ones: defaults < --kafka-config file < KAIROS_KAFKA_* < KAIROS_* < these options.
     """
     context.obj = ConnectionFlags(
-        bootstrap_servers, kafka_config, topic_prefix, schedules_partitions, timeout
+        bootstrap_servers, kafka_config, topic_prefix, schedules_partitions, timeout, signing_key
     )
 
 
@@ -140,6 +150,7 @@ schedules.app.command("trigger")(reruns.trigger)
 schedules.app.command("backfill")(reruns.backfill)
 app.add_typer(schedules.app, name="schedules")
 app.add_typer(calendars.app, name="calendars")
+app.add_typer(teams.app, name="teams")
 app.command("partitions")(partitions.partitions)
 app.command("console")(console.console)
 app.command("replay")(replay.replay)

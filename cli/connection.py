@@ -78,6 +78,7 @@ class KairosEnvironment(BaseSettings):
     topic_prefix: str | None = None
     schedules_partitions: int | None = Field(default=None, ge=1)
     kafka_config: Path | None = None
+    signing_key: Path | None = None
     timeout: float | None = Field(default=None, gt=0)
     kafka_variables: dict[str, str] = Field(default_factory=dict)
 
@@ -102,6 +103,7 @@ class ConnectionFlags:
     topic_prefix: str | None = None
     schedules_partitions: int | None = None
     timeout: float | None = None
+    signing_key: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -225,6 +227,7 @@ def resolve(flags: ConnectionFlags) -> Connection:
                 DEFAULT_SCHEDULES_PARTITIONS,
             ),
             properties=properties,
+            signing_key=flags.signing_key or environment.signing_key,
         )
     except ValidationError as invalid:
         problems = "; ".join(

@@ -130,6 +130,8 @@ def service_arguments(
         "--schedules-partitions",
         str(settings.schedules_partitions),
     ]
+    if settings.signing_key is not None:
+        arguments += ["--signing-key", str(settings.signing_key)]
     arguments.append(command)
     if instance is not None:
         arguments += ["--instance", instance]

@@ -21,7 +21,7 @@ from kairos.cli.options import (
 from kairos.core.clock import DEFAULT_MAX_CLOCK_AHEAD_MS
 from kairos.core.errors import KairosError
 from kairos.services.ticker.service import Ticker
-from kairos.services.ticker.settings import TickerSettings
+from kairos.services.ticker.settings import Ownership, TickerSettings
 from kairos.streams.settings import KafkaSettings
 from kairos.streams.state_store import DEFAULT_STORE_MEMORY_MB
 
@@ -71,6 +71,25 @@ _StateStoreMemoryOption = Annotated[
     ),
 ]
 
+_OwnershipOption = Annotated[
+    Ownership,
+    typer.Option(
+        envvar="KAIROS_OWNERSHIP",
+        help="signed: take a schedule change only when a registered team that may make it "
+        "signed it (docs/teams.md); open: take every change (one team, or a trusted few).",
+    ),
+]
+
+_SignatureMaxAgeOption = Annotated[
+    float,
+    typer.Option(
+        envvar="KAIROS_SIGNATURE_MAX_AGE_S",
+        min=1,
+        help="With --ownership signed: seconds a change's signing may lie from when the broker "
+        "appended it; a record replayed later is refused.",
+    ),
+]
+
 
 def ticker(
     context: typer.Context,
@@ -81,6 +100,8 @@ def ticker(
     max_clock_ahead_ms: _MaxClockAheadMsOption = DEFAULT_MAX_CLOCK_AHEAD_MS,
     state_store_memory_mb: _StateStoreMemoryOption = DEFAULT_STORE_MEMORY_MB,
     metrics_port: MetricsPortOption = None,
+    ownership: _OwnershipOption = Ownership.OPEN,
+    signature_max_age_s: _SignatureMaxAgeOption = 300,
     log_level: LogLevelOption = "INFO",
 ) -> None:
     """Own schedules partitions and fire their due occurrences in fenced transactions."""
@@ -94,6 +115,8 @@ def ticker(
             max_clock_ahead_ms=max_clock_ahead_ms,
             state_store_memory_mb=state_store_memory_mb,
             metrics_port=metrics_port,
+            ownership=ownership,
+            signature_max_age_s=signature_max_age_s,
         )
         service = Ticker(service_kafka_settings(context), settings)
     except (ValueError, KairosError) as error:
@@ -121,6 +144,8 @@ def ticker_arguments(
     metrics_port: int | None = None,
     log_level: str | None = None,
     group_id: str | None = None,
+    ownership: Ownership | None = None,
+    signature_max_age_s: float | None = None,
 ) -> list[str]:
     """The `kairos` arguments of a ticker of this deployment (`None`: the flag's default).
 
@@ -136,5 +161,7 @@ def ticker_arguments(
             ("--session-timeout-ms", session_timeout_ms),
             ("--metrics-port", metrics_port),
             ("--log-level", log_level),
+            ("--ownership", None if ownership is None else ownership.value),
+            ("--signature-max-age-s", signature_max_age_s),
         ),
     )

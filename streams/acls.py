@@ -19,6 +19,7 @@ from kairos.streams.settings import (
     HISTORY_READERS_GROUP,
     RESTORE_GROUP,
     SCHEDULE_READERS_GROUP,
+    TEAM_READERS_GROUP,
     TICKER_GROUP,
     TICKER_TRANSACTIONAL_ID,
     KafkaSettings,
@@ -82,6 +83,7 @@ class DeploymentNames:
     history_readers_group: str
     calendar_readers_group: str
     console_readers_group: str
+    team_readers_group: str
 
     @classmethod
     def of(
@@ -101,6 +103,7 @@ class DeploymentNames:
             history_readers_group=kafka.deployment_id(HISTORY_READERS_GROUP),
             calendar_readers_group=kafka.deployment_id(CALENDAR_READERS_GROUP),
             console_readers_group=kafka.deployment_id(CONSOLE_READERS_GROUP),
+            team_readers_group=kafka.deployment_id(TEAM_READERS_GROUP),
         )
 
 
@@ -128,6 +131,13 @@ def _ticker(names: DeploymentNames) -> list[Grant]:
         _topic(names, TopicRole.DEAD_LETTERS, Operation.WRITE, "dead-letter refused schedules"),
         _topic(names, TopicRole.CALENDARS, Operation.READ, "read the shared business calendars"),
         _reader_group(names.calendar_readers_group),
+        _topic(
+            names,
+            TopicRole.TEAMS,
+            Operation.READ,
+            "check schedule changes' signatures (--ownership signed)",
+        ),
+        _reader_group(names.team_readers_group),
         Grant(
             Resource.GROUP,
             names.ticker_group,
@@ -205,6 +215,13 @@ def _producer(names: DeploymentNames) -> list[Grant]:
             "`kairos calendars` reads the current calendars",
         ),
         _reader_group(names.calendar_readers_group),
+        _topic(
+            names,
+            TopicRole.DEAD_LETTERS,
+            Operation.READ,
+            "`kairos teams rejections` reads the changes refused to a team",
+        ),
+        _reader_group(names.history_readers_group),
     ]
 
 
@@ -252,7 +269,11 @@ def _operator(names: DeploymentNames) -> list[Grant]:
             Pattern.PREFIXED,
             Operation.DESCRIBE,
             "`kairos partitions`: the groups' members and committed offsets",
-        )
+        ),
+        # Only administrators register teams: whoever writes this topic decides who owns what.
+        _topic(names, TopicRole.TEAMS, Operation.WRITE, "`kairos teams put|remove`"),
+        _topic(names, TopicRole.TEAMS, Operation.READ, "`kairos teams list`"),
+        _reader_group(names.team_readers_group),
     ]
 
 

@@ -39,6 +39,7 @@ class RecordType(StrEnum):
     TICKER_PROGRESS = "io.kairos.v1.TickerProgress"
     DEAD_LETTER = "io.kairos.v1.DeadLetter"
     CALENDAR_EVENT = "io.kairos.v1.CalendarEvent"
+    TEAM_EVENT = "io.kairos.v1.TeamEvent"
 
 
 class SchemaDefinitionError(KairosError):

@@ -13,19 +13,17 @@ contract are skipped and listed in the book's `skipped`.
 from __future__ import annotations
 
 import logging
-import time
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
-from confluent_kafka.admin import TopicMetadata
+from confluent_kafka import KafkaError
 
 from kairos.core.business_calendar import CalendarBook, CalendarChange, SkippedCalendarRecord
 from kairos.core.errors import KairosError
 from kairos.streams.calendar_events import read_calendar_message
 from kairos.streams.codec import Codecs, make_codecs
-from kairos.streams.passing import BROKER_GONE, LEADER_MOVING, ask_until_answered
 from kairos.streams.settings import CALENDAR_READERS_GROUP, KafkaSettings
+from kairos.streams.table_feed import TableFeed
 from kairos.streams.topic_check import calendars_partition_problem
-from kairos.streams.topics import CALENDARS_PARTITIONS, TopicRole
+from kairos.streams.topics import TopicRole
 
 logger = logging.getLogger(__name__)
 
@@ -55,34 +53,18 @@ class CalendarFeed:
     def __init__(
         self, settings: KafkaSettings, *, timeout_s: float = 30.0, codecs: Codecs | None = None
     ) -> None:
-        self.topic = settings.layout.name(TopicRole.CALENDARS)
-        self._codec = (codecs or make_codecs()).calendar_event
-        self._timeout_s = timeout_s
-        self._partition = TopicPartition(self.topic, 0)
-        self._next_offset = 0
-        self._unreturned: list[_Record] = []
-        """Records a failed read took, returned by the next read."""
-        self._book = CalendarBook()
-        self._consumer = Consumer(
-            settings.consumer_config(
-                **{
-                    # Assigned, never subscribed and never committed: the client requires a
-                    # group id, but no group is ever joined.
-                    "group.id": settings.deployment_id(CALENDAR_READERS_GROUP),
-                    "enable.auto.commit": False,
-                    "isolation.level": "read_committed",
-                    "enable.partition.eof": True,
-                    # A read to the end: the broker would hold a caught-up fetch for 500 ms.
-                    "fetch.wait.max.ms": 10,
-                }
-            )
+        codec = (codecs or make_codecs()).calendar_event
+        self._table: TableFeed[_Record] = TableFeed(
+            settings,
+            TopicRole.CALENDARS,
+            group=CALENDAR_READERS_GROUP,
+            read_record=lambda message: read_calendar_message(codec, message),
+            read_error=CalendarReadError,
+            partition_problem=calendars_partition_problem,
+            timeout_s=timeout_s,
         )
-        try:
-            _check_partitions(self._consumer, settings, self.topic, timeout_s)
-            self._consumer.assign([TopicPartition(self.topic, 0, OFFSET_BEGINNING)])
-        except BaseException:
-            self._consumer.close()
-            raise
+        self.topic = self._table.topic
+        self._book = CalendarBook()
 
     @property
     def book(self) -> CalendarBook:
@@ -101,68 +83,19 @@ class CalendarFeed:
         return self._book
 
     def read_new(self, timeout_s: float | None = None) -> list[_Record]:
-        """The records after those read before (all, the first time), up to the end now.
-
-        A read that fails keeps what it took for the next one, so a caller that reads again
-        misses no record."""
-        timeout_s = self._timeout_s if timeout_s is None else timeout_s
-        try:
-            # A calendars topic just created, or whose leader is moving, answers "not leader"
-            # for a moment: asked again, it answers.
-            _, end = ask_until_answered(
-                lambda attempt_s: self._consumer.get_watermark_offsets(
-                    self._partition, timeout=attempt_s, cached=False
-                ),
-                timeout_s,
-                LEADER_MOVING | BROKER_GONE,
-                refresh=lambda attempt_s: self._consumer.list_topics(self.topic, timeout=attempt_s),
-            )
-        except KafkaException as error:
-            raise CalendarReadError(self.topic, f"the broker did not answer: {error}") from error
-        deadline = time.monotonic() + timeout_s
-        # librdkafka reports the end once per arrival at it: with nothing new since the last
-        # read there is no report to wait for, hence the watermark.
-        start = self._next_offset
-        while self._next_offset < end:
-            if time.monotonic() > deadline:
-                raise CalendarReadError(self.topic, f"not read to its end in {timeout_s:g}s")
-            if self._consume_batch(self._unreturned, start, end):
-                break
-        records, self._unreturned = self._unreturned, []
+        """The records after those read before (all, the first time), up to the end now."""
+        records = self._table.read_new(timeout_s)
         _log_skipped(self.topic, records)
         return records
 
     def close(self) -> None:
-        self._consumer.close()
+        self._table.close()
 
     def __enter__(self) -> CalendarFeed:
         return self
 
     def __exit__(self, *_: object) -> None:
         self.close()
-
-    def _consume_batch(self, records: list[_Record], start: int, end: int) -> bool:
-        """Append one batch's records; whether the end (of committed records) was reached."""
-        # consume() waits its whole timeout unless the batch fills: keep the timeout short.
-        for message in self._consumer.consume(num_messages=1000, timeout=0.05):
-            error = message.error()
-            offset = message.offset()
-            if error is None:
-                records.append(read_calendar_message(self._codec, message))
-                assert offset is not None  # set on every record
-                self._next_offset = offset + 1
-            elif error.code() == KafkaError._PARTITION_EOF:
-                # An end reported where the last read stopped is that read's, still queued;
-                # one further on is this read's (below the watermark when a transaction is open).
-                if offset is not None and (offset > start or offset >= end):
-                    self._next_offset = max(self._next_offset, offset)
-                    return True
-            elif error.fatal() or error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
-                raise CalendarReadError(self.topic, error.str(), error)
-            else:
-                # librdkafka retries transient errors itself; the deadline bounds the wait.
-                logger.warning("reading %s: %s", self.topic, error.str())
-        return False
 
 
 def read_calendars(
@@ -189,39 +122,6 @@ def read_calendar_history(
         if isinstance(record, CalendarChange)
         and (calendar_id is None or record.calendar_id == calendar_id)
     ]
-
-
-_ELECTING = frozenset({KafkaError.LEADER_NOT_AVAILABLE})
-
-
-def _check_partitions(
-    consumer: Consumer, settings: KafkaSettings, topic: str, timeout_s: float
-) -> None:
-    def ask(attempt_s: float) -> TopicMetadata | None:
-        found: TopicMetadata | None = consumer.list_topics(topic, timeout=attempt_s).topics.get(
-            topic
-        )
-        if found is not None and found.error is not None and found.error.code() in _ELECTING:
-            raise KafkaException(found.error)  # a topic just created, its leader not elected
-        return found
-
-    try:
-        found = ask_until_answered(ask, timeout_s, _ELECTING | BROKER_GONE)
-    except KafkaException as error:
-        raise CalendarReadError(topic, f"the broker did not answer: {error}") from error
-    if found is not None and found.error is not None:
-        if found.error.code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
-            # Refused (not authorized), not absent: the metadata hides a topic it may not show.
-            raise CalendarReadError(topic, found.error.str(), found.error)
-        found = None
-    if found is None or not found.partitions:
-        raise CalendarReadError(
-            topic, "the topic does not exist; create it with `kairos topics create`"
-        )
-    if len(found.partitions) != CALENDARS_PARTITIONS:
-        problem = calendars_partition_problem(settings.layout, len(found.partitions))
-        assert problem is not None
-        raise CalendarReadError(topic, f"{problem.message}; fix: {problem.fix}")
 
 
 def _log_skipped(topic: str, records: list[_Record]) -> None:

@@ -267,6 +267,7 @@ class Codecs:
     ticker_progress: Codec
     dead_letter: Codec
     calendar_event: Codec
+    team_event: Codec
 
 
 def make_codecs() -> Codecs:
@@ -279,6 +280,7 @@ def make_codecs() -> Codecs:
         ticker_progress=SingleObjectCodec(RecordType.TICKER_PROGRESS),
         dead_letter=SingleObjectCodec(RecordType.DEAD_LETTER),
         calendar_event=SingleObjectCodec(RecordType.CALENDAR_EVENT),
+        team_event=SingleObjectCodec(RecordType.TEAM_EVENT),
     )
 
 

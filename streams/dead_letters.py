@@ -22,6 +22,10 @@ REASON_LIMIT = 2048
 """Characters of the reason kept: a validation message may quote the offending input."""
 
 
+OWNERSHIP_REFUSED = "OwnershipRefusedError"
+"""The `error_class` of a schedule change refused by the ownership rules (docs/teams.md)."""
+
+
 def dead_letter_record(
     *,
     source_topic: str,
@@ -33,8 +37,11 @@ def dead_letter_record(
     error_class: str,
     dead_lettered_at: datetime,
     dead_lettered_by: str,
+    reported_to: str | None = None,
 ) -> dict[str, Any]:
-    """A `DeadLetter` record; it is keyed on its topic by its own (bounded) `key`."""
+    """A `DeadLetter` record; it is keyed on its topic by its own (bounded) `key`.
+
+    `reported_to` is the team a refused change is reported to (`kairos teams rejections`)."""
     kept_key = _prefix(key, KEY_COPY_LIMIT)
     kept_value = _prefix(value, VALUE_COPY_LIMIT)
     if len(reason) > REASON_LIMIT:
@@ -52,6 +59,7 @@ def dead_letter_record(
         "truncated": kept_key != key or kept_value != value,
         "key_size": None if key is None else len(key),
         "value_size": None if value is None else len(value),
+        "reported_to": reported_to,
     }
 
 

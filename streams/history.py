@@ -37,13 +37,16 @@ from kairos.core.audit import (
 )
 from kairos.core.errors import KairosError
 from kairos.streams.codec import Codecs, DecodeError, make_codecs
+from kairos.streams.dead_letters import OWNERSHIP_REFUSED
 from kairos.streams.history_records import (
     InvalidRecordError,
+    RefusedChange,
     TopicRecord,
     admission_dead_letter,
     fired_run,
     history_event,
     record_value,
+    refused_change,
     run_event,
     topic_record,
 )
@@ -185,18 +188,31 @@ class HistoryReader:
 
     def admission_dead_letters(self) -> list[AdmissionDeadLetter]:
         """Every committed dead letter of a runs-topic record: a fire an executor refused."""
-        topic = self.topic(TopicRole.DEAD_LETTERS)
         runs = self.topic(TopicRole.RUNS)
-        found: list[AdmissionDeadLetter] = []
+        return [
+            admission_dead_letter(letter)
+            for letter in self._dead_letters()
+            if letter["source_topic"] == runs
+        ]
+
+    def refused_changes(self, team: str | None = None) -> list[RefusedChange]:
+        """Every schedule change the ownership rules refused (reported to `team`, if given)."""
+        schedules = self.topic(TopicRole.SCHEDULES)
+        return [
+            refused_change(letter)
+            for letter in self._dead_letters()
+            if letter["source_topic"] == schedules
+            and letter["error_class"] == OWNERSHIP_REFUSED
+            and (team is None or letter["reported_to"] == team)
+        ]
+
+    def _dead_letters(self) -> Iterator[dict[str, Any]]:
+        topic = self.topic(TopicRole.DEAD_LETTERS)
         for record in self._read(topic, None):
             try:
-                letter = self._codecs.dead_letter.decode(record_value(record))
+                yield self._codecs.dead_letter.decode(record_value(record))
             except (DecodeError, InvalidRecordError) as problem:
                 self._reject(topic, record, str(problem))
-                continue
-            if letter["source_topic"] == runs:
-                found.append(admission_dead_letter(letter))
-        return found
 
     def _as_run(self, record: TopicRecord) -> FiredRun:
         return fired_run(self._codecs, record)

@@ -111,6 +111,30 @@ def run_event(codecs: Codecs, record: TopicRecord) -> RunEventRecord:
     )
 
 
+@dataclass(frozen=True)
+class RefusedChange:
+    """A schedule change the ownership rules refused, as its dead letter tells it."""
+
+    key: str
+    source_partition: int
+    source_offset: int
+    reason: str
+    reported_to: str | None
+    dead_lettered_at: datetime
+
+
+def refused_change(letter: dict[str, Any]) -> RefusedChange:
+    key = letter["key"]
+    return RefusedChange(
+        key="" if key is None else key.decode("utf-8", errors="replace"),
+        source_partition=letter["source_partition"],
+        source_offset=letter["source_offset"],
+        reason=letter["reason"],
+        reported_to=letter["reported_to"],
+        dead_lettered_at=letter["dead_lettered_at"],
+    )
+
+
 def admission_dead_letter(letter: dict[str, Any]) -> AdmissionDeadLetter:
     return AdmissionDeadLetter(
         source_partition=letter["source_partition"],

@@ -10,6 +10,7 @@ A producer app needs three lines:
 from __future__ import annotations
 
 import builtins
+import time
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ from kairos.streams.records import definition_record, rerun_record
 from kairos.streams.schedule_events import check_event_size
 from kairos.streams.schedule_reader import ScheduleReader, StoredSchedule
 from kairos.streams.settings import KafkaSettings
+from kairos.streams.signing import load_signer
 from kairos.streams.topics import TopicRole
 
 ChangeKind = Literal["upserted", "deleted", "paused", "resumed"]
@@ -118,6 +120,7 @@ class SchedulesClient:
         self._partitions = settings.layout.schedules_partitions
         self._codecs = codecs or make_codecs()
         self._timeout_s = timeout_s
+        self._signer = None if settings.signing_key is None else load_signer(settings.signing_key)
         self._reader = ScheduleReader(settings, self._codecs, timeout_s)
         self._producer = Producer(
             settings.producer_config(
@@ -238,12 +241,19 @@ class SchedulesClient:
             # -1: the key's partition (murmur2), unless the record says where it belongs.
             partition = -1 if record.partition is None else record.partition
             while True:
+                key = record.key.encode("utf-8")
+                headers = (
+                    None
+                    if self._signer is None
+                    else self._signer.headers(self.topic, key, record.value, _now_ms())
+                )
                 try:
                     self._producer.produce(
                         self.topic,
-                        key=record.key.encode("utf-8"),
+                        key=key,
                         value=record.value,
                         partition=partition,
+                        headers=headers,
                         on_delivery=partial(_store_outcome, outcomes, index),
                     )
                     break
@@ -283,6 +293,10 @@ class _Outgoing:
     key: str
     value: bytes | None
     partition: int | None = None
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
 
 
 def _store_outcome(

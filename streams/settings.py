@@ -6,6 +6,7 @@ import logging
 import threading
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaError
@@ -32,6 +33,7 @@ RESTORE_GROUP = "restore-"
 SCHEDULE_READERS_GROUP = "schedule-readers"
 HISTORY_READERS_GROUP = "history-readers"
 CALENDAR_READERS_GROUP = "calendar-readers"
+TEAM_READERS_GROUP = "team-readers"
 CONSOLE_READERS_GROUP = "console-readers"
 """The group ids of the assigned (never joined) consumers of `kairos apply`, `kairos schedules`,
 the audit and the calendars readers (tickers, `kairos calendars`, the audit): confluent-kafka
@@ -110,6 +112,9 @@ class KafkaSettings(BaseModel):
     topic_prefix: str = "kairos."
     schedules_partitions: int = Field(default=12, ge=1)
     properties: dict[str, str] = Field(default_factory=dict)
+    signing_key: Path | None = None
+    """The team's signing key file (`kairos.streams.signing`): schedule changes published with
+    these settings are signed with it; `None`: published unsigned."""
 
     def __repr_args__(self) -> ReprArgs:
         # A settings object in a log line or a traceback shows no secret.

@@ -15,6 +15,7 @@ from enum import StrEnum
 from kairos.core.durations import format_duration
 from kairos.streams.topics import (
     CALENDARS_PARTITIONS,
+    TEAMS_PARTITIONS,
     ClusterView,
     PartitionView,
     Replication,
@@ -109,6 +110,19 @@ def calendars_partition_problem(layout: TopicLayout, count: int) -> TopicProblem
     )
 
 
+def teams_partition_problem(layout: TopicLayout, count: int) -> TopicProblem | None:
+    """Why a teams topic of `count` partitions is unusable, or None when it has one."""
+    if count == TEAMS_PARTITIONS:
+        return None
+    return TopicProblem(
+        layout.name(TopicRole.TEAMS),
+        ProblemKind.PARTITIONS,
+        f"{count} partitions, Kairos declares {TEAMS_PARTITIONS}",
+        "a team's registration must be read in the order it was written; delete the topic, run "
+        "`kairos topics create`, then register the teams again (docs/teams.md)",
+    )
+
+
 def check_topics(
     view: ClusterView, layout: TopicLayout, replication: Replication
 ) -> list[TopicProblem]:
@@ -144,6 +158,9 @@ def _partition_count(spec: TopicSpec, topic: TopicView, layout: TopicLayout) -> 
         return [] if problem is None else [problem]
     if spec.name == layout.name(TopicRole.CALENDARS):
         problem = calendars_partition_problem(layout, count)
+        return [] if problem is None else [problem]
+    if spec.name == layout.name(TopicRole.TEAMS):
+        problem = teams_partition_problem(layout, count)
         return [] if problem is None else [problem]
     keyed = {layout.name(role) for role in _KEYED_LOOKUP}
     if count == spec.partitions or spec.name not in keyed:

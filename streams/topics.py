@@ -26,6 +26,8 @@ written longer ago than this may have missed it, so it restores cold (services/t
 
 CALENDARS_PARTITIONS = 1
 """The calendars topic's partitions: offsets are calendar versions only on a single partition."""
+TEAMS_PARTITIONS = 1
+"""The teams topic's partitions: every ticker reads it whole, in the order it was written."""
 
 PRODUCTION_REPLICATION_FACTOR = 3
 PRODUCTION_MIN_INSYNC_REPLICAS = 2
@@ -40,6 +42,7 @@ class TopicRole(StrEnum):
     RUN_EVENTS = "run-events"
     DEAD_LETTERS = "dead-letters"
     CALENDARS = "calendars"
+    TEAMS = "teams"
 
 
 @dataclass(frozen=True)
@@ -82,7 +85,13 @@ class TopicLayout:
         }
         timed = {"cleanup.policy": "delete", "retention.ms": str(self.runs_retention_ms)}
         return [
-            TopicSpec(self.name(TopicRole.SCHEDULES), self.schedules_partitions, compacted_history),
+            TopicSpec(
+                self.name(TopicRole.SCHEDULES),
+                self.schedules_partitions,
+                # Stamped by the broker's clock: a signed change replayed later is refused by
+                # its age, which no producer can fake (docs/teams.md).
+                {**compacted_history, "message.timestamp.type": "LogAppendTime"},
+            ),
             TopicSpec(
                 self.name(TopicRole.CHANGELOG),
                 self.schedules_partitions,
@@ -108,6 +117,9 @@ class TopicLayout:
             # One partition: every ticker reads all of it as a table, and a record's offset is
             # the version of the calendar it sets (docs/calendars.md).
             TopicSpec(self.name(TopicRole.CALENDARS), CALENDARS_PARTITIONS, compacted_history),
+            # One partition, written by administrators only: the keys every ticker checks
+            # schedule changes against when ownership is enforced (docs/teams.md).
+            TopicSpec(self.name(TopicRole.TEAMS), TEAMS_PARTITIONS, compacted_history),
         ]
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from kairos.cli.executor import executor_arguments
 from kairos.cli.ticker import ticker_arguments
+from kairos.services.ticker.settings import Ownership
 from kairos.streams.settings import KafkaSettings
 from tests.helpers import eventually
 
@@ -73,6 +74,8 @@ def start_ticker(
     log_level: str = "INFO",
     group_id: str | None = None,
     env: dict[str, str] | None = None,
+    ownership: Ownership | None = None,
+    signature_max_age_s: float | None = None,
 ) -> ServiceProcess:
     arguments = ticker_arguments(
         settings,
@@ -81,6 +84,8 @@ def start_ticker(
         session_timeout_ms=session_timeout_ms,
         log_level=log_level,
         group_id=group_id,
+        ownership=ownership,
+        signature_max_age_s=signature_max_age_s,
     )
     return ServiceProcess(arguments, log_dir / f"{instance}.log", env=env)
 

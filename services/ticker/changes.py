@@ -17,10 +17,11 @@ from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 from kairos.core.errors import KairosError
 from kairos.core.firing import Outcome, deleted, upserted
 from kairos.core.reruns import take_rerun
+from kairos.services.ticker.ownership import TickerOwnership
 from kairos.services.ticker.partition import OwnedPartition
 from kairos.services.ticker.work import TransactionWork
 from kairos.streams.codec import Codecs
-from kairos.streams.dead_letters import dead_letter_record
+from kairos.streams.dead_letters import OWNERSHIP_REFUSED, dead_letter_record
 from kairos.streams.ports import GroupMember
 from kairos.streams.schedule_events import (
     RejectedEvent,
@@ -69,9 +70,13 @@ class SchedulesTopicGrownError(KairosError):
 
 
 class ScheduleChanges:
-    def __init__(self, codecs: Codecs, dead_lettered_by: str) -> None:
+    def __init__(
+        self, codecs: Codecs, dead_lettered_by: str, ownership: TickerOwnership | None = None
+    ) -> None:
         self.codecs = codecs
         self.dead_lettered_by = dead_lettered_by
+        self.ownership = ownership
+        """The ownership rules changes must pass (`--ownership signed`); `None`: open."""
         self.partitions: int | None = None
         """The schedules topic's partition count, which decides each record's rightful place."""
 
@@ -132,6 +137,25 @@ class ScheduleChanges:
                 return True
             if isinstance(change, RerunRemoved):
                 return True
+            if self.ownership is not None:
+                state = work.current(owned, change.schedule_id)
+                refused = self.ownership.refused(message, change, state)
+                if refused is not None:
+                    self._dead_letter(
+                        str(message.topic()),
+                        RejectedEvent(
+                            change.partition,
+                            change.offset,
+                            message.key(),
+                            message.value(),
+                            refused.reason,
+                            OWNERSHIP_REFUSED,
+                        ),
+                        now,
+                        work,
+                        reported_to=refused.team,
+                    )
+                    return True
             if isinstance(change, RerunRequested):
                 return self._rerun(owned, message, change, now, work)
             return self._apply(owned, change, offset, now, work)
@@ -240,7 +264,12 @@ class ScheduleChanges:
         return False
 
     def _dead_letter(
-        self, topic: str, rejected: RejectedEvent, now: datetime, work: TransactionWork
+        self,
+        topic: str,
+        rejected: RejectedEvent,
+        now: datetime,
+        work: TransactionWork,
+        reported_to: str | None = None,
     ) -> None:
         logger.warning(
             "dead-lettering schedules partition=%s offset=%s: %s",
@@ -258,5 +287,6 @@ class ScheduleChanges:
             error_class=rejected.error_class,
             dead_lettered_at=now,
             dead_lettered_by=self.dead_lettered_by,
+            reported_to=reported_to,
         )
         work.dead_letters.append((record["key"], self.codecs.dead_letter.encode(record)))

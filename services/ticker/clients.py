@@ -19,6 +19,7 @@ from kairos.streams.codec import Codecs
 from kairos.streams.passing import BROKER_GONE, LEADER_MOVING, ask_until_answered
 from kairos.streams.ports import EndOffsets, GroupMember, PartitionReader, TransactionalProducer
 from kairos.streams.settings import KafkaSettings
+from kairos.streams.team_events import TeamChange, TeamFeed
 
 
 class CalendarSource(Protocol):
@@ -31,6 +32,16 @@ class CalendarSource(Protocol):
     def close(self) -> None: ...
 
 
+class TeamSource(Protocol):
+    """The teams topic, followed: each `refresh` gives every registered team (raises
+    `TeamReadError` when the topic cannot be read)."""
+
+    topic: str
+
+    def refresh(self, timeout_s: float | None = None) -> dict[str, TeamChange]: ...
+    def close(self) -> None: ...
+
+
 class TickerClients(Protocol):
     """Makes the clients of one group session; each is closed by the session that asked."""
 
@@ -38,6 +49,7 @@ class TickerClients(Protocol):
         """Refuse to start (`NotAuthorizedError`) without the ticker's grants, when asked first."""
 
     def calendars(self) -> CalendarSource: ...
+    def teams(self) -> TeamSource: ...
     def group_member(self, config: dict[str, Any]) -> GroupMember: ...
     def transactional_producer(self, config: dict[str, Any]) -> TransactionalProducer: ...
     def partition_reader(self, config: dict[str, Any]) -> PartitionReader: ...
@@ -78,6 +90,9 @@ class ConfluentTickerClients:
 
     def calendars(self) -> CalendarSource:
         return CalendarFeed(self._kafka, codecs=self._codecs)
+
+    def teams(self) -> TeamSource:
+        return TeamFeed(self._kafka, codecs=self._codecs)
 
     def group_member(self, config: dict[str, Any]) -> GroupMember:
         return Consumer(config)

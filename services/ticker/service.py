@@ -30,11 +30,12 @@ from kairos.services.ticker.clients import ConfluentTickerClients, TickerClients
 from kairos.services.ticker.commit import CommitPath
 from kairos.services.ticker.garbage import IdleCollector
 from kairos.services.ticker.metrics import TickerMetrics
+from kairos.services.ticker.ownership import TickerOwnership
 from kairos.services.ticker.partition import OwnedPartition
 from kairos.services.ticker.planner import Budgets, TurnPlanner
 from kairos.services.ticker.quarantine import Quarantine
 from kairos.services.ticker.session import SessionParts, TickerSession
-from kairos.services.ticker.settings import TickerSettings, ensure_state_dir
+from kairos.services.ticker.settings import Ownership, TickerSettings, ensure_state_dir
 from kairos.services.ticker.state_room import CHECK_EVERY_S, StateRoom
 from kairos.services.ticker.transaction import Topics
 from kairos.services.ticker.upcoming import (
@@ -95,7 +96,12 @@ class Ticker:
         names = DeploymentNames.of(kafka, ticker_group=settings.group(kafka))
         self._access = RoleAccess(kafka, Role.TICKER, names)
         self._clients = clients or ConfluentTickerClients(kafka, self.codecs, self._access)
-        changes = ScheduleChanges(self.codecs, f"ticker:{settings.instance}")
+        self._ownership = (
+            TickerOwnership(int(settings.signature_max_age_s * 1000))
+            if settings.ownership is Ownership.SIGNED
+            else None
+        )
+        changes = ScheduleChanges(self.codecs, f"ticker:{settings.instance}", self._ownership)
         quarantine = Quarantine(self.codecs, self.topics.schedules, f"ticker:{settings.instance}")
         self._calendars = TickerCalendars()
         self._parts = SessionParts(
@@ -179,6 +185,8 @@ class Ticker:
         end, then the clients (`TickerSession.open`)."""
         self._clients.check_access()
         self._calendars.start(self._clients.calendars())
+        if self._ownership is not None:
+            self._ownership.start(self._clients.teams())
         self._session = TickerSession.open(self._clients, self._parts)
 
     def disconnect(self) -> None:
@@ -189,6 +197,8 @@ class Ticker:
                 session.close()
         finally:
             self._calendars.close()
+            if self._ownership is not None:
+                self._ownership.close()
 
     # -- one turn ----------------------------------------------------------------------------
 
@@ -203,6 +213,8 @@ class Ticker:
             until_due_s = seconds_until_next_due(owned, self.clock())
             take_over.settle(session.member, budget_s=max(MIN_SLICE_S, min(SLICE_S, until_due_s)))
         self._calendars.follow(owned.values())
+        if self._ownership is not None:
+            self._ownership.follow()
         until_due_s = seconds_until_next_due(owned, self.clock())
         # A restore in progress takes the idle time, a slice per turn.
         wait_s = 0.0 if take_over.restoring else min(self.settings.max_wait_s, until_due_s)

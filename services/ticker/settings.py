@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -10,6 +11,13 @@ from kairos.core.clock import DEFAULT_MAX_CLOCK_AHEAD_MS
 from kairos.core.errors import KairosError
 from kairos.streams.settings import TICKER_GROUP, KafkaSettings
 from kairos.streams.state_store import DEFAULT_STORE_MEMORY_MB
+
+
+class Ownership(StrEnum):
+    OPEN = "open"
+    """Any change anyone can publish is taken (one team, or a trusted few)."""
+    SIGNED = "signed"
+    """Every change must be signed by a registered team that may make it (docs/teams.md)."""
 
 
 class TickerSettings(BaseModel):
@@ -33,6 +41,10 @@ class TickerSettings(BaseModel):
     """What RocksDB may hold in memory for all the ticker's partition stores together
     (`StoreMemory`): their block cache, with the memtables charged to it."""
     metrics_port: int | None = None
+    ownership: Ownership = Ownership.OPEN
+    signature_max_age_s: float = Field(default=300, gt=0)
+    """How far apart a signed change's signing instant and the broker's append time may be:
+    a record replayed later than this is refused."""
 
     def group(self, kafka: KafkaSettings) -> str:
         return self.group_id or kafka.deployment_id(TICKER_GROUP)

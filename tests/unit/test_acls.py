@@ -27,6 +27,8 @@ def test_the_ticker_reads_schedules_writes_runs_and_owns_its_transactional_ids()
         "WRITE on topic prod.dead-letters",
         "READ on topic prod.calendars",
         "DESCRIBE on group prod.calendar-readers",
+        "READ on topic prod.teams",
+        "DESCRIBE on group prod.team-readers",
         "READ on group prod.tickers",
         "DESCRIBE on group prod.restore- (prefixed)",
         "WRITE on transactional-id prod.ticker- (prefixed)",

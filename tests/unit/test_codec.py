@@ -244,6 +244,18 @@ SAMPLES: list[tuple[RecordType, str, dict[str, Any]]] = [
             "truncated": True,
             "key_size": 23,
             "value_size": 1_200_000,
+            "reported_to": "growth",
+        },
+    ),
+    (
+        RecordType.TEAM_EVENT,
+        "team",
+        {
+            "team": "payments-eu",
+            "public_keys": [bytes(range(32))],
+            "admin": False,
+            "changed_by": "ops@example.com",
+            "changed_at": T1,
         },
     ),
     (

@@ -30,6 +30,7 @@ from kairos.streams.partition_status import PartitionStatusError
 from kairos.streams.schedule_publisher import PublishError as SchedulePublishError
 from kairos.streams.schedule_reader import ScheduleReadError
 from kairos.streams.state_store import StateStoreError
+from kairos.streams.team_events import TeamPublishError, TeamReadError
 
 RETRYABLE = [
     DedupeStoreError("sqlite:///x", "database is locked"),
@@ -40,6 +41,8 @@ RETRYABLE = [
     PartitionStatusError("consumer group kairos-ticker", "timed out"),
     SchedulePublishError("billing", "timed out"),
     CalendarPublishError("holidays", "timed out"),
+    TeamReadError("kairos.teams", "broker unavailable"),
+    TeamPublishError("team 'payments' was not published: timed out"),
     RunEventsPublishError("kairos.run-events", "timed out"),
     FleetCheckError("topic kairos.runs", "no answer"),
     ClockAheadError(5_000, 1_000),

@@ -1,0 +1,129 @@
+"""Ownership enforced where every schedule change passes: the ticker that owns its partition.
+
+With `--ownership signed`, a change is taken only when its signature verifies against a key its
+team registered on the teams topic (`kairos.streams.signing`) and that team may make it
+(`kairos.core.ownership`). Anything else is refused: dead-lettered with the reason and reported
+to the team that signed it, inside the transaction that passes its offset. The teams topic is
+read to its end before the ticker joins its group and followed after, as the calendars are.
+
+Two kinds of change are taken unsigned, because they change nothing anyone could not: a delete
+of a schedule the ticker does not hold, and the change a ticker itself publishes when a
+schedule's runs ran out (its `after_last_run`, `services/ticker/lifecycle.py`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from confluent_kafka import Message
+
+from kairos.core.firing import ScheduleState
+from kairos.core.ownership import Change, Held, Team, refusal, upsert_change
+from kairos.core.schedule_lifecycle import AfterLastRun
+from kairos.services.ticker.clients import TeamSource
+from kairos.streams.schedule_events import (
+    TOMBSTONE,
+    RerunRequested,
+    ScheduleDeleted,
+    ScheduleUpserted,
+)
+from kairos.streams.signing import Refused, Verifier
+from kairos.streams.team_events import TeamChange, TeamReadError
+
+logger = logging.getLogger(__name__)
+
+REFRESH_S = 1.0
+"""How soon a registered team (or a revoked key) reaches the ticker's decisions."""
+REFRESH_TIMEOUT_S = 2.0
+RETRY_S = 10.0
+
+Taken = ScheduleUpserted | ScheduleDeleted | RerunRequested
+
+
+class TickerOwnership:
+    """The registered teams, followed, and the rules applied to each change taken."""
+
+    def __init__(self, max_age_ms: int) -> None:
+        self._max_age_ms = max_age_ms
+        self._feed: TeamSource | None = None
+        self._teams: dict[str, Team] = {}
+        self._verifier = Verifier({}, max_age_ms)
+        self._next_read_at = 0.0
+
+    def start(self, feed: TeamSource) -> None:
+        """Read `feed` to its end (raises `TeamReadError` when it cannot), and follow it."""
+        self._feed = feed
+        self._take(feed.refresh())
+        self._next_read_at = time.monotonic() + REFRESH_S
+        logger.info("teams read: %d from %s", len(self._teams), feed.topic)
+
+    def follow(self) -> None:
+        """Read what was registered since the last read, when `REFRESH_S` has passed."""
+        if self._feed is None or time.monotonic() < self._next_read_at:
+            return
+        try:
+            self._take(self._feed.refresh(timeout_s=REFRESH_TIMEOUT_S))
+        except TeamReadError as error:
+            # Changes go on being checked against the teams read last; a later read catches up.
+            logger.warning("teams not read again (next try in %gs): %s", RETRY_S, error)
+            self._next_read_at = time.monotonic() + RETRY_S
+            return
+        self._next_read_at = time.monotonic() + REFRESH_S
+
+    def close(self) -> None:
+        if self._feed is not None:
+            self._feed.close()
+            self._feed = None
+
+    def refused(
+        self, message: Message, change: Taken, state: ScheduleState | None
+    ) -> Refused | None:
+        """Why `change` (consumed as `message`) may not be taken, or `None` when it may."""
+        held = None if state is None else Held(state.schedule.owner, state.paused)
+        kind = _kind(change, held)
+        if state is None and kind in (Change.DELETE, Change.TOMBSTONE):
+            return None
+        if state is not None and _ends_ran_out(state, change, kind):
+            return None
+        signer = self._verifier.signer(
+            str(message.topic()),
+            message.key(),
+            message.value(),
+            message.headers(),
+            message.timestamp(),
+        )
+        if isinstance(signer, Refused):
+            return signer
+        new_owner = change.schedule.owner if isinstance(change, ScheduleUpserted) else None
+        reason = refusal(self._teams[signer], change.schedule_id, kind, held, new_owner)
+        return None if reason is None else Refused(reason, signer)
+
+    def _take(self, registered: dict[str, TeamChange]) -> None:
+        teams = {name: change.team for name, change in registered.items() if change.team}
+        if teams != self._teams:
+            self._teams = teams
+            self._verifier = Verifier(
+                {name: team.public_keys for name, team in teams.items()}, self._max_age_ms
+            )
+
+
+def _kind(change: Taken, held: Held | None) -> Change:
+    if isinstance(change, RerunRequested):
+        return Change.RERUN
+    if isinstance(change, ScheduleDeleted):
+        return Change.TOMBSTONE if change.change == TOMBSTONE else Change.DELETE
+    return upsert_change(held, change.schedule.paused)
+
+
+def _ends_ran_out(state: ScheduleState, change: Taken, kind: Change) -> bool:
+    """Whether `change` is what the ticker publishes itself once `state`'s runs ran out."""
+    if not state.ran_out:
+        return False
+    if state.schedule.after_last_run is AfterLastRun.DELETE:
+        return kind in (Change.DELETE, Change.TOMBSTONE)
+    return (
+        isinstance(change, ScheduleUpserted)
+        and kind is Change.PAUSE
+        and change.schedule == state.schedule.model_copy(update={"paused": True})
+    )

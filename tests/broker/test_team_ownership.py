@@ -1,0 +1,280 @@
+"""Ownership that holds with direct topic access: impersonation attempts against a real ticker.
+
+Team `payments` owns a schedule. Team `growth`, which may publish to the schedules topic like
+every team, tries to overwrite, pause, delete, tombstone and re-run it: through the CLI signed
+with its own key, and raw with its own Kafka client. Someone without a registered key forges
+`payments`' name, publishes unsigned, and replays one of `payments`' own signed records. Each
+attempt is refused by the ticker (`--ownership signed`), dead-lettered with its reason and
+reported to the team that signed it; the schedule keeps firing as `payments` defined it, and
+the teams' own changes, and the ticker's own after_last_run, are taken.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from kairos.core.ownership import Team
+from kairos.core.schedule import Schedule
+from kairos.services.ticker.settings import Ownership
+from kairos.streams.codec import make_codecs
+from kairos.streams.dead_letters import OWNERSHIP_REFUSED
+from kairos.streams.partitioner import partition_for
+from kairos.streams.records import definition_record
+from kairos.streams.schedule_publisher import SchedulesClient
+from kairos.streams.settings import KafkaSettings
+from kairos.streams.signing import Signer, new_signing_key
+from kairos.streams.team_events import publish_team_change
+from kairos.streams.topics import TopicRole
+from tests.broker.test_ticker_failover import committed_runs
+from tests.helpers import eventually, unique_name
+from tests.kafka_helpers import read_topic
+from tests.processes import ServiceProcess, start_ticker
+
+CODECS = make_codecs()
+MAX_AGE_S = 5.0
+VICTIM = "payments-settle"
+
+
+def _now() -> datetime:
+    return datetime.now(UTC).replace(microsecond=0)
+
+
+def _key_file(directory: Path, team: str) -> tuple[Path, Signer]:
+    text, signer = new_signing_key(team)
+    path = directory / f"{team}.key"
+    path.write_text(text)
+    path.chmod(0o600)
+    return path, signer
+
+
+def _cli(settings: KafkaSettings, key: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    root = ["--bootstrap-servers", settings.bootstrap_servers, "--topic-prefix"]
+    command = [sys.executable, "-m", "kairos.cli", *root, settings.topic_prefix]
+    return subprocess.run(
+        [*command, "--signing-key", str(key), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def _event(schedule: Schedule | None, schedule_id: str, change: str) -> bytes:
+    return CODECS.schedule_event.encode(
+        {
+            "schedule_id": schedule_id,
+            "event_id": uuid.uuid4(),
+            "change": change,
+            "definition": None if schedule is None else definition_record(schedule),
+            "revision": 0,
+            "changed_by": "attacker",
+            "changed_at": datetime.now(UTC),
+            "reason": None,
+        }
+    )
+
+
+class RawClient:
+    """A team's own Kafka client, publishing raw records, signed or not as the test says."""
+
+    def __init__(self, settings: KafkaSettings) -> None:
+        self.topic = settings.layout.name(TopicRole.SCHEDULES)
+        self._producer = Producer(settings.client_config())
+
+    def send(
+        self,
+        key: str,
+        value: bytes | None,
+        signer: Signer | None = None,
+        headers: list[tuple[str, bytes]] | None = None,
+    ) -> None:
+        raw_key = key.encode()
+        if signer is not None:
+            now_ms = int(time.time() * 1000)
+            headers = [
+                (name, value_)
+                for name, value_ in signer.headers(self.topic, raw_key, value, now_ms)
+                if isinstance(value_, bytes)
+            ]
+        self._producer.produce(self.topic, key=raw_key, value=value, headers=headers)
+        assert self._producer.flush(30) == 0
+
+
+def _refusals(settings: KafkaSettings) -> list[dict[str, Any]]:
+    topic = settings.layout.name(TopicRole.DEAD_LETTERS)
+    return [
+        letter
+        for _, letter in read_topic(settings.bootstrap_servers, topic, CODECS.dead_letter.decode)
+        if letter["error_class"] == OWNERSHIP_REFUSED
+    ]
+
+
+def _signed_records(settings: KafkaSettings, schedule_id: str) -> list[tuple[bytes, list[Any]]]:
+    """(value, headers) of every record of `schedule_id` on the schedules topic, in order."""
+    topic = settings.layout.name(TopicRole.SCHEDULES)
+    partition = partition_for(schedule_id, settings.schedules_partitions)
+    consumer = Consumer(
+        {
+            "bootstrap.servers": settings.bootstrap_servers,
+            "group.id": unique_name("replayer"),
+            "enable.partition.eof": True,
+        }
+    )
+    found = []
+    try:
+        consumer.assign([TopicPartition(topic, partition, 0)])
+        while True:
+            message = consumer.poll(10)
+            assert message is not None, "the schedules partition was not read to its end"
+            if message.error() is not None:
+                break
+            if message.key() == schedule_id.encode() and message.value() is not None:
+                found.append((message.value(), message.headers() or []))
+    finally:
+        consumer.close()
+    return found
+
+
+@pytest.fixture
+def deployment(kafka_settings: KafkaSettings, tmp_path: Path) -> Iterator[dict[str, Any]]:
+    keys = {team: _key_file(tmp_path, team) for team in ("payments", "growth", "stranger")}
+    for team in ("payments", "growth"):
+        public = keys[team][1].public_key()
+        publish_team_change(kafka_settings, team, Team(team, (public,)), "test-admin")
+    ticker = start_ticker(
+        kafka_settings,
+        "t1",
+        tmp_path / "t1",
+        tmp_path,
+        ownership=Ownership.SIGNED,
+        signature_max_age_s=MAX_AGE_S,
+    )
+    ticker.wait_for_log("teams read: 2")
+    yield {"settings": kafka_settings, "keys": keys, "ticker": ticker}
+    ticker.kill()
+
+
+def _as(settings: KafkaSettings, key: Path) -> KafkaSettings:
+    return settings.model_copy(update={"signing_key": key})
+
+
+def _runs_of(settings: KafkaSettings, schedule_id: str) -> list[dict[str, Any]]:
+    return [run for run in committed_runs(settings) if run["schedule_id"] == schedule_id]
+
+
+def test_impersonation_of_every_kind_is_refused_and_reported(
+    deployment: dict[str, Any],
+) -> None:
+    settings: KafkaSettings = deployment["settings"]
+    keys = deployment["keys"]
+    ticker: ServiceProcess = deployment["ticker"]
+    payments_key, _ = keys["payments"]
+    growth_key, growth = keys["growth"]
+    _, stranger = keys["stranger"]
+    victim = Schedule(id=VICTIM, every=timedelta(seconds=1), start_at=_now(), owner="payments")
+    with SchedulesClient(_as(settings, payments_key), changed_by="payments-ci") as owner:
+        owner.upsert(victim)
+        # The owner's own pause and resume are taken; the pause is replayed later.
+        owner.pause(VICTIM)
+        owner.resume(VICTIM)
+    eventually(lambda: len(_runs_of(settings, VICTIM)) >= 2, timeout_s=60, message="no runs")
+
+    # growth, signing as itself, through the CLI (the SDK signs every change it publishes).
+    # Each is published (exit 0): the topic takes any team's records; the ticker refuses them.
+    for verb in ("pause", "trigger", "delete"):
+        published = _cli(settings, growth_key, "schedules", verb, VICTIM)
+        assert published.returncode == 0, published.stderr
+    # growth with its own Kafka client: overwrite, as itself and posing as the owner, and a
+    # tombstone alone.
+    raw = RawClient(settings)
+    taken_over = victim.model_copy(update={"owner": "growth", "every": timedelta(hours=1)})
+    raw.send(VICTIM, _event(taken_over, VICTIM, "upserted"), growth)
+    posing = victim.model_copy(update={"every": timedelta(hours=1)})
+    raw.send(VICTIM, _event(posing, VICTIM, "upserted"), growth)
+    raw.send(VICTIM, None, growth)
+    # Without payments' key: payments' name on a stranger's signature, and no signature.
+    forged = stranger.headers(raw.topic, VICTIM.encode(), None, int(time.time() * 1000))
+    forged_headers = [
+        (name, b"payments" if name == "kairos-team" else value)
+        for name, value in forged
+        if isinstance(value, bytes)
+    ]
+    raw.send(VICTIM, None, headers=forged_headers)
+    raw.send(VICTIM, _event(posing, VICTIM, "upserted"))
+    # payments' own pause, captured from the topic and replayed after the age limit.
+    pause_value, pause_headers = _signed_records(settings, VICTIM)[1]
+    time.sleep(MAX_AGE_S + 1)
+    raw.send(VICTIM, pause_value, headers=pause_headers)
+
+    def all_ten() -> list[dict[str, Any]] | None:
+        found = _refusals(settings)
+        return found if len(found) >= 10 else None
+
+    refusals = eventually(all_ten, timeout_s=60, message="not every attempt was dead-lettered")
+    assert len(refusals) == 10, [r["reason"] for r in refusals]
+    # A re-run request is keyed `<schedule id>~rerun-<request id>`.
+    assert all(r["key"].decode().startswith(VICTIM) for r in refusals)
+    by_team = [(r["reported_to"], r["reason"]) for r in refusals]
+    growth_signed = [reason for team, reason in by_team if team == "growth"]
+    # The CLI's delete is two records, a `deleted` event and a tombstone: both refused.
+    assert len(growth_signed) == 7
+    for verb in ("pause", "re-run", "delete", "overwrite", "tombstone"):
+        assert any(f"may not {verb} it" in reason for reason in growth_signed), verb
+    assert all("belongs to team 'payments'" in reason for reason in growth_signed)
+    unsigned_or_forged = [reason for team, reason in by_team if team is None]
+    assert any("does not verify with any key of team 'payments'" in r for r in unsigned_or_forged)
+    assert any(reason.startswith("unsigned") for reason in unsigned_or_forged)
+    replayed = [reason for team, reason in by_team if team == "payments"]
+    assert len(replayed) == 1 and "away from when the broker appended it" in replayed[0]
+
+    # The schedule is still payments', firing every second as payments defined it.
+    before = len(_runs_of(settings, VICTIM))
+    eventually(
+        lambda: len(_runs_of(settings, VICTIM)) >= before + 3,
+        timeout_s=30,
+        message="the schedule stopped firing after the attempts",
+    )
+    assert ticker.process.poll() is None, ticker.log()[-3000:]
+
+    listed = _cli(settings, growth_key, "teams", "rejections", "growth", "-o", "json")
+    assert listed.returncode == 0, listed.stderr
+    assert len(json.loads(listed.stdout)) == 7
+
+
+def test_a_teams_own_changes_and_the_tickers_own_ending_are_taken(
+    deployment: dict[str, Any],
+) -> None:
+    settings: KafkaSettings = deployment["settings"]
+    growth_key, _ = deployment["keys"]["growth"]
+    once = Schedule(
+        id="growth-twice", every=timedelta(seconds=1), start_at=_now(), owner="growth", max_runs=2
+    )
+    with SchedulesClient(_as(settings, growth_key), changed_by="growth-ci") as client:
+        client.upsert(once)
+    eventually(lambda: len(_runs_of(settings, "growth-twice")) == 2, timeout_s=60)
+    # The ticker pauses it after its last run (after_last_run), unsigned: taken, not refused.
+    with SchedulesClient(settings, "reader") as reader:
+        eventually(
+            lambda: reader.get("growth-twice").schedule.paused,
+            timeout_s=30,
+            message="the ticker did not pause the schedule after its last run",
+        )
+    time.sleep(2)
+    assert _refusals(settings) == []
+    assert len(_runs_of(settings, "growth-twice")) == 2
+    # And the owner resumes what it owns.
+    resumed = _cli(settings, growth_key, "schedules", "resume", "growth-twice")
+    assert resumed.returncode == 0, resumed.stderr
+    time.sleep(2)
+    assert _refusals(settings) == []
