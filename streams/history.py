@@ -36,6 +36,7 @@ from kairos.core.audit import (
     RunEventRecord,
 )
 from kairos.core.errors import KairosError
+from kairos.core.schedule import Schedule
 from kairos.streams.codec import Codecs, DecodeError, make_codecs
 from kairos.streams.dead_letters import OWNERSHIP_REFUSED
 from kairos.streams.history_records import (
@@ -55,6 +56,8 @@ from kairos.streams.schedule_events import (
     RejectedEvent,
     RerunRemoved,
     RerunRequested,
+    ScheduleUpserted,
+    is_restoration,
     read_schedule_event,
 )
 from kairos.streams.settings import HISTORY_READERS_GROUP, KafkaSettings
@@ -136,6 +139,9 @@ class HistoryReader:
         `schedule_id` is given (reading just the partition its id hashes to)."""
         topic = self.topic(TopicRole.SCHEDULES)
         found: list[HistoryEvent] = []
+        # What the tickers did not take: changes they refused, and their own restorations.
+        refused = {(c.source_partition, c.source_offset) for c in self.refused_changes()}
+        held: dict[str, Schedule | None] = {}
         for record in self._read(topic, schedule_id):
             change = read_schedule_event(
                 self._codecs.schedule_event,
@@ -148,12 +154,19 @@ class HistoryReader:
             )
             if isinstance(change, RejectedEvent):
                 self._reject(topic, record, change.reason)
-            elif schedule_id is not None and change.schedule_id != schedule_id:
+            elif (
+                (schedule_id is not None and change.schedule_id != schedule_id)
+                or (record.partition, record.offset) in refused
+                or is_restoration(record.restores, change, held.get(change.schedule_id))
+            ):
                 continue
             elif isinstance(change, RerunRequested):
                 self.reruns.append(RequestedRerun(change.partition, change.offset, change.request))
             elif not isinstance(change, RerunRemoved):
                 found.append(history_event(change))
+                held[change.schedule_id] = (
+                    change.schedule if isinstance(change, ScheduleUpserted) else None
+                )
         return found
 
     def runs(

@@ -14,7 +14,7 @@ from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, Message
 from kairos.core.audit import AdmissionDeadLetter, FiredRun, HistoryEvent, RunEventRecord
 from kairos.core.errors import KairosError
 from kairos.streams.codec import Codecs
-from kairos.streams.schedule_events import ScheduleChange, ScheduleUpserted
+from kairos.streams.schedule_events import ScheduleChange, ScheduleUpserted, restores_mark
 
 
 @dataclass(frozen=True)
@@ -30,6 +30,8 @@ class TopicRecord:
     """The topic's partition count at read time: where each key belongs."""
     appended: bool = False
     """`timestamp` is the broker's append time (the topic has LogAppendTime)."""
+    restores: bool = False
+    """The record bears the ticker's restoration mark (`schedule_events.RESTORES_HEADER`)."""
 
 
 class InvalidRecordError(KairosError):
@@ -48,6 +50,7 @@ def topic_record(message: Message, partitions: int) -> TopicRecord:
         value=message.value(),
         partitions=partitions,
         appended=timestamp_type == TIMESTAMP_LOG_APPEND_TIME,
+        restores=restores_mark(message.headers()),
     )
 
 

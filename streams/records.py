@@ -7,6 +7,7 @@ UTC datetimes (Avro `timestamp-millis`), durations are milliseconds.
 from __future__ import annotations
 
 import json
+import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -227,6 +228,31 @@ def _sharing_fields_set(schedule: Schedule) -> Schedule:
         shared = _FIELDS_SETS.put(frozenset(given), given)
     object.__setattr__(schedule, "__pydantic_fields_set__", shared)
     return schedule
+
+
+def schedule_event_record(
+    schedule_id: str,
+    change: str,
+    definition: Schedule | None,
+    *,
+    changed_by: str,
+    changed_at: datetime,
+    reason: str | None,
+    revision: int = 0,
+    rerun: RerunRequest | None = None,
+) -> dict[str, Any]:
+    """A `ScheduleEvent` record: every writer of the schedules topic builds its events here."""
+    return {
+        "schedule_id": schedule_id,
+        "event_id": uuid.uuid4(),
+        "change": change,
+        "definition": None if definition is None else definition_record(definition),
+        "revision": revision,
+        "changed_by": changed_by,
+        "changed_at": changed_at,
+        "reason": reason,
+        "rerun": None if rerun is None else rerun_record(rerun),
+    }
 
 
 def rerun_record(request: RerunRequest) -> dict[str, Any]:

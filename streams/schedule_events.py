@@ -23,6 +23,12 @@ change `rerun_requested` with `rerun` set and no definition, read as a `RerunReq
 tombstone under such a key removes the request from the topic (compaction then forgets it); it
 withdraws nothing already fired and reads as a `RerunRemoved`.
 
+Where ownership is enforced (docs/teams.md), the ticker that refuses a change publishes right
+after it, in the same transaction, the definition in force (or a tombstone when there is none)
+with the header `RESTORES_HEADER`, so the latest record of the key is again what the ticker
+holds, whatever compaction keeps. Such a record restating the definition already in force
+changes nothing, for the ticker and for every reader (`is_restoration`).
+
 A refused record is a `RejectedEvent` carrying the reason. Only the ticker dead-letters it
 (`kairos.streams.dead_letters`); the readers skip it and report it to their caller.
 """
@@ -49,6 +55,10 @@ MAX_SCHEDULE_EVENT_BYTES = 512 * 1024
 """The largest schedule event accepted. Every record the ticker derives from one (its changelog
 record, its runs) is about as large, and all must stay well under Kafka's default limit of
 1 MB per record: an unproducible changelog record would stop the partition."""
+
+RESTORES_HEADER = "kairos-restores"
+"""Marks a record the ticker published to restore a key after refusing the change at the offset
+the header holds (ASCII digits)."""
 
 TOMBSTONE = "tombstone"
 """The `change` of a delete that came as a tombstone (a null value), not as an event."""
@@ -336,3 +346,20 @@ def _schedule_of(definition: dict[str, Any]) -> Schedule:
         # Whatever else untrusted bytes make the model raise; job_from_record's own errors
         # (params_json that is not a JSON object) already name the field.
         raise InvalidScheduleEventError(f"invalid definition: {invalid}") from invalid
+
+
+def restores_mark(headers: object) -> bool:
+    """Whether a record's headers (a list of pairs, as consumed) carry `RESTORES_HEADER`."""
+    return isinstance(headers, list) and any(
+        pair[0] == RESTORES_HEADER for pair in headers if isinstance(pair, tuple)
+    )
+
+
+def is_restoration(restores: bool, change: SchedulesRecord, held: Schedule | None) -> bool:
+    """Whether a record marked `restores` restates what is held (`held`: the definition in
+    force before it, `None`: none): it then changes nothing and is not applied."""
+    if not restores:
+        return False
+    if isinstance(change, ScheduleUpserted):
+        return held is not None and change.schedule == held
+    return isinstance(change, ScheduleDeleted) and held is None

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import builtins
 import time
-import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -27,7 +26,7 @@ from kairos.core.schedule import Schedule, parse_schedule
 from kairos.streams.authorization import kafka_error_of
 from kairos.streams.codec import Codecs, make_codecs
 from kairos.streams.partitioner import partition_for
-from kairos.streams.records import definition_record, rerun_record
+from kairos.streams.records import schedule_event_record
 from kairos.streams.schedule_events import check_event_size
 from kairos.streams.schedule_reader import ScheduleReader, StoredSchedule
 from kairos.streams.settings import KafkaSettings
@@ -181,17 +180,15 @@ class SchedulesClient:
         `kairos.streams.schedule_events`); `ScheduleNotFoundError` when the schedule is gone.
         """
         self.get(request.schedule_id)
-        event = {
-            "schedule_id": request.schedule_id,
-            "event_id": uuid.uuid4(),
-            "change": "rerun_requested",
-            "definition": None,
-            "revision": 0,
-            "changed_by": self.changed_by,
-            "changed_at": request.requested_at,
-            "reason": request.reason,
-            "rerun": rerun_record(request),
-        }
+        event = schedule_event_record(
+            request.schedule_id,
+            "rerun_requested",
+            None,
+            changed_by=self.changed_by,
+            changed_at=request.requested_at,
+            reason=request.reason,
+            rerun=request,
+        )
         value = self._codecs.schedule_event.encode(event)
         partition = partition_for(request.schedule_id, self._partitions)
         key = f"{request.schedule_id}{RERUN_MARK}{request.request_id}"
@@ -218,17 +215,15 @@ class SchedulesClient:
         )
 
     def _event(self, change: ScheduleChange, reason: str | None) -> bytes:
-        definition = change.definition
-        event = {
-            "schedule_id": change.schedule_id,
-            "event_id": uuid.uuid4(),
-            "change": change.change,
-            "definition": None if definition is None else definition_record(definition),
-            "revision": change.revision,
-            "changed_by": self.changed_by,
-            "changed_at": datetime.now(UTC),
-            "reason": reason,
-        }
+        event = schedule_event_record(
+            change.schedule_id,
+            change.change,
+            change.definition,
+            changed_by=self.changed_by,
+            changed_at=datetime.now(UTC),
+            reason=reason,
+            revision=change.revision,
+        )
         value = self._codecs.schedule_event.encode(event)
         # Refused here, before anything is sent, rather than by every consumer of the topic.
         check_event_size(change.schedule_id, value)

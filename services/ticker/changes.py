@@ -15,9 +15,9 @@ from datetime import datetime
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
 from kairos.core.errors import KairosError
-from kairos.core.firing import Outcome, deleted, upserted
+from kairos.core.firing import Outcome, ScheduleState, deleted, upserted
 from kairos.core.reruns import take_rerun
-from kairos.services.ticker.ownership import TickerOwnership
+from kairos.services.ticker.ownership import TickerOwnership, restoring_event
 from kairos.services.ticker.partition import OwnedPartition
 from kairos.services.ticker.work import TransactionWork
 from kairos.streams.codec import Codecs
@@ -29,8 +29,11 @@ from kairos.streams.schedule_events import (
     RerunRequested,
     ScheduleChange,
     ScheduleDeleted,
+    is_restoration,
     read_schedule_message,
+    restores_mark,
 )
+from kairos.streams.signing import Refused
 from kairos.streams.topic_check import (
     TopicProblem,
     changelog_partition_problem,
@@ -137,23 +140,21 @@ class ScheduleChanges:
                 return True
             if isinstance(change, RerunRemoved):
                 return True
+            state = work.current(owned, change.schedule_id)
+            held = None if state is None else state.schedule
+            if is_restoration(restores_mark(message.headers()), change, held):
+                return True
             if self.ownership is not None:
-                state = work.current(owned, change.schedule_id)
                 refused = self.ownership.refused(message, change, state)
                 if refused is not None:
-                    self._dead_letter(
-                        str(message.topic()),
-                        RejectedEvent(
-                            change.partition,
-                            change.offset,
-                            message.key(),
-                            message.value(),
-                            refused.reason,
-                            OWNERSHIP_REFUSED,
-                        ),
-                        now,
-                        work,
-                        reported_to=refused.team,
+                    self._refuse(
+                        owned.partition,
+                        message,
+                        change,
+                        state=state,
+                        refused=refused,
+                        now=now,
+                        work=work,
                     )
                     return True
             if isinstance(change, RerunRequested):
@@ -182,6 +183,32 @@ class ScheduleChanges:
             self._dead_letter(str(message.topic()), unappliable, now, work)
             return True
 
+    def _refuse(
+        self,
+        partition: int,
+        message: Message,
+        change: ScheduleChange | RerunRequested,
+        *,
+        state: ScheduleState | None,
+        refused: Refused,
+        now: datetime,
+        work: TransactionWork,
+    ) -> None:
+        """Dead-letter a change the ownership rules refused, reported to its signer, and
+        restore its key to what is held (a re-run request's key to nothing)."""
+        key, value = message.key(), message.value()
+        rejected = RejectedEvent(
+            partition, change.offset, key, value, refused.reason, OWNERSHIP_REFUSED
+        )
+        self._dead_letter(str(message.topic()), rejected, now, work, reported_to=refused.team)
+        restoring = None
+        if state is not None and not isinstance(change, RerunRequested):
+            restoring = restoring_event(
+                state, self.codecs, self.dead_lettered_by, now, change.offset
+            )
+        assert key is not None  # read_schedule_message refuses a record without one
+        work.restores[(partition, key)] = (restoring, change.offset)
+
     def _apply(
         self,
         owned: OwnedPartition,
@@ -191,6 +218,8 @@ class ScheduleChanges:
         work: TransactionWork,
     ) -> bool:
         schedule_id = change.schedule_id
+        # Taken after a refusal in the same transaction: it is the key's latest record.
+        work.restores.pop((owned.partition, schedule_id.encode()), None)
         state = work.current(owned, schedule_id)
         if isinstance(change, ScheduleDeleted):
             if state is None:

@@ -10,13 +10,12 @@ last run again and publishes the change then.
 
 from __future__ import annotations
 
-import uuid
 from datetime import datetime
 
 from kairos.core.firing import ScheduleState
 from kairos.core.schedule_lifecycle import AfterLastRun
 from kairos.streams.codec import Codecs
-from kairos.streams.records import definition_record
+from kairos.streams.records import schedule_event_record
 
 
 def after_last_run_records(
@@ -26,19 +25,14 @@ def after_last_run_records(
     schedule = state.schedule
     action = schedule.after_last_run
     delete = action is AfterLastRun.DELETE
-    event = {
-        "schedule_id": schedule.id,
-        "event_id": uuid.uuid4(),
-        "change": "deleted" if delete else "paused",
-        "definition": None
-        if delete
-        else definition_record(schedule.model_copy(update={"paused": True})),
-        "revision": 0,
-        "changed_by": f"ticker:{instance}",
-        "changed_at": now,
-        "reason": f"max_runs {schedule.max_runs} reached (after_last_run: {action.value})",
-        "rerun": None,
-    }
+    event = schedule_event_record(
+        schedule.id,
+        "deleted" if delete else "paused",
+        None if delete else schedule.model_copy(update={"paused": True}),
+        changed_by=f"ticker:{instance}",
+        changed_at=now,
+        reason=f"max_runs {schedule.max_runs} reached (after_last_run: {action.value})",
+    )
     key = schedule.id.encode("utf-8")
     records: list[tuple[bytes, bytes | None]] = [(key, codecs.schedule_event.encode(event))]
     if delete:

@@ -6,6 +6,11 @@ team registered on the teams topic (`kairos.streams.signing`) and that team may 
 to the team that signed it, inside the transaction that passes its offset. The teams topic is
 read to its end before the ticker joins its group and followed after, as the calendars are.
 
+After refusing a change, the ticker publishes in the same transaction the definition it holds
+(a tombstone when it holds none) marked as a restoration (`kairos.streams.schedule_events`), so
+the key's latest record on the compacted topic, which readers and compaction go by, is again
+what the ticker holds; reading it back changes nothing.
+
 Two kinds of change are taken unsigned, because they change nothing anyone could not: a delete
 of a schedule the ticker does not hold, and the change a ticker itself publishes when a
 schedule's runs ran out (its `after_last_run`, `services/ticker/lifecycle.py`).
@@ -15,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import time
+from datetime import datetime
 
 from confluent_kafka import Message
 
@@ -22,6 +28,8 @@ from kairos.core.firing import ScheduleState
 from kairos.core.ownership import Change, Held, Team, refusal, upsert_change
 from kairos.core.schedule_lifecycle import AfterLastRun
 from kairos.services.ticker.clients import TeamSource
+from kairos.streams.codec import Codecs
+from kairos.streams.records import schedule_event_record
 from kairos.streams.schedule_events import (
     TOMBSTONE,
     RerunRequested,
@@ -126,4 +134,22 @@ def _ends_ran_out(state: ScheduleState, change: Taken, kind: Change) -> bool:
         isinstance(change, ScheduleUpserted)
         and kind is Change.PAUSE
         and change.schedule == state.schedule.model_copy(update={"paused": True})
+    )
+
+
+def restoring_event(
+    state: ScheduleState, codecs: Codecs, changed_by: str, now: datetime, refused_offset: int
+) -> bytes:
+    """The value that restates `state`'s definition after refusing the change at the offset."""
+    schedule = state.schedule
+    return codecs.schedule_event.encode(
+        schedule_event_record(
+            schedule.id,
+            "paused" if schedule.paused else "upserted",
+            schedule,
+            changed_by=changed_by,
+            changed_at=now,
+            reason=f"restores the definition in force after the refused change at offset "
+            f"{refused_offset}",
+        )
     )

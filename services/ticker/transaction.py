@@ -33,6 +33,7 @@ from kairos.streams.dead_letters import dead_letter_record
 from kairos.streams.ports import GroupMember, TransactionalProducer
 from kairos.streams.records import skipped_run_event_record
 from kairos.streams.run_encoder import RunRequestedEncoder
+from kairos.streams.schedule_events import RESTORES_HEADER
 from kairos.streams.state_store import StateWrite
 
 logger = logging.getLogger(__name__)
@@ -289,6 +290,12 @@ class FiringTransactions:
             )
         for key, value in work.dead_letters:
             self._produce(self.topics.dead_letters, value, key)
+        # After a refused change: what the ticker holds, so the key's latest record says it.
+        for (partition, key), (restoring, refused_offset) in work.restores.items():
+            header: list[tuple[str, str | bytes | None]] = [
+                (RESTORES_HEADER, str(refused_offset).encode())
+            ]
+            self._produce(self.topics.schedules, restoring, key, partition, headers=header)
         # After a schedule's last run (`max_runs`): its pause or delete, on its own partition.
         for partition, state in work.ran_out:
             for key, ended in after_last_run_records(

@@ -37,6 +37,9 @@ class TransactionWork:
     after it is taken in this transaction, and the consumer reads it again (see `settle`)."""
     ran_out: list[tuple[int, ScheduleState]] = field(default_factory=list)
     """(partition, state) of each schedule whose `max_runs`-th run this transaction fires."""
+    restores: dict[tuple[int, bytes], tuple[bytes | None, int]] = field(default_factory=dict)
+    """(partition, key) -> (value, refused offset) of each key to restore after a refused change
+    (`services/ticker/ownership.py`): the held definition's event, or `None`, a tombstone."""
     consumed: int = 0
     quarantined: int = 0
     """Schedules removed from the state because they could not be decoded, decided or encoded."""

@@ -165,6 +165,18 @@ def deployment(kafka_settings: KafkaSettings, tmp_path: Path) -> Iterator[dict[s
     ticker.kill()
 
 
+def _audit_window(since: datetime) -> list[str]:
+    until = datetime.now(UTC) - timedelta(seconds=3)
+    return [
+        "--from",
+        f"{since - timedelta(seconds=10):%Y-%m-%dT%H:%M:%SZ}",
+        "--to",
+        f"{until:%Y-%m-%dT%H:%M:%SZ}",
+        "--grace",
+        "2s",
+    ]
+
+
 def _as(settings: KafkaSettings, key: Path) -> KafkaSettings:
     return settings.model_copy(update={"signing_key": key})
 
@@ -190,6 +202,7 @@ def test_impersonation_of_every_kind_is_refused_and_reported(
         owner.resume(VICTIM)
     eventually(lambda: len(_runs_of(settings, VICTIM)) >= 2, timeout_s=60, message="no runs")
 
+    attacks_began = datetime.now(UTC)
     # growth, signing as itself, through the CLI (the SDK signs every change it publishes).
     # Each is published (exit 0): the topic takes any team's records; the ticker refuses them.
     for verb in ("pause", "trigger", "delete"):
@@ -250,6 +263,16 @@ def test_impersonation_of_every_kind_is_refused_and_reported(
     listed = _cli(settings, growth_key, "teams", "rejections", "growth", "-o", "json")
     assert listed.returncode == 0, listed.stderr
     assert len(json.loads(listed.stdout)) == 7
+
+    # The ticker restored the key after each refusal: its latest record, which readers and
+    # compaction go by, is payments' definition again, so an owner's read-modify-write (a pause)
+    # never adopts what was refused.
+    with SchedulesClient(settings, "reader") as reader:
+        assert reader.get(VICTIM).schedule == victim
+    # And the audit, which replays the topic, takes what the ticker took: no refused change
+    # is owed a run, nothing fired is unexplained.
+    verified = _cli(settings, growth_key, "audit", "verify", *_audit_window(attacks_began))
+    assert verified.returncode == 0, verified.stdout + verified.stderr
 
 
 def test_a_teams_own_changes_and_the_tickers_own_ending_are_taken(
