@@ -119,6 +119,10 @@ class DueIndex:
                 at_due = self._at[due_ms] = {}
             at_due[schedule_id] = None
 
+    def count(self, from_ms: int, until_ms: int) -> int:
+        """How many schedules are due in `[from_ms, until_ms]`."""
+        return sum(len(self._at[instant]) for instant in self._at.irange(from_ms, until_ms))
+
     def first(self) -> int | None:
         """The earliest due instant."""
         return self._at.peekitem(0)[0] if self._at else None
@@ -343,6 +347,14 @@ class PartitionStore:
             if len(found) >= limit:
                 break
         return found
+
+    def due_count(self, from_ms: int, until_ms: int) -> int:
+        """How many schedules are due in `[from_ms, until_ms]`."""
+        return self._index.count(from_ms, until_ms)
+
+    def due_ms_of(self, schedule_id: str) -> int | None:
+        """When the schedule is due, as the index says (`None`: not due)."""
+        return self._index.due_of(schedule_id)
 
     def due_instants(self, from_ms: int, until_ms: int) -> Iterator[tuple[int, list[str]]]:
         """Each instant in `[from_ms, until_ms]` with the schedules due then, oldest first."""

@@ -9,6 +9,7 @@ due header are `kairos.streams.changelog`'s.
 from __future__ import annotations
 
 import socket
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -17,6 +18,7 @@ from confluent_kafka import TopicPartition
 from kairos.core.calendar_rules import CalendarLookup
 from kairos.core.firing import Outcome, ScheduleState
 from kairos.core.lru import LruCache
+from kairos.services.ticker.fairness import FAIR_ORDER_MIN, FairOrder, fair_order, ranked_due
 from kairos.streams.changelog import (
     floor_from_stored,
     state_from_stored,
@@ -70,6 +72,9 @@ class OwnedPartition:
         """The shared calendars every state of this partition is read with."""
         self._states: LruCache[str, ScheduleState] = LruCache(_CACHE_LIMIT)
         self._ahead: LruCache[str, Ahead] = LruCache(_CACHE_LIMIT)
+        self.fair_orders: dict[int, FairOrder] = {}
+        """Instant -> the order its schedules fire in when they fill more than a transaction
+        (`fairness.py`), built as they are prepared."""
         self.prepared_cursor: tuple[int, int] = (0, 0)
         """(due instant, position among the schedules due then) where preparing upcoming fires
         resumes (see Ticker.turn)."""
@@ -102,6 +107,25 @@ class OwnedPartition:
     def decoded(self) -> int:
         """How many states are held decoded in memory."""
         return len(self._states)
+
+    def keep_fair_order(self, instant_ms: int, schedule_ids: list[str]) -> None:
+        """Order the schedules due at `instant_ms` by rank within their owner, from the states
+        held decoded (an undecoded one counts as ownerless)."""
+        if len(schedule_ids) < FAIR_ORDER_MIN:
+            return
+
+        def owner_of(schedule_id: str) -> str | None:
+            state = self._states.get(schedule_id)
+            return None if state is None else state.schedule.owner
+
+        self.fair_orders[instant_ms] = fair_order(schedule_ids, owner_of)
+
+    def due_by_rank(self, from_ms: int, until_ms: int) -> Iterator[tuple[int, str]]:
+        """The schedules due in `[from_ms, until_ms]`, each with its rank, by rank."""
+        for instant in [i for i in self.fair_orders if i < from_ms]:
+            del self.fair_orders[instant]
+        store = self.store
+        return ranked_due(store.due_instants(from_ms, until_ms), self.fair_orders, store.due_ms_of)
 
     def floor(self, schedule_id: str) -> datetime | None:
         """The last occurrence decided under the id, kept by the progress a deletion leaves."""

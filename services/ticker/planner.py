@@ -9,7 +9,7 @@ state cannot be decoded or decided is quarantined, confined to itself.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -17,6 +17,7 @@ from confluent_kafka import Message
 
 from kairos.core.firing import MISFIRE_GRACE, ScheduleState, decide_due, holds_at
 from kairos.services.ticker.changes import ScheduleChanges
+from kairos.services.ticker.fairness import merged_by_rank
 from kairos.services.ticker.partition import OwnedPartition, to_ms
 from kairos.services.ticker.quarantine import PoisonedScheduleError, Quarantine
 from kairos.services.ticker.work import TransactionWork
@@ -100,16 +101,40 @@ class TurnPlanner:
         downtime never delays the fires that are due right now."""
         now_ms = to_ms(now)
         on_time_from = now_ms - int(MISFIRE_GRACE.total_seconds() * 1000)
+        partitions = list(owned.values())
         for lane_from, late in ((on_time_from, False), (0, True)):
-            for one in list(owned.values()):
-                room = self._room(work, late=late)
-                if room <= 0:
+            for one, schedule_id in self._lane(partitions, lane_from, now_ms, work, late=late):
+                if self._room(work, late=late) <= 0:
                     break
-                for _, schedule_id in one.store.due(lane_from, now_ms, room):
-                    try:
-                        self._decide_indexed(one, schedule_id, now, work, late=late)
-                    except PoisonedScheduleError as poisoned:
-                        self._quarantine.take(work, poisoned, one, -1, now)
+                try:
+                    self._decide_indexed(one, schedule_id, now, work, late=late)
+                except PoisonedScheduleError as poisoned:
+                    self._quarantine.take(work, poisoned, one, -1, now)
+
+    def _lane(
+        self,
+        partitions: list[OwnedPartition],
+        from_ms: int,
+        until_ms: int,
+        work: TransactionWork,
+        *,
+        late: bool,
+    ) -> Iterator[tuple[OwnedPartition, str]]:
+        """The schedules due in `[from_ms, until_ms]`: partition by partition in index order,
+        or, when more is due on time than this transaction has room for, every owner's first
+        fires first (`fairness.py`)."""
+        room = self._room(work, late=late)
+        due = 0 if late else sum(one.store.due_count(from_ms, until_ms) for one in partitions)
+        if due > room:
+            streams = [(one, one.due_by_rank(from_ms, until_ms)) for one in partitions]
+            yield from merged_by_rank(streams)
+            return
+        for one in partitions:
+            room = self._room(work, late=late)
+            if room <= 0:
+                return
+            for _, schedule_id in one.store.due(from_ms, until_ms, room):
+                yield one, schedule_id
 
     def _room(self, work: TransactionWork, *, late: bool) -> int:
         """How many more occurrences this transaction may decide; late ones share the catch-up

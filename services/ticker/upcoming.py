@@ -60,6 +60,7 @@ def prepare_upcoming(
                     _prepare_one(partition, transactions, schedule_id)
                 position += _PREPARE_SLICE
             partition.prepared_cursor = (instant, len(schedule_ids))
+            partition.keep_fair_order(instant, schedule_ids)
     return time.monotonic() - started
 
 
