@@ -238,6 +238,12 @@ def _auditor(names: DeploymentNames) -> list[Grant]:
             _topic(names, role, Operation.DESCRIBE_CONFIGS, "learn how far back history is kept")
             for role, _ in read
         ),
+        _topic(
+            names,
+            TopicRole.DEAD_LETTERS,
+            Operation.READ,
+            "skip the changes tickers refused; judge outcomes against executors' refusals",
+        ),
         _reader_group(names.history_readers_group),
         _reader_group(names.calendar_readers_group),
     ]
@@ -278,11 +284,11 @@ def _operator(names: DeploymentNames) -> list[Grant]:
 
 
 def _console(names: DeploymentNames) -> list[Grant]:
-    """The auditor's reads (the console runs `audit verify`), the dead letters, its own readers'
-    group, and the tickers' group to show who owns what. Actions need the producer's too."""
+    """The auditor's reads (the console runs `audit verify`; they include the dead letters it
+    shows), its own readers' group, and the tickers' group to show who owns what. Actions need
+    the producer's too."""
     return [
         *_auditor(names),
-        _topic(names, TopicRole.DEAD_LETTERS, Operation.READ, "show the dead letters"),
         _reader_group(names.console_readers_group),
         Grant(
             Resource.GROUP,
