@@ -25,7 +25,7 @@ from kairos.core.schedule import Schedule
 from kairos.streams.schedule_publisher import SchedulesClient
 from kairos.streams.settings import KafkaSettings
 from kairos.streams.topics import TopicRole
-from tests.browser import chromium
+from tests.browser import chromium, click_and_load
 from tests.helpers import eventually
 from tests.processes import ServiceProcess, start_executor, start_ticker
 
@@ -168,14 +168,14 @@ def _the_schedules_list(browser: WebDriver, base: str) -> None:
     assert "note=<b>bold</b>" in browser.find_element(By.ID, "schedules").text
     assert not browser.find_elements(By.CSS_SELECTOR, "#schedules b")
     browser.find_element(By.NAME, "label").send_keys("tier=gold")
-    browser.find_element(By.CSS_SELECTOR, "form.filters button").click()
+    click_and_load(browser, browser.find_element(By.CSS_SELECTOR, "form.filters button"))
     shown = browser.find_elements(By.CSS_SELECTOR, "#schedules tr td:first-child a")
     assert [row.text for row in shown] == ["billing.every-minute"]
     browser.get(base + "/schedules?owner=ops&state=paused")
     shown = browser.find_elements(By.CSS_SELECTOR, "#schedules tr td:first-child a")
     assert [row.text for row in shown] == ["ops.paused"]
     browser.get(base + "/schedules?q=billing.n")
-    browser.find_element(By.LINK_TEXT, "billing.nightly").click()
+    click_and_load(browser, browser.find_element(By.LINK_TEXT, "billing.nightly"))
     assert browser.find_element(By.ID, "schedule-id").text == "billing.nightly"
     browser.get(base + "/schedules?label=gold")
     assert "is not key=value" in browser.find_element(By.ID, "problem").text
@@ -244,7 +244,7 @@ def _an_audit_window(browser: WebDriver, base: str, nominal_at: str) -> None:
         field = form.find_element(By.NAME, name)
         field.clear()
         field.send_keys(value.isoformat())
-    form.find_element(By.TAG_NAME, "button").click()
+    click_and_load(browser, form.find_element(By.TAG_NAME, "button"))
     audit_path = urllib.parse.urlsplit(browser.current_url).path
     assert re.fullmatch(r"/audit/\d+", audit_path), audit_path
 
@@ -298,7 +298,7 @@ def _acting_as_alice(browser: WebDriver, base: str) -> None:
     browser.get(base + "/schedules/ops.paused")
     form = browser.find_element(By.ID, "actions")
     form.find_element(By.NAME, "reason").send_keys("back to work")
-    form.find_element(By.ID, "action-resume").click()
+    click_and_load(browser, form.find_element(By.ID, "action-resume"))
     assert browser.find_element(By.ID, "done").text.startswith("Done: resumed ops.paused")
 
     def resumed() -> bool:
@@ -319,7 +319,7 @@ def _a_backfill_as_alice(browser: WebDriver, base: str, nominal_at: str) -> None
     form = browser.find_element(By.ID, "backfill-form")
     for name, value in (("from", nominal_at), ("to", nominal_at), ("reason", "replay it")):
         form.find_element(By.NAME, name).send_keys(value)
-    form.find_element(By.ID, "action-backfill").click()
+    click_and_load(browser, form.find_element(By.ID, "action-backfill"))
     done = browser.find_element(By.ID, "done").text
     assert "requested backfill backfill-" in done and "1 run(s)" in done, done
 
