@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Annotated
 
@@ -12,6 +14,7 @@ from rich.table import Table
 from kairos.cli.options import fail, kafka_settings
 from kairos.cli.output import JsonAliasOption, OutputOption, chosen, render
 from kairos.cli.reading import wide_console
+from kairos.streams.codec import make_codecs
 from kairos.streams.partition_status import (
     GroupStatus,
     PartitionStatus,
@@ -19,7 +22,8 @@ from kairos.streams.partition_status import (
     group_status_document,
     read_group_status,
 )
-from kairos.streams.settings import TICKER_GROUP
+from kairos.streams.schedule_reader import ScheduleReader, ScheduleReadError
+from kairos.streams.settings import TICKER_GROUP, KafkaSettings
 
 GroupOption = Annotated[
     str | None,
@@ -32,28 +36,58 @@ GroupOption = Annotated[
 ]
 
 
+TeamOption = Annotated[
+    str | None,
+    typer.Option(
+        "--team",
+        help="Only the partitions holding schedules of this team (the schedules' owner), with "
+        "how many; reads the schedules topic.",
+        show_default=False,
+    ),
+]
+
+
 def partitions(
     context: typer.Context,
     group_id: GroupOption = None,
+    team: TeamOption = None,
     output: OutputOption = None,
     as_json: JsonAliasOption = False,
 ) -> None:
-    """Show each schedules partition's owner, lag and next due fire, and the tickers' group.
+    """Show each schedules partition's ticker, lag and next due fire, and the tickers' group.
 
-    Exits 1 when a partition has no owner: nobody fires its schedules.
+    Exits 1 when a partition (of the team's, with --team) has no ticker: nobody fires its
+    schedules.
     """
     chosen_output = chosen(output, as_json)
     settings = kafka_settings(context)
     try:
         status = read_group_status(settings, group_id or settings.deployment_id(TICKER_GROUP))
-    except PartitionStatusError as error:
+        held = None if team is None else _team_schedules(settings, team)
+    except (PartitionStatusError, ScheduleReadError) as error:
         raise fail(f"{error} (broker {settings.bootstrap_servers})") from None
-    render(group_status_document(status), chosen_output, lambda: _print(status, wide_console()))
+    if held is not None:
+        kept = tuple(p for p in status.partitions if p.partition in held)
+        status = replace(status, partitions=kept)
+    document = group_status_document(status)
+    if held is not None:
+        document["team"] = team
+        for entry in document["partitions"]:
+            entry["team_schedules"] = held[entry["partition"]]
+    render(document, chosen_output, lambda: _print(status, wide_console(), held))
     if status.unowned:
         raise typer.Exit(1)
 
 
-def _print(status: GroupStatus, console: Console) -> None:
+def _team_schedules(settings: KafkaSettings, team: str) -> Counter[int]:
+    """How many schedules owned by `team` each partition holds (only those holding some)."""
+    snapshot = ScheduleReader(settings, make_codecs()).read_all()
+    return Counter(
+        stored.partition for stored in snapshot.schedules.values() if stored.schedule.owner == team
+    )
+
+
+def _print(status: GroupStatus, console: Console, held: Counter[int] | None = None) -> None:
     members = len(status.members)
     state_style = "green" if status.state == "stable" else "bold yellow"
     console.print(
@@ -74,11 +108,13 @@ def _print(status: GroupStatus, console: Console) -> None:
         "LAG",
         "CHANGELOG LAG",
         "LAST LATENESS",
+        *(() if held is None else ("TEAM'S",)),
     ):
         table.add_column(header, no_wrap=True)
     now = datetime.now(UTC)
     for p in status.partitions:
-        table.add_row(*_row(p, now), style="bold red" if p.owner is None else None)
+        row = _row(p, now) + ([] if held is None else [str(held[p.partition])])
+        table.add_row(*row, style="bold red" if p.owner is None else None)
     console.print(table)
     waiting = [p.partition for p in status.partitions if p.owner and not p.reported_by_owner]
     if waiting:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ from typer.testing import CliRunner, Result
 
 from kairos.cli.app import app
 from kairos.core.schedule import Schedule
+from kairos.streams.partitioner import partition_for
 from kairos.streams.schedule_publisher import SchedulesClient
 from kairos.streams.settings import KafkaSettings
 from tests.helpers import eventually, unique_name
@@ -55,6 +57,25 @@ def test_without_a_ticker_every_partition_is_shown_without_owner(
     human = partitions(kafka_settings, group)
     assert human.exit_code == 1
     assert "NO OWNER for partition(s) 0, 1, 2, 3" in human.stdout
+
+
+def test_a_teams_partitions_are_listed_with_how_many_of_its_schedules_each_holds(
+    kafka_settings: KafkaSettings,
+) -> None:
+    payments = [f"payments-{n}" for n in range(6)]
+    with SchedulesClient(kafka_settings, changed_by="test") as client:
+        client.upsert_all(Schedule(id=i, cron="0 3 * * *", owner="payments") for i in payments)
+        client.upsert(Schedule(id="growth-0", cron="0 3 * * *", owner="growth"))
+    expected = Counter(partition_for(i, kafka_settings.schedules_partitions) for i in payments)
+    result = partitions(kafka_settings, unique_name("tickers"), "--team", "payments", "--json")
+    assert result.exit_code == 1, result.output  # no ticker runs: its partitions have none
+    document = json.loads(result.stdout)
+    assert document["team"] == "payments"
+    listed = {p["partition"]: p["team_schedules"] for p in document["partitions"]}
+    assert listed == dict(expected)
+    assert document["unowned"] == sorted(expected)
+    none = partitions(kafka_settings, unique_name("tickers"), "--team", "nobody", "--json")
+    assert json.loads(none.stdout)["partitions"] == [] and none.exit_code == 0
 
 
 def test_partitions_show_the_owners_and_the_handover_after_a_sigkill(
