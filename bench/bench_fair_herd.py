@@ -1,7 +1,7 @@
 """Fair herds: one team's herd and ten small teams' schedules due at the same instant.
 
 Run: `.venv/bin/python -m bench.bench_fair_herd [--bulk 300000] [--teams 10] [--per-team 100]
-[--ticker-code DIR] [--json out.json]`.
+[--ticker-code DIR] [--json out.json] [--logs DIR]`.
 
 On a local broker this script starts and stops itself, for each ticker measured (the checkout
 given by `--ticker-code` first, when given, then this one), on a deployment of its own:
@@ -20,6 +20,7 @@ whole herd's length; interleaved by owner it is the first transaction's.
 from __future__ import annotations
 
 import argparse
+import shutil
 import tempfile
 import time
 from collections.abc import Iterator
@@ -75,6 +76,9 @@ def measure(
         observer.stop()
     finally:
         ticker.stop()
+        if args.logs:
+            args.logs.mkdir(parents=True, exist_ok=True)
+            shutil.copy(log_path, args.logs / log_path.name)
     if unseen:
         raise RuntimeError(f"{len(unseen)} runs of the herd were not seen; see {log_path}")
     lateness: dict[str, list[float]] = {"bulk": [], "small": []}
@@ -100,6 +104,7 @@ def main() -> None:
     parser.add_argument("--per-team", type=int, default=100)
     parser.add_argument("--ticker-code", type=Path, help="a checkout to measure before this one")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--logs", type=Path, help="a directory to keep the tickers' logs in")
     args = parser.parse_args()
     runs = [("before", args.ticker_code)] if args.ticker_code else []
     runs.append(("now", None))

@@ -8,6 +8,7 @@ due header are `kairos.streams.changelog`'s.
 
 from __future__ import annotations
 
+import logging
 import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -26,6 +27,8 @@ from kairos.streams.changelog import (
 from kairos.streams.codec import Codecs
 from kairos.streams.ownership import OwnershipInfo
 from kairos.streams.state_store import PartitionStore, StateWrite
+
+logger = logging.getLogger(__name__)
 
 _CACHE_LIMIT = 2_000_000
 """Decoded states (and decisions made ahead) kept in memory per partition: past it the least
@@ -111,14 +114,26 @@ class OwnedPartition:
     def keep_fair_order(self, instant_ms: int, schedule_ids: list[str]) -> None:
         """Order the schedules due at `instant_ms` by rank within their owner, from the states
         held decoded (an undecoded one counts as ownerless)."""
-        if len(schedule_ids) < FAIR_ORDER_MIN:
+        built = self.fair_orders.get(instant_ms)
+        # Built once per instant: preparing looks at every instant in its horizon each idle
+        # turn, and a sort each time took the idle time the herd's own preparation needs.
+        if len(schedule_ids) < FAIR_ORDER_MIN or (
+            built is not None and len(built.members) == len(schedule_ids)
+        ):
             return
 
         def owner_of(schedule_id: str) -> str | None:
             state = self._states.get(schedule_id)
             return None if state is None else state.schedule.owner
 
-        self.fair_orders[instant_ms] = fair_order(schedule_ids, owner_of)
+        order = self.fair_orders[instant_ms] = fair_order(schedule_ids, owner_of)
+        logger.debug(
+            "fair order partition=%d instant_ms=%d schedules=%d top_rank=%d",
+            self.partition,
+            instant_ms,
+            len(schedule_ids),
+            order.top,
+        )
 
     def due_by_rank(self, from_ms: int, until_ms: int) -> Iterator[tuple[int, str]]:
         """The schedules due in `[from_ms, until_ms]`, each with its rank, by rank."""
