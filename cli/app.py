@@ -14,6 +14,7 @@ from kairos.cli import (
     apply,
     audit,
     calendars,
+    concurrency,
     console,
     dev,
     executor,
@@ -151,6 +152,7 @@ schedules.app.command("backfill")(reruns.backfill)
 app.add_typer(schedules.app, name="schedules")
 app.add_typer(calendars.app, name="calendars")
 app.add_typer(teams.app, name="teams")
+app.add_typer(concurrency.app, name="concurrency")
 app.command("partitions")(partitions.partitions)
 app.command("console")(console.console)
 app.command("replay")(replay.replay)

@@ -11,6 +11,8 @@ import typer
 from pydantic import ValidationError
 
 from kairos.cli.options import (
+    DedupeUrlOption,
+    ExecutorStateDirOption,
     LogLevelOption,
     MetricsPortOption,
     fail,
@@ -42,23 +44,6 @@ def _load_handlers(reference: str) -> Handlers:
 
 _InstanceOption = Annotated[
     str, typer.Option(envvar="KAIROS_EXECUTOR_INSTANCE", help="This executor's unique name.")
-]
-
-_StateDirOption = Annotated[
-    Path,
-    typer.Option(
-        envvar="KAIROS_STATE_DIR",
-        help="Where the embedded SQLite dedupe store lives (without --dedupe-url).",
-    ),
-]
-
-_DedupeUrlOption = Annotated[
-    str | None,
-    typer.Option(
-        envvar="KAIROS_DEDUPE_URL",
-        help="postgresql://user@host:5432/db (executors on many hosts) or "
-        "sqlite:////path (shared on one host).",
-    ),
 ]
 
 _DedupeRetentionOption = Annotated[
@@ -125,8 +110,8 @@ _SessionTimeoutMsOption = Annotated[
 def executor(
     context: typer.Context,
     instance: _InstanceOption,
-    state_dir: _StateDirOption,
-    dedupe_url: _DedupeUrlOption = None,
+    state_dir: ExecutorStateDirOption,
+    dedupe_url: DedupeUrlOption = None,
     dedupe_retention: _DedupeRetentionOption = "90d",
     group_id: _GroupIdOption = None,
     handlers: _HandlersOption = None,

@@ -105,6 +105,25 @@ def refused(
     return None if found is None else str(found)
 
 
+ExecutorStateDirOption = Annotated[
+    Path,
+    typer.Option(
+        "--state-dir",
+        envvar="KAIROS_STATE_DIR",
+        help="Where the embedded SQLite dedupe store lives (without --dedupe-url).",
+    ),
+]
+DedupeUrlOption = Annotated[
+    str | None,
+    typer.Option(
+        "--dedupe-url",
+        envvar="KAIROS_DEDUPE_URL",
+        help="postgresql://user@host:5432/db (executors on many hosts) or "
+        "sqlite:////path (shared on one host).",
+    ),
+]
+
+
 def fail(message: str, code: int = 1) -> typer.Exit:
     """Print an error the way every command does and return the exit to raise."""
     typer.echo(f"error: {message}", err=True)

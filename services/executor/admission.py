@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from kairos.core.concurrency import run_groups
 from kairos.core.errors import KairosError
 from kairos.core.run_id import RunIdError, parse_run_id
 from kairos.core.schedule import OverlapPolicy
@@ -149,6 +150,7 @@ def _valid_request(
         source=source,
         start_by=_after(nominal, record.get("deadline_start_by_ms")),
         finish_by=_after(nominal, record.get("deadline_finish_by_ms")),
+        groups=run_groups(record["owner"], record["labels"]),
     )
     return request, job.kind
 

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+from kairos.core.concurrency import GroupStatus
 
 _LATENESS_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
 _DURATION_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600)
@@ -64,6 +68,7 @@ class ExecutorMetrics:
             registry=r,
         )
         self._failure_signals(r)
+        self._concurrency_groups(r)
 
     def _failure_signals(self, r: CollectorRegistry) -> None:
         self.deadlines_missed = Counter(
@@ -79,5 +84,43 @@ class ExecutorMetrics:
             registry=r,
         )
 
+    def _concurrency_groups(self, r: CollectorRegistry) -> None:
+        by_group = ["group"]
+        self.group_limit = Gauge(
+            "kairos_executor_concurrency_limit",
+            "A limited concurrency group's limit (kairos concurrency set), as the store has it.",
+            by_group,
+            registry=r,
+        )
+        self.group_running = Gauge(
+            "kairos_executor_concurrency_running",
+            "Runs of a limited group running now, on every executor sharing the store.",
+            by_group,
+            registry=r,
+        )
+        self.group_waiting = Gauge(
+            "kairos_executor_concurrency_waiting",
+            "Runs of a limited group due and ready but not started: queued behind its limit.",
+            by_group,
+            registry=r,
+        )
+
+    def show_groups(self, statuses: Sequence[GroupStatus]) -> None:
+        """The limited groups as the store has them now; a group no longer limited is dropped."""
+        gauges = (self.group_limit, self.group_running, self.group_waiting)
+        shown = {s.group for s in statuses}
+        for gauge in gauges:
+            for group in _groups_of(gauge) - shown:
+                gauge.remove(group)
+        for status in statuses:
+            self.group_limit.labels(status.group).set(status.max_running)
+            self.group_running.labels(status.group).set(status.running)
+            self.group_waiting.labels(status.group).set(status.waiting)
+
     def serve(self, port: int) -> None:
         start_http_server(port, registry=self.registry)
+
+
+def _groups_of(gauge: Gauge) -> set[str]:
+    """The groups `gauge` has a series for."""
+    return {sample.labels["group"] for metric in gauge.collect() for sample in metric.samples}

@@ -15,6 +15,11 @@ BUILT_IN_KINDS = frozenset({"noop", "shell", "http", "kafka"})
 """What `kairos executor` runs by default; `python` needs handlers (see docs/executors.md)."""
 
 
+def dedupe_store_url(state_dir: Path, dedupe_url: str | None) -> str:
+    """The store executors keep their runs in: `dedupe_url`, or SQLite under `state_dir`."""
+    return dedupe_url or sqlite_url(state_dir / "dedupe.sqlite3")
+
+
 class ExecutorSettings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -61,4 +66,4 @@ class ExecutorSettings(BaseModel):
 
     @property
     def store_url(self) -> str:
-        return self.dedupe_url or sqlite_url(self.state_dir / "dedupe.sqlite3")
+        return dedupe_store_url(self.state_dir, self.dedupe_url)

@@ -125,6 +125,8 @@ class ExecutorTurn:
         self._session.publisher.publish_events(events, self._clock())
 
     def _reap(self, now: datetime) -> None:
+        # Beside the reaping, at its pace: the groups' counts are a few indexed reads.
+        self._metrics.show_groups(self._session.store.concurrency(now))
         reaped = self._session.store.reap_expired(now, self._settings.instance)
         self._metrics.reaped.inc(len(reaped))
         for run_id, end in reaped:

@@ -34,6 +34,13 @@ implementation keeps these rules (tests/local/test_dedupe_contract.py checks the
    different database has a different one. Executors compare it to refuse a consumer group
    whose members keep their claims in different stores.
 
+9. **Concurrency groups.** `admit` records the groups each run belongs to. `acquire` starts a run
+   only while every limited group it belongs to (`set_concurrency_limit`) runs fewer runs than
+   its limit, counting across every executor of the store: two executors never both take a
+   group's last place. A run held back stays ready and keeps its place: the runs of a group start
+   in their due order, and a full group never holds up runs outside it. A limit applies to the
+   starts after it is set; lowering it stops nothing already running.
+
 Methods raise `DedupeStoreError` when the database fails; the caller retries later.
 """
 
@@ -46,6 +53,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol
 
+from kairos.core.concurrency import GroupStatus
 from kairos.core.errors import KairosError
 from kairos.core.overlap import RunState
 from kairos.core.schedule import OverlapPolicy
@@ -113,6 +121,8 @@ class RunRequest:
     """The run is late if its first attempt has not started by then (the schedule's deadline)."""
     finish_by: datetime | None = None
     """The run is late if it has not succeeded by then."""
+    groups: tuple[str, ...] = ()
+    """The concurrency groups the run counts in (`kairos.core.concurrency.run_groups`)."""
 
 
 class Admitted(StrEnum):
@@ -366,6 +376,19 @@ class DedupeStore(Protocol):
     def failures_in_a_row(self, schedule_id: str, since: datetime, limit: int) -> int:
         """How many of the schedule's latest ended runs fired since `since` failed for good in
         a row (`kairos.streams.dedupe.streaks`), at most `limit`."""
+        ...
+
+    def set_concurrency_limit(self, group: str, max_running: int, now: datetime) -> None:
+        """Limit `group` (`owner:OWNER` or `label:KEY=VALUE`) to `max_running` runs at once
+        across the store's executors; raises `ConcurrencyGroupError` for a bad group or limit."""
+        ...
+
+    def remove_concurrency_limit(self, group: str) -> bool:
+        """Lift `group`'s limit; False if it had none."""
+        ...
+
+    def concurrency(self, now: datetime) -> Sequence[GroupStatus]:
+        """Every limited group with its limit, its runs running and its runs due but waiting."""
         ...
 
     def get(self, run_id: str) -> StoredRun | None: ...

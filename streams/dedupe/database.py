@@ -109,6 +109,7 @@ def schema_statements(*, bigint: str, blob: str, serial_key: str) -> list[str]:
             next_attempt_ms {bigint},
             dead_letter INTEGER NOT NULL)""",
         *_deadline_statements(bigint),
+        *_concurrency_statements(bigint),
     ]
 
 
@@ -126,6 +127,22 @@ def _deadline_statements(bigint: str) -> list[str]:
         "ON kairos_deadlines (start_settled, start_by_ms)",
         "CREATE INDEX IF NOT EXISTS kairos_deadlines_by_finish "
         "ON kairos_deadlines (finish_settled, finish_by_ms)",
+    ]
+
+
+def _concurrency_statements(bigint: str) -> list[str]:
+    return [
+        # The concurrency groups of each claimed run (kairos.core.concurrency.run_groups) and
+        # the limits an administrator set on some of them (kairos.streams.dedupe.concurrency).
+        """CREATE TABLE IF NOT EXISTS kairos_run_groups (
+            group_key TEXT NOT NULL,
+            run_id TEXT NOT NULL,
+            PRIMARY KEY (group_key, run_id))""",
+        "CREATE INDEX IF NOT EXISTS kairos_run_groups_by_run ON kairos_run_groups (run_id)",
+        f"""CREATE TABLE IF NOT EXISTS kairos_concurrency_limits (
+            group_key TEXT PRIMARY KEY,
+            max_running INTEGER NOT NULL,
+            updated_ms {bigint} NOT NULL)""",
     ]
 
 

@@ -2,8 +2,10 @@
 
 Decisions about one schedule's runs are serialised by a transaction-scoped advisory lock on the
 schedule id; work is taken with `FOR UPDATE SKIP LOCKED`, so executors never wait for each other
-to acquire; one executor at a time publishes the outbox (a second advisory lock, tried, not
-waited for). Connections are in autocommit mode and open transactions explicitly.
+to acquire (but for starts in a limited concurrency group: one at a time, under a third advisory
+lock, so a group's last place is taken once); one executor at a time publishes the outbox (a
+second advisory lock, tried, not waited for). Connections are in autocommit mode and open
+transactions explicitly.
 """
 
 from __future__ import annotations
@@ -61,6 +63,9 @@ class PostgresDedupeStore(SqlDedupeStore):
             "SELECT pg_advisory_xact_lock(hashtextextended('kairos-schedule:' || %s, 0))",
             (schedule_id,),
         )
+
+    def _lock_concurrency(self, conn: Connection) -> None:
+        conn.execute("SELECT pg_advisory_xact_lock(hashtextextended('kairos-concurrency', 0))")
 
     def _take_outbox(self, conn: Connection) -> bool:
         row = conn.execute(

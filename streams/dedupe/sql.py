@@ -43,6 +43,7 @@ from kairos.streams.dedupe.base import (
     RunRequest,
     StoredRun,
 )
+from kairos.streams.dedupe.concurrency import ConcurrencyLimits
 from kairos.streams.dedupe.database import (
     Connection,
     LazyTransaction,
@@ -82,7 +83,7 @@ class _RunningAttempt:
     started_ms: int
 
 
-class SqlDedupeStore(DeadlineBook, FailureStreaks):
+class SqlDedupeStore(DeadlineBook, FailureStreaks, ConcurrencyLimits):
     """A `DedupeStore` on a SQL database."""
 
     for_update: ClassVar[str]
@@ -187,6 +188,7 @@ class SqlDedupeStore(DeadlineBook, FailureStreaks):
                 now_ms,
             ),
         )
+        self._record_groups(conn, request)
 
     def _resolve_overlap(
         self, conn: Connection, decision: OverlapDecision, now_ms: int, instance: str
@@ -243,16 +245,8 @@ class SqlDedupeStore(DeadlineBook, FailureStreaks):
             return []
 
         def work(conn: Connection) -> list[Lease]:
-            candidates = conn.execute(
-                self.q(
-                    "SELECT run_id FROM kairos_runs WHERE state = 'ready' AND next_ms <= ? "
-                    f"AND runner IN ({', '.join('?' * len(served))}) "
-                    f"ORDER BY next_ms, nominal_ms LIMIT ?{self.skip_locked}"
-                ),
-                (now_ms, *served, limit),
-            ).fetchall()
             leases = []
-            for (run_id,) in candidates:
+            for run_id in self._startable(conn, now_ms, served, limit):
                 row = conn.execute(
                     self.q(
                         "UPDATE kairos_runs SET state = 'running', attempt = attempt + 1, "
@@ -478,12 +472,22 @@ class SqlDedupeStore(DeadlineBook, FailureStreaks):
 
     def prune_finished(self, before: datetime, limit: int) -> int:
         def work(conn: Connection) -> int:
-            cursor = conn.execute(
+            rows = conn.execute(
                 self.q(
-                    "DELETE FROM kairos_runs WHERE run_id IN (SELECT run_id FROM kairos_runs "
-                    f"WHERE state IN {_FINISHED} AND updated_ms < ? LIMIT ?)"
+                    f"SELECT run_id FROM kairos_runs WHERE state IN {_FINISHED} "
+                    "AND updated_ms < ? LIMIT ?"
                 ),
                 (to_ms(before), limit),
+            ).fetchall()
+            if not rows:
+                return 0
+            run_ids = [run_id for (run_id,) in rows]
+            listed = ", ".join("?" * len(run_ids))
+            conn.execute(
+                self.q(f"DELETE FROM kairos_run_groups WHERE run_id IN ({listed})"), run_ids
+            )
+            cursor = conn.execute(
+                self.q(f"DELETE FROM kairos_runs WHERE run_id IN ({listed})"), run_ids
             )
             return cursor.rowcount
 

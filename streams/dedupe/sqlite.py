@@ -56,6 +56,9 @@ class SqliteDedupeStore(SqlDedupeStore):
     def _lock_schedule(self, conn: Connection, schedule_id: str) -> None:
         """Nothing to do: the transaction already holds the database's only write lock."""
 
+    def _lock_concurrency(self, conn: Connection) -> None:
+        """Nothing to do: the transaction already holds the database's only write lock."""
+
     def _take_outbox(self, conn: Connection) -> bool:
         return True
 

@@ -167,6 +167,7 @@ SAMPLES: list[tuple[RecordType, str, dict[str, Any]]] = [
             "rerun_request_id": None,
             "deadline_start_by_ms": 600_000,
             "deadline_finish_by_ms": None,
+            "labels": {"warehouse": "eu", "tier": "gold"},
         },
     ),
     (RecordType.RUN_EVENT, "started", _run_event("started", started_at=T1)),
