@@ -18,7 +18,7 @@ from kairos.cli.options import DedupeUrlOption, ExecutorStateDirOption, fail
 from kairos.cli.output import JsonAliasOption, OutputOption, chosen, render, table_lines
 from kairos.core.errors import KairosError
 from kairos.services.executor.settings import dedupe_store_url
-from kairos.streams.dedupe import open_dedupe_store
+from kairos.streams.dedupe import SQLITE_SCHEME, open_dedupe_store
 from kairos.streams.dedupe.base import DedupeStore
 
 app = typer.Typer(
@@ -37,8 +37,15 @@ _T = TypeVar("_T")
 
 
 def _with_store(state_dir: Path, dedupe_url: str | None, use: Callable[[DedupeStore], _T]) -> _T:
+    url = dedupe_store_url(state_dir, dedupe_url)
+    if url.startswith(SQLITE_SCHEME) and not Path(url.removeprefix(SQLITE_SCHEME)).exists():
+        # Opening would create an empty store that no executor reads: a typo would go unseen.
+        raise fail(
+            f"no dedupe store at {url.removeprefix(SQLITE_SCHEME)}; give the executors' own "
+            "--state-dir or --dedupe-url (an executor creates its store when it first starts)"
+        )
     try:
-        store = open_dedupe_store(dedupe_store_url(state_dir, dedupe_url))
+        store = open_dedupe_store(url)
         try:
             return use(store)
         finally:

@@ -17,6 +17,7 @@ from confluent_kafka import Producer
 from kairos.core.run_id import run_id
 from kairos.core.schedule import JobSpec
 from kairos.streams.codec import make_codecs
+from kairos.streams.dedupe import open_dedupe_store, sqlite_url
 from kairos.streams.records import job_record
 from kairos.streams.settings import KafkaSettings
 from kairos.streams.topics import TopicRole
@@ -24,7 +25,7 @@ from tests.kafka_helpers import read_topic
 from tests.postgres import postgres_cluster, postgres_url
 from tests.processes import ServiceProcess, start_executor
 
-__all__ = ["launch_executor", "postgres_cluster", "postgres_url", "runs_topic"]
+__all__ = ["launch_executor", "postgres_cluster", "postgres_url", "runs_topic", "store_url"]
 
 CODECS = make_codecs()
 
@@ -103,6 +104,17 @@ class RunsTopic:
     def _read(self, role: TopicRole, decode: Any) -> list[dict[str, Any]]:
         topic = self.settings.layout.name(role)
         return [value for _, value in read_topic(self.settings.bootstrap_servers, topic, decode)]
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A dedupe store executors share: one SQLite file on this host, or a PostgreSQL database."""
+    if request.param == "sqlite":
+        url = sqlite_url(tmp_path / "shared" / "dedupe.sqlite3")
+        open_dedupe_store(url).close()
+        return url
+    shared: str = request.getfixturevalue("postgres_url")
+    return shared
 
 
 @pytest.fixture

@@ -18,12 +18,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import pytest
 from typer.testing import CliRunner
 
 from kairos.cli.app import app
 from kairos.core.schedule import parse_schedule
-from kairos.streams.dedupe import open_dedupe_store, sqlite_url
 from kairos.streams.history import HistoryReader
 from kairos.streams.schedule_publisher import SchedulesClient
 from tests.broker.test_executor_dedupe import free_port
@@ -34,16 +32,6 @@ if TYPE_CHECKING:
     from tests.broker.conftest import Launcher, RunsTopic
 
 HERDS = 3
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        url = sqlite_url(tmp_path / "shared" / "dedupe.sqlite3")
-        open_dedupe_store(url).close()
-        return url
-    shared: str = request.getfixturevalue("postgres_url")
-    return shared
 
 
 def _ledgered(ledger: Path) -> dict[str, str]:

@@ -13,9 +13,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import pytest
-
-from kairos.streams.dedupe import open_dedupe_store, sqlite_url
 from tests.helpers import eventually
 from tests.processes import ServiceProcess
 
@@ -24,16 +21,6 @@ if TYPE_CHECKING:
 
 NOMINAL = datetime(2027, 3, 14, 7, 0, tzinfo=UTC)
 LEASE_S = 2
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        url = sqlite_url(tmp_path / "shared" / "dedupe.sqlite3")
-        open_dedupe_store(url).close()
-        return url
-    shared: str = request.getfixturevalue("postgres_url")
-    return shared
 
 
 def journalled(journal: Path, seconds: float) -> dict[str, str]:

@@ -15,10 +15,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import pytest
-
 from kairos.core.run_id import run_id
-from kairos.streams.dedupe import open_dedupe_store, sqlite_url
 from kairos.streams.partitioner import partition_for
 from tests.helpers import eventually, sleep_until
 from tests.kafka_helpers import wait_for_stable_group
@@ -26,16 +23,6 @@ from tests.kafka_helpers import wait_for_stable_group
 if TYPE_CHECKING:
     from tests.broker.conftest import Launcher, RunsTopic
     from tests.processes import ServiceProcess
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        url = sqlite_url(tmp_path / "shared" / "dedupe.sqlite3")
-        open_dedupe_store(url).close()
-        return url
-    shared: str = request.getfixturevalue("postgres_url")
-    return shared
 
 
 def final_events(runs_topic: RunsTopic, runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
