@@ -1,9 +1,12 @@
 """`kairos teams keygen|put|remove|list|rejections`: the teams that own schedules (docs/teams.md).
 
+`set-quota` and `quota` (`kairos.cli.team_quotas`) limit a team's schedules and fires.
+
 A team makes its key pair with `keygen` and hands the administrators only the public key; an
 administrator registers it with `put` on the admin-only teams topic. Tickers run with
 `--ownership signed` then take a schedule change only when its team's key signed it and the
-team may make it; `rejections` lists what they refused that a team signed.
+team may make it and it keeps the team within its quota; `rejections` lists what they refused
+of a team's.
 """
 
 from __future__ import annotations
@@ -20,17 +23,21 @@ import typer
 from kairos.cli.options import fail, kafka_settings, refused
 from kairos.cli.output import JsonAliasOption, OutputOption, chosen, render, table_lines
 from kairos.cli.schedules import ChangedByOption, changed_by_or_default
+from kairos.cli.team_quotas import describe_quota, quota, registered_team, set_quota
 from kairos.core.errors import KairosError
 from kairos.core.ownership import Team, TeamDefinitionError
+from kairos.core.quotas import UNLIMITED
 from kairos.streams.acls import Role
 from kairos.streams.history import HistoryReader
 from kairos.streams.signing import SigningKeyError, new_signing_key
 from kairos.streams.team_events import TeamFeed, publish_team_change
 
 app = typer.Typer(
-    help="Register the teams that own schedules, and read what was refused to them.",
+    help="Register the teams that own schedules, their quotas, and read what was refused to them.",
     no_args_is_help=True,
 )
+app.command("set-quota")(set_quota)
+app.command("quota")(quota)
 
 TeamArgument = Annotated[str, typer.Argument(help="The team's name, e.g. payments-eu.")]
 
@@ -78,16 +85,19 @@ def put(
     ] = False,
     changed_by: ChangedByOption = None,
 ) -> None:
-    """Register a team, or replace its keys: the keys given are all it has afterwards."""
+    """Register a team, or replace its keys: the keys given are all it has afterwards. Its
+    quota, if it has one, is kept (`set-quota` changes it)."""
     try:
         keys = tuple(base64.b64decode(key, validate=True) for key in public_key)
-        registered = Team(team, keys, admin)
+        Team(team, keys, admin)
     except binascii.Error:
         message = "--public-key is not base64: pass the key as `kairos teams keygen` printed it"
         raise fail(message) from None
     except TeamDefinitionError as error:
         raise fail(str(error)) from error
     settings = kafka_settings(context)
+    current = registered_team(settings, team)
+    registered = Team(team, keys, admin, UNLIMITED if current is None else current.quota)
     try:
         publish_team_change(settings, team, registered, changed_by_or_default(changed_by))
     except KairosError as error:
@@ -126,6 +136,8 @@ def list_teams(
             "team": team.name,
             "admin": team.admin,
             "keys": [key_fingerprint(key) for key in team.public_keys],
+            "max_schedules": team.quota.max_schedules,
+            "max_fires_per_minute": team.quota.max_fires_per_minute,
             "changed_by": change.changed_by,
             "changed_at": change.changed_at.isoformat(),
         }
@@ -136,14 +148,16 @@ def list_teams(
             team.name,
             "yes" if team.admin else "",
             " ".join(key_fingerprint(key) for key in team.public_keys),
+            describe_quota(team.quota) if team.quota.limited else "",
             change.changed_at.isoformat(),
         ]
         for change, team in registered
     ]
+    headers = ["TEAM", "ADMIN", "KEYS", "QUOTA", "CHANGED"]
     render(
         document,
         chosen(output, as_json),
-        lambda: typer.echo("\n".join(table_lines(["TEAM", "ADMIN", "KEYS", "CHANGED"], rows))),
+        lambda: typer.echo("\n".join(table_lines(headers, rows))),
     )
 
 

@@ -17,6 +17,8 @@ import re
 from dataclasses import dataclass
 from enum import StrEnum
 
+from kairos.core.quotas import UNLIMITED, Quota
+
 TEAM_NAME = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$")
 """Lower-case letters, digits and inner hyphens, at most 63 characters: a DNS label, so a team
 name is also safe in a topic, a principal or a metric label."""
@@ -31,11 +33,12 @@ class TeamDefinitionError(ValueError):
 
 @dataclass(frozen=True)
 class Team:
-    """A registered team: the keys its changes are signed with."""
+    """A registered team: the keys its changes are signed with, and its quota."""
 
     name: str
     public_keys: tuple[bytes, ...]
     admin: bool = False
+    quota: Quota = UNLIMITED
 
     def __post_init__(self) -> None:
         if not TEAM_NAME.fullmatch(self.name):

@@ -22,7 +22,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from confluent_kafka import KafkaError, Message
@@ -30,6 +30,7 @@ from confluent_kafka import KafkaError, Message
 from kairos.core.calendar_rules import CalendarLookup
 from kairos.core.errors import KairosError
 from kairos.core.firing import ScheduleState
+from kairos.core.quotas import Use, schedule_use
 from kairos.core.rerun_request import RerunProgress
 from kairos.streams.codec import Codecs
 from kairos.streams.records import definition_record, schedule_from_definition
@@ -224,6 +225,17 @@ def state_from_stored(
         None if progress is None else codecs.ticker_progress.decode(progress),
         calendars,
     )
+
+
+def quota_use_from_stored(codecs: Codecs, definition: bytes) -> tuple[str, Use] | None:
+    """The owner of a store's definition bytes and what it takes of the owner's quota; `None`
+    for a deleted or ownerless schedule. Decodes the record only: no schedule is built."""
+    held = codecs.ticker_state.decode(definition)["definition"]
+    if held is None or held["owner"] is None:
+        return None
+    every_ms = held["every_ms"]
+    every = None if every_ms is None else timedelta(milliseconds=every_ms)
+    return held["owner"], schedule_use(every)
 
 
 def floor_from_stored(codecs: Codecs, progress: bytes) -> datetime | None:

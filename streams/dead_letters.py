@@ -24,6 +24,11 @@ REASON_LIMIT = 2048
 
 OWNERSHIP_REFUSED = "OwnershipRefusedError"
 """The `error_class` of a schedule change refused by the ownership rules (docs/teams.md)."""
+QUOTA_EXCEEDED = "QuotaExceededError"
+"""The `error_class` of a schedule change refused because it exceeds its team's quota."""
+REFUSED_CHANGES = frozenset({OWNERSHIP_REFUSED, QUOTA_EXCEEDED})
+"""The error classes of schedule changes a ticker refused and restored the key after: every
+reader of the schedules topic skips them as the ticker did."""
 
 
 def dead_letter_record(

@@ -38,7 +38,7 @@ from kairos.core.audit import (
 from kairos.core.errors import KairosError
 from kairos.core.schedule import Schedule
 from kairos.streams.codec import Codecs, DecodeError, make_codecs
-from kairos.streams.dead_letters import OWNERSHIP_REFUSED
+from kairos.streams.dead_letters import REFUSED_CHANGES
 from kairos.streams.history_records import (
     InvalidRecordError,
     RefusedChange,
@@ -209,13 +209,14 @@ class HistoryReader:
         ]
 
     def refused_changes(self, team: str | None = None) -> list[RefusedChange]:
-        """Every schedule change the ownership rules refused (reported to `team`, if given)."""
+        """Every schedule change a ticker refused, by the ownership rules or a quota (reported
+        to `team`, if given)."""
         schedules = self.topic(TopicRole.SCHEDULES)
         return [
             refused_change(letter)
             for letter in self._dead_letters()
             if letter["source_topic"] == schedules
-            and letter["error_class"] == OWNERSHIP_REFUSED
+            and letter["error_class"] in REFUSED_CHANGES
             and (team is None or letter["reported_to"] == team)
         ]
 

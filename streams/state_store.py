@@ -364,6 +364,17 @@ class PartitionStore:
         """The earliest due instant in the index, if any."""
         return self._index.first()
 
+    def definitions(self) -> Iterator[bytes]:
+        """Every held schedule's definition bytes, in id order."""
+        it = self._db.iter()
+        it.seek(_STATE)
+        while it.valid():
+            key: bytes = it.key()
+            if not key.startswith(_STATE):
+                break
+            yield it.value()
+            it.next()
+
     def schedule_ids(self) -> list[str]:
         ids = []
         it = self._db.iter()

@@ -19,6 +19,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from kairos.core.errors import KairosError
 from kairos.core.ownership import Team, TeamDefinitionError
+from kairos.core.quotas import Quota, QuotaDefinitionError
 from kairos.streams.codec import Codec, Codecs, DecodeError, make_codecs
 from kairos.streams.settings import TEAM_READERS_GROUP, KafkaSettings
 from kairos.streams.table_feed import TableFeed
@@ -68,6 +69,8 @@ def encode_team_event(codec: Codec, team: Team, changed_by: str, now: datetime) 
             "team": team.name,
             "public_keys": list(team.public_keys),
             "admin": team.admin,
+            "max_schedules": team.quota.max_schedules,
+            "max_fires_per_minute": team.quota.max_fires_per_minute,
             "changed_by": changed_by,
             "changed_at": now,
         }
@@ -89,9 +92,10 @@ def read_team_message(codec: Codec, message: Message) -> TeamChange | SkippedTea
         event = codec.decode(value)
         if event["team"] != name:
             raise TeamDefinitionError(f"the key {name!r} differs from the event's team")
-        team = Team(name, tuple(event["public_keys"]), event["admin"])
+        quota = Quota(event["max_schedules"], event["max_fires_per_minute"])
+        team = Team(name, tuple(event["public_keys"]), event["admin"], quota)
         return TeamChange(name, team, event["changed_by"], event["changed_at"])
-    except (DecodeError, TeamDefinitionError, UnicodeDecodeError) as problem:
+    except (DecodeError, TeamDefinitionError, QuotaDefinitionError, UnicodeDecodeError) as problem:
         logger.warning("skipping teams record at offset %d: %s", offset, problem)
         return SkippedTeamRecord(offset, f"{type(problem).__name__}: {problem}")
 

@@ -16,12 +16,14 @@ from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
 from kairos.core.errors import KairosError
 from kairos.core.firing import Outcome, ScheduleState, deleted, upserted
+from kairos.core.quotas import quota_refusal, schedule_use
 from kairos.core.reruns import take_rerun
 from kairos.services.ticker.ownership import TickerOwnership, restoring_event
 from kairos.services.ticker.partition import OwnedPartition
+from kairos.services.ticker.quotas import state_use
 from kairos.services.ticker.work import TransactionWork
 from kairos.streams.codec import Codecs
-from kairos.streams.dead_letters import OWNERSHIP_REFUSED, dead_letter_record
+from kairos.streams.dead_letters import OWNERSHIP_REFUSED, QUOTA_EXCEEDED, dead_letter_record
 from kairos.streams.ports import GroupMember
 from kairos.streams.schedule_events import (
     RejectedEvent,
@@ -29,6 +31,7 @@ from kairos.streams.schedule_events import (
     RerunRequested,
     ScheduleChange,
     ScheduleDeleted,
+    ScheduleUpserted,
     is_restoration,
     read_schedule_message,
     restores_mark,
@@ -144,19 +147,20 @@ class ScheduleChanges:
             held = None if state is None else state.schedule
             if is_restoration(restores_mark(message.headers()), change, held):
                 return True
-            if self.ownership is not None:
-                refused = self.ownership.refused(message, change, state)
-                if refused is not None:
-                    self._refuse(
-                        owned.partition,
-                        message,
-                        change,
-                        state=state,
-                        refused=refused,
-                        now=now,
-                        work=work,
-                    )
-                    return True
+            refusal = self._refusal(owned, message, change, state, work)
+            if refusal is not None:
+                refused, error_class = refusal
+                self._refuse(
+                    owned.partition,
+                    message,
+                    change,
+                    state=state,
+                    refused=refused,
+                    error_class=error_class,
+                    now=now,
+                    work=work,
+                )
+                return True
             if isinstance(change, RerunRequested):
                 return self._rerun(owned, message, change, now, work)
             return self._apply(owned, change, offset, now, work)
@@ -183,6 +187,38 @@ class ScheduleChanges:
             self._dead_letter(str(message.topic()), unappliable, now, work)
             return True
 
+    def _refusal(
+        self,
+        owned: OwnedPartition,
+        message: Message,
+        change: ScheduleChange | RerunRequested,
+        state: ScheduleState | None,
+        work: TransactionWork,
+    ) -> tuple[Refused, str] | None:
+        """Why the ownership rules or the owner's quota refuse `change`, with the dead letter's
+        error class; `None` when it is taken (always, without `--ownership signed`)."""
+        if self.ownership is None:
+            return None
+        refused = self.ownership.refused(message, change, state)
+        if refused is not None:
+            return refused, OWNERSHIP_REFUSED
+        if not isinstance(change, ScheduleUpserted) or change.schedule.owner is None:
+            return None
+        team = change.schedule.owner
+        quota = self.ownership.quota_of(team)
+        if not quota.limited:
+            return None
+        assert self.partitions is not None, "learn_partitions comes with every connection"
+        used = work.use_of(owned, team)
+        after = used + schedule_use(change.schedule.every)
+        held = state_use(state)
+        if held is not None and held[0] == team:
+            after = after - held[1]
+        reason = quota_refusal(
+            team, quota, used, after, partition=owned.partition, partitions=self.partitions
+        )
+        return None if reason is None else (Refused(reason, team), QUOTA_EXCEEDED)
+
     def _refuse(
         self,
         partition: int,
@@ -191,15 +227,14 @@ class ScheduleChanges:
         *,
         state: ScheduleState | None,
         refused: Refused,
+        error_class: str,
         now: datetime,
         work: TransactionWork,
     ) -> None:
-        """Dead-letter a change the ownership rules refused, reported to its signer, and
-        restore its key to what is held (a re-run request's key to nothing)."""
+        """Dead-letter a change the ownership rules or a quota refused, reported to the team,
+        and restore its key to what is held (a re-run request's key to nothing)."""
         key, value = message.key(), message.value()
-        rejected = RejectedEvent(
-            partition, change.offset, key, value, refused.reason, OWNERSHIP_REFUSED
-        )
+        rejected = RejectedEvent(partition, change.offset, key, value, refused.reason, error_class)
         self._dead_letter(str(message.topic()), rejected, now, work, reported_to=refused.team)
         restoring = None
         if state is not None and not isinstance(change, RerunRequested):
@@ -238,7 +273,10 @@ class ScheduleChanges:
                 floor=floor,
                 calendars=owned.calendars,
             )
-        return work.settle(owned, schedule_id, outcome, state)
+        taken = work.settle(owned, schedule_id, outcome, state)
+        if taken:
+            work.count_use(owned.partition, state, outcome.state)
+        return taken
 
     def _rerun(
         self,

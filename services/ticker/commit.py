@@ -119,6 +119,10 @@ class CommitPath:
                 schedules_offset=checkpoints.get(partition),
             )
             dropped = one.committed(work.states.get(partition, {}), now_ms)
+            if partition in work.recount_use:
+                one.use.recount()
+            else:
+                one.use.committed(work.use_changes.get(partition, {}))
             transactions.forget_prepared(dropped, partition)
         for one in owned.values():
             one.committed_offset = one.next_offset

@@ -26,6 +26,7 @@ from confluent_kafka import Message
 
 from kairos.core.firing import ScheduleState
 from kairos.core.ownership import Change, Held, Team, refusal, upsert_change
+from kairos.core.quotas import UNLIMITED, Quota
 from kairos.core.schedule_lifecycle import AfterLastRun
 from kairos.services.ticker.clients import TeamSource
 from kairos.streams.codec import Codecs
@@ -106,6 +107,12 @@ class TickerOwnership:
         new_owner = change.schedule.owner if isinstance(change, ScheduleUpserted) else None
         reason = refusal(self._teams[signer], change.schedule_id, kind, held, new_owner)
         return None if reason is None else Refused(reason, signer)
+
+    def quota_of(self, team: str) -> Quota:
+        """The registered team's quota; an unregistered team's schedules are not limited (no
+        change signed by it is taken anyway; an administrators' may give it schedules)."""
+        registered = self._teams.get(team)
+        return UNLIMITED if registered is None else registered.quota
 
     def _take(self, registered: dict[str, TeamChange]) -> None:
         teams = {name: change.team for name, change in registered.items() if change.team}

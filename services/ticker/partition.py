@@ -20,6 +20,7 @@ from kairos.core.calendar_rules import CalendarLookup
 from kairos.core.firing import Outcome, ScheduleState
 from kairos.core.lru import LruCache
 from kairos.services.ticker.fairness import FAIR_ORDER_MIN, FairOrder, fair_order, ranked_due
+from kairos.services.ticker.quotas import PartitionUse
 from kairos.streams.changelog import (
     floor_from_stored,
     state_from_stored,
@@ -81,6 +82,8 @@ class OwnedPartition:
         self.prepared_cursor: tuple[int, int] = (0, 0)
         """(due instant, position among the schedules due then) where preparing upcoming fires
         resumes (see Ticker.turn)."""
+        self.use = PartitionUse(partition, store, codecs)
+        """Each team's use of its quota on this partition, counted when first judged."""
         self.owned_since = owned_since
         self.last_fire_at: datetime | None = None
         self.last_fire_lateness_ms: int | None = None

@@ -76,6 +76,7 @@ class Quarantine:
         schedule_id = poisoned.schedule_id
         floor = self._committed_floor(owned, schedule_id)
         work.forget(poisoned.partition, schedule_id)
+        work.recount_use.add(poisoned.partition)
         work.record(poisoned.partition, schedule_id, Outcome(None, []), None, redefined=True)
         if floor is not None:
             work.floors.setdefault(poisoned.partition, {})[schedule_id] = (version, floor)

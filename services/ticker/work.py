@@ -10,7 +10,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from kairos.core.firing import Action, Decision, Outcome, ScheduleState
+from kairos.core.quotas import NO_USE, Use
 from kairos.services.ticker.partition import OwnedPartition
+from kairos.services.ticker.quotas import state_use
 from kairos.streams.state_store import StateWrite
 
 
@@ -40,6 +42,10 @@ class TransactionWork:
     restores: dict[tuple[int, bytes], tuple[bytes | None, int]] = field(default_factory=dict)
     """(partition, key) -> (value, refused offset) of each key to restore after a refused change
     (`services/ticker/ownership.py`): the held definition's event, or `None`, a tombstone."""
+    use_changes: dict[int, dict[str, Use]] = field(default_factory=dict)
+    """How this transaction's changes move each team's quota use, per partition."""
+    recount_use: set[int] = field(default_factory=set)
+    """Partitions whose quota use is counted again after the commit (a quarantine)."""
     consumed: int = 0
     quarantined: int = 0
     """Schedules removed from the state because they could not be decoded, decided or encoded."""
@@ -58,6 +64,21 @@ class TransactionWork:
         if schedule_id in pending:
             return pending[schedule_id]
         return owned.state(schedule_id)
+
+    def use_of(self, owned: OwnedPartition, team: str) -> Use:
+        """The team's quota use of the partition, including this transaction's changes."""
+        return owned.use.of(team) + self.use_changes.get(owned.partition, {}).get(team, NO_USE)
+
+    def count_use(
+        self, partition: int, before: ScheduleState | None, after: ScheduleState | None
+    ) -> None:
+        """Count a change of a schedule's definition from `before` to `after` against quotas."""
+        changes = self.use_changes.setdefault(partition, {})
+        for counted, sign in ((state_use(before), -1), (state_use(after), 1)):
+            if counted is not None:
+                team, use = counted
+                moved = use if sign > 0 else NO_USE - use
+                changes[team] = changes.get(team, NO_USE) + moved
 
     def floor(self, owned: OwnedPartition, schedule_id: str) -> datetime | None:
         """Where a deleted schedule's decisions stopped, including this transaction's deletes."""

@@ -255,6 +255,8 @@ SAMPLES: list[tuple[RecordType, str, dict[str, Any]]] = [
             "team": "payments-eu",
             "public_keys": [bytes(range(32))],
             "admin": False,
+            "max_schedules": 1200,
+            "max_fires_per_minute": None,
             "changed_by": "ops@example.com",
             "changed_at": T1,
         },

@@ -1,0 +1,127 @@
+"""Team quotas: at most N schedules and at most M fires a minute, judged where changes pass.
+
+Pure: the ticker says what it holds and what a change would make it hold; this module decides
+whether the change keeps the team within its quota. docs/teams.md states the rules for users:
+
+- A team's use is its schedules (paused ones too: they may resume at any moment, or by
+  themselves at `pause_until`) and the fires a minute they may be due at, each schedule counted
+  at its most in any 60 seconds: one for a `cron` or `at` schedule, `ceil(60 s / every)` for an
+  `every` shorter than a minute. So the quota bounds the team's worst minute, whatever its
+  schedules' calendars do, and a fire is never refused: only the change that would exceed it.
+- A quota is enforced per schedules partition, each holding a share of it: `ceil(limit /
+  partitions)`. The verdict on a change then depends on nothing but its own partition's state,
+  which every owner of the partition restores to the same, so it is the same on every ticker
+  and after every restore. The price: the team holds at most its limit rounded up to a
+  multiple of the partitions, and one partition filling first refuses before the whole is used.
+- A change that does not raise the team's use (a delete, a pause, a redefinition as frequent
+  as before) is taken even over the quota, so a team over a lowered quota can always shrink.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import timedelta
+
+_MINUTE = timedelta(minutes=1)
+
+
+@dataclass(frozen=True)
+class Quota:
+    """A team's limits; `None`: not limited."""
+
+    max_schedules: int | None = None
+    max_fires_per_minute: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("max_schedules", "max_fires_per_minute"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise QuotaDefinitionError(
+                    f"{name} {value}: give a limit of at least 0, or none for no limit"
+                )
+
+    @property
+    def limited(self) -> bool:
+        return self.max_schedules is not None or self.max_fires_per_minute is not None
+
+
+UNLIMITED = Quota()
+
+
+class QuotaDefinitionError(ValueError):
+    """A quota that cannot be registered; the message says what to fix."""
+
+
+@dataclass(frozen=True, slots=True)
+class Use:
+    """What a team's schedules take of its quota (on one partition, or in all)."""
+
+    schedules: int = 0
+    fires_per_minute: int = 0
+
+    def __add__(self, other: Use) -> Use:
+        return Use(self.schedules + other.schedules, self.fires_per_minute + other.fires_per_minute)
+
+    def __sub__(self, other: Use) -> Use:
+        return Use(self.schedules - other.schedules, self.fires_per_minute - other.fires_per_minute)
+
+
+NO_USE = Use()
+
+
+def peak_fires_per_minute(every: timedelta | None) -> int:
+    """The most fires one schedule may be due at in any 60 seconds: `every`'s, or one (`cron`
+    names minutes, so it fires at most once in any of them; `at` fires once)."""
+    if every is None or every >= _MINUTE:
+        return 1
+    return math.ceil(_MINUTE / every)
+
+
+def schedule_use(every: timedelta | None) -> Use:
+    """What one schedule takes of its owner's quota."""
+    return Use(1, peak_fires_per_minute(every))
+
+
+def partition_share(limit: int, partitions: int) -> int:
+    """What each of `partitions` may hold of a team's `limit`: the same on every partition, so
+    no partition's verdict depends on which partitions the team's schedules hash to."""
+    return math.ceil(limit / partitions)
+
+
+def quota_refusal(
+    team: str,
+    quota: Quota,
+    used: Use,
+    after: Use,
+    *,
+    partition: int,
+    partitions: int,
+) -> str | None:
+    """Why moving `team`'s use of `partition` from `used` to `after` exceeds `quota`, or `None`.
+
+    A limit a change does not raise use against never refuses it (see the module docstring).
+    """
+    checks = (
+        (quota.max_schedules, used.schedules, after.schedules, "schedules"),
+        (
+            quota.max_fires_per_minute,
+            used.fires_per_minute,
+            after.fires_per_minute,
+            "fires a minute",
+        ),
+    )
+    for limit, before, wanted, what in checks:
+        if limit is None or wanted <= before:
+            continue
+        share = partition_share(limit, partitions)
+        if wanted > share:
+            return (
+                f"over team {team!r}'s quota of {limit} {what}: schedules partition "
+                f"{partition} holds a share of {share} of it ({limit} over {partitions} "
+                f"partitions, rounded up) and the team's schedules there would take {wanted} "
+                f"(now {before}); delete or slow down some of them, or ask an administrator to "
+                "raise the quota (`kairos teams set-quota`); `kairos teams quota "
+                f"{team}` shows each partition's use"
+            )
+    return None
