@@ -118,7 +118,7 @@ def quota(
             use[stored.partition] = use.get(stored.partition, NO_USE) + use_of_schedule(
                 stored.schedule.every
             )
-    document = _quota_document(registered, use, settings.schedules_partitions)
+    document = _quota_document(registered, use, snapshot.partitions)
     render(document, chosen(output, as_json), lambda: _print(document))
 
 

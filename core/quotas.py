@@ -117,7 +117,7 @@ def quota_refusal(
         share = partition_share(limit, partitions)
         if wanted > share:
             return (
-                f"over team {team!r}'s quota of {limit} {what}: schedules partition "
+                f"over the quota of team {team!r}, {limit} {what}: schedules partition "
                 f"{partition} holds a share of {share} of it ({limit} over {partitions} "
                 f"partitions, rounded up) and the team's schedules there would take {wanted} "
                 f"(now {before}); delete or slow down some of them, or ask an administrator to "

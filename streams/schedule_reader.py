@@ -67,6 +67,8 @@ class ScheduleSnapshot:
     schedules: dict[str, StoredSchedule]
     rejected: tuple[RejectedEvent, ...]
     """Every record met that breaks the contract; the ticker dead-letters them."""
+    partitions: int
+    """The topic's partition count, as the broker gave it for this read."""
 
 
 _UNKNOWN_TOPIC = KafkaError.UNKNOWN_TOPIC_OR_PART
@@ -136,7 +138,7 @@ class ScheduleReader:
             if rejected:
                 # Every read meets them again; the ticker dead-letters and logs them once.
                 logger.debug("skipped %d records of %s", len(rejected), self.topic)
-            return ScheduleSnapshot(schedules, tuple(rejected))
+            return ScheduleSnapshot(schedules, tuple(rejected), count)
         finally:
             consumer.close()
 
