@@ -13,9 +13,10 @@ from typing import Annotated
 
 import typer
 
-from kairos.cli.options import fail
+from kairos.cli.options import fail, kafka_settings
 from kairos.cli.preview_calendars import preview_calendars
 from kairos.cli.preview_sources import PreviewInputError, file_schedules, published_schedules
+from kairos.cli.team_quotas import describe_quota, registered_team
 from kairos.core import limits
 from kairos.core.audit import TimeArgumentError, parse_time
 from kairos.core.calendar import never_fires_reason
@@ -29,6 +30,7 @@ from kairos.core.preview_histogram import (
     histogram_text,
 )
 from kairos.core.preview_listing import heading, occurrence_line, runs_json, upcoming
+from kairos.core.quotas import NO_USE, schedule_use
 from kairos.core.schedule import Schedule
 
 DEFAULT_COUNT = 5
@@ -155,6 +157,8 @@ def preview(
             typer.echo(f"warning: schedule '{schedule.id}': {schedule.zone_warning}", err=True)
     if span is not None:
         _show_histogram(schedules, after, span, as_json, top or DEFAULT_TOP, calendars)
+        if owner is not None and not ids and not as_json:
+            _show_quota(context, owner, schedules)
     else:
         _show_listing(schedules, after, count or DEFAULT_COUNT, as_json, calendars)
 
@@ -237,6 +241,20 @@ def _show_histogram(
         return
     for line in histogram_text(counted, top):
         typer.echo(line)
+
+
+def _show_quota(context: typer.Context, owner: str, schedules: list[Schedule]) -> None:
+    """Where the team stands against its quota, which bounds its worst minute (docs/teams.md)."""
+    team = registered_team(kafka_settings(context), owner)
+    if team is None or not team.quota.limited:
+        typer.echo(f"team {owner} has no quota")
+        return
+    use = sum((schedule_use(schedule.every) for schedule in schedules), NO_USE)
+    typer.echo(
+        f"quota of team {owner}: {describe_quota(team.quota)}; its {use.schedules} schedules "
+        f"count {use.fires_per_minute} fires a minute against it (each at its most in any "
+        f"minute; `kairos teams quota {owner}` shows each partition's share)"
+    )
 
 
 def _show_listing(

@@ -10,7 +10,10 @@ import pytest
 from typer.testing import CliRunner, Result
 
 from kairos.cli.app import app
+from kairos.core.ownership import Team
+from kairos.core.quotas import Quota
 from kairos.streams.settings import KafkaSettings
+from kairos.streams.team_events import publish_team_change
 
 SCHEDULES = """
 schedules:
@@ -113,6 +116,22 @@ def test_the_histogram_of_a_team_shows_its_midnight_herd(published: KafkaSetting
     assert (midnight["fires"], midnight["schedules"]) == (1, 1)
     assert shown["minutes"]["2027-03-14T07:00:00Z"]["fires"] == 1
     assert shown["total"] == 2
+
+
+def test_the_text_histogram_of_a_team_says_where_it_stands_against_its_quota(
+    published: KafkaSettings,
+) -> None:
+    unlimited = kairos(published, "preview", "--from", FROM, "--owner", "billing", "--histogram")
+    assert unlimited.exit_code == 0, unlimited.output
+    assert unlimited.stdout.rstrip().endswith("team billing has no quota")
+    key = Team("billing", (bytes(32),), quota=Quota(max_fires_per_minute=40))
+    publish_team_change(published, "billing", key, "admin")
+    limited = kairos(published, "preview", "--from", FROM, "--owner", "billing", "--histogram")
+    assert limited.exit_code == 0, limited.output
+    assert (
+        "quota of team billing: no limit of schedules, at most 40 fires a minute; its 2 "
+        "schedules count 2 fires a minute against it"
+    ) in limited.stdout
 
 
 def test_published_schedules_need_a_broker_that_answers() -> None:
