@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 _MINUTE = timedelta(minutes=1)
+MAX_LIMIT = 2**31 - 1
+"""The largest limit a team registration carries (an Avro `int`)."""
 
 
 @dataclass(frozen=True)
@@ -36,9 +38,9 @@ class Quota:
     def __post_init__(self) -> None:
         for name in ("max_schedules", "max_fires_per_minute"):
             value = getattr(self, name)
-            if value is not None and value < 0:
+            if value is not None and not 0 <= value <= MAX_LIMIT:
                 raise QuotaDefinitionError(
-                    f"{name} {value}: give a limit of at least 0, or none for no limit"
+                    f"{name} {value}: give a limit from 0 to {MAX_LIMIT}, or none for no limit"
                 )
 
     @property

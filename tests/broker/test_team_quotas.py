@@ -218,6 +218,10 @@ def test_an_administrator_sets_lowers_and_keeps_a_quota_from_the_cli(
     assert listed()["growth"]["max_schedules"] == 4
     wrong = _cli(settings, growth_key, "teams", "set-quota", "growth", "--max-schedules", "many")
     assert wrong.returncode != 0 and "give a whole number" in wrong.stderr
+    huge = _cli(
+        settings, growth_key, "teams", "set-quota", "growth", "--max-fires-per-minute", "3000000000"
+    )
+    assert huge.returncode != 0 and "from 0 to 2147483647" in huge.stderr, huge.stderr
     unknown = _cli(settings, growth_key, "teams", "set-quota", "nobody", "--max-schedules", "1")
     assert unknown.returncode != 0 and "not registered" in unknown.stderr
     lifted = _cli(settings, growth_key, "teams", "set-quota", "growth", "--max-schedules", "none")

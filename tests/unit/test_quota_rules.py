@@ -86,8 +86,9 @@ def test_a_change_that_does_not_raise_use_is_taken_over_a_lowered_quota() -> Non
 def test_a_zero_quota_freezes_a_team_and_a_negative_one_is_refused() -> None:
     frozen = Quota(max_schedules=0)
     assert quota_refusal("t", frozen, NO_USE, Use(1, 1), partition=0, partitions=4)
-    with pytest.raises(QuotaDefinitionError, match="at least 0"):
-        Quota(max_fires_per_minute=-1)
+    for wrong in (-1, 2**31):
+        with pytest.raises(QuotaDefinitionError, match=r"from 0 to 2147483647, or none"):
+            Quota(max_fires_per_minute=wrong)
 
 
 @settings(max_examples=200)
