@@ -32,6 +32,7 @@ from kairos.core.preview_histogram import (
 from kairos.core.preview_listing import heading, occurrence_line, runs_json, upcoming
 from kairos.core.quotas import NO_USE, schedule_use
 from kairos.core.schedule import Schedule
+from kairos.streams.acls import Role
 
 DEFAULT_COUNT = 5
 DEFAULT_HORIZON = "24h"
@@ -245,9 +246,10 @@ def _show_histogram(
 
 def _show_quota(context: typer.Context, owner: str, schedules: list[Schedule]) -> None:
     """Where the team stands against its quota, which bounds its worst minute (docs/teams.md)."""
-    team = registered_team(kafka_settings(context), owner)
+    team = registered_team(kafka_settings(context), owner, Role.PRODUCER)
     if team is None or not team.quota.limited:
-        typer.echo(f"team {owner} has no quota")
+        why = "is not registered" if team is None else "is registered"
+        typer.echo(f"team {owner} {why}: it has no quota")
         return
     use = sum((schedule_use(schedule.every) for schedule in schedules), NO_USE)
     typer.echo(

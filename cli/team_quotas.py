@@ -16,7 +16,7 @@ from kairos.cli.output import JsonAliasOption, OutputOption, chosen, render, tab
 from kairos.cli.schedules import ChangedByOption, changed_by_or_default
 from kairos.core.errors import KairosError
 from kairos.core.ownership import Team
-from kairos.core.quotas import NO_USE, Quota, QuotaDefinitionError, Use, partition_share
+from kairos.core.quotas import MAX_LIMIT, NO_USE, Quota, Use, partition_share
 from kairos.core.quotas import schedule_use as use_of_schedule
 from kairos.streams.acls import Role
 from kairos.streams.codec import make_codecs
@@ -41,19 +41,24 @@ def _limit(option: str, text: str | None, kept: int | None) -> int | None:
         return kept
     if text.lower() in _NO_LIMIT:
         return None
+    how = f"give a whole number from 0 to {MAX_LIMIT}, or `none` for no limit"
     try:
-        return int(text)
+        limit = int(text)
     except ValueError:
-        raise fail(f"{option} {text!r}: give a whole number (0 or more), or `none`") from None
+        raise fail(f"{option} {text!r}: {how}") from None
+    if not 0 <= limit <= MAX_LIMIT:
+        raise fail(f"{option} {limit}: {how}")
+    return limit
 
 
-def registered_team(settings: KafkaSettings, team: str) -> Team | None:
-    """The team as the teams topic registers it now; `None` when it is not registered."""
+def registered_team(settings: KafkaSettings, team: str, role: Role) -> Team | None:
+    """The team as the teams topic registers it now; `None` when it is not registered. A
+    refused read names the grant `role` lacks."""
     try:
         with TeamFeed(settings) as feed:
             change = feed.refresh().get(team)
     except KairosError as error:
-        raise fail(str(error)) from error
+        raise fail(refused(settings, error, role) or str(error)) from error
     return None if change is None else change.team
 
 
@@ -66,19 +71,16 @@ def set_quota(
 ) -> None:
     """Limit a registered team's schedules and fires a minute (its keys are kept). A change
     over the quota is refused by the tickers from then on; what is held already stays."""
+    if max_schedules is None and max_fires_per_minute is None:
+        raise fail("give --max-schedules, --max-fires-per-minute or both (`none`: no limit)", 2)
     settings = kafka_settings(context)
-    current = registered_team(settings, team)
+    current = registered_team(settings, team, Role.OPERATOR)
     if current is None:
         raise fail(f"team {team!r} is not registered; register it first (`kairos teams put`)")
-    try:
-        quota = Quota(
-            _limit("--max-schedules", max_schedules, current.quota.max_schedules),
-            _limit(
-                "--max-fires-per-minute", max_fires_per_minute, current.quota.max_fires_per_minute
-            ),
-        )
-    except QuotaDefinitionError as error:
-        raise fail(str(error)) from error
+    quota = Quota(
+        _limit("--max-schedules", max_schedules, current.quota.max_schedules),
+        _limit("--max-fires-per-minute", max_fires_per_minute, current.quota.max_fires_per_minute),
+    )
     updated = Team(current.name, current.public_keys, current.admin, quota)
     try:
         publish_team_change(settings, team, updated, changed_by_or_default(changed_by))
@@ -105,7 +107,7 @@ def quota(
     partition's share (read from the schedules topic: what the tickers hold once they took
     every change on it)."""
     settings = kafka_settings(context)
-    registered = registered_team(settings, team)
+    registered = registered_team(settings, team, Role.PRODUCER)
     if registered is None:
         raise fail(f"team {team!r} is not registered (`kairos teams list` shows who is)")
     try:

@@ -96,7 +96,7 @@ def put(
     except TeamDefinitionError as error:
         raise fail(str(error)) from error
     settings = kafka_settings(context)
-    current = registered_team(settings, team)
+    current = registered_team(settings, team, Role.OPERATOR)
     registered = Team(team, keys, admin, UNLIMITED if current is None else current.quota)
     try:
         publish_team_change(settings, team, registered, changed_by_or_default(changed_by))

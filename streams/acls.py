@@ -222,6 +222,13 @@ def _producer(names: DeploymentNames) -> list[Grant]:
             "`kairos teams rejections` reads the changes refused to a team",
         ),
         _reader_group(names.history_readers_group),
+        _topic(
+            names,
+            TopicRole.TEAMS,
+            Operation.READ,
+            "`kairos teams quota` and `preview --owner --histogram` read a team's quota",
+        ),
+        _reader_group(names.team_readers_group),
     ]
 
 

@@ -20,7 +20,7 @@ from kairos.core.quotas import quota_refusal, schedule_use
 from kairos.core.reruns import take_rerun
 from kairos.services.ticker.ownership import TickerOwnership, restoring_event
 from kairos.services.ticker.partition import OwnedPartition
-from kairos.services.ticker.quotas import state_use
+from kairos.services.ticker.quotas import QuotaCountError, state_use
 from kairos.services.ticker.work import TransactionWork
 from kairos.streams.codec import Codecs
 from kairos.streams.dead_letters import OWNERSHIP_REFUSED, QUOTA_EXCEEDED, dead_letter_record
@@ -147,23 +147,13 @@ class ScheduleChanges:
             held = None if state is None else state.schedule
             if is_restoration(restores_mark(message.headers()), change, held):
                 return True
-            refusal = self._refusal(owned, message, change, state, work)
-            if refusal is not None:
-                refused, error_class = refusal
-                self._refuse(
-                    owned.partition,
-                    message,
-                    change,
-                    state=state,
-                    refused=refused,
-                    error_class=error_class,
-                    now=now,
-                    work=work,
-                )
+            if self._refused(owned, message, change, state=state, now=now, work=work):
                 return True
             if isinstance(change, RerunRequested):
                 return self._rerun(owned, message, change, now, work)
             return self._apply(owned, change, offset, now, work)
+        except QuotaCountError:
+            raise  # the store, not the change: judged again after the ticker rejoins
         except Exception as failure:
             # Confined: whatever else goes wrong applying one event (deciding what the change
             # owes, reading the stored state) must not stop the partition for everyone.
@@ -187,6 +177,25 @@ class ScheduleChanges:
             self._dead_letter(str(message.topic()), unappliable, now, work)
             return True
 
+    def _refused(
+        self,
+        owned: OwnedPartition,
+        message: Message,
+        change: ScheduleChange | RerunRequested,
+        *,
+        state: ScheduleState | None,
+        now: datetime,
+        work: TransactionWork,
+    ) -> bool:
+        """Refuse `change` if the ownership rules or its owner's quota say so (`_refuse`)."""
+        refusal = self._refusal(owned, message, change, state, work)
+        if refusal is None:
+            return False
+        self._refuse(
+            owned.partition, message, change, state=state, refusal=refusal, now=now, work=work
+        )
+        return True
+
     def _refusal(
         self,
         owned: OwnedPartition,
@@ -203,6 +212,10 @@ class ScheduleChanges:
         if refused is not None:
             return refused, OWNERSHIP_REFUSED
         if not isinstance(change, ScheduleUpserted) or change.schedule.owner is None:
+            return None
+        if state is not None and state.settling:
+            # Taken again after settling what the old definition owed: judged when first taken
+            # (the settling state, which every owner restores, is that verdict's mark).
             return None
         team = change.schedule.owner
         quota = self.ownership.quota_of(team)
@@ -226,13 +239,14 @@ class ScheduleChanges:
         change: ScheduleChange | RerunRequested,
         *,
         state: ScheduleState | None,
-        refused: Refused,
-        error_class: str,
+        refusal: tuple[Refused, str],
         now: datetime,
         work: TransactionWork,
     ) -> None:
-        """Dead-letter a change the ownership rules or a quota refused, reported to the team,
-        and restore its key to what is held (a re-run request's key to nothing)."""
+        """Dead-letter a change the ownership rules or a quota refused (`refusal`: why, and the
+        dead letter's error class), reported to the team, and restore its key to what is held
+        (a re-run request's key to nothing)."""
+        refused, error_class = refusal
         key, value = message.key(), message.value()
         rejected = RejectedEvent(partition, change.offset, key, value, refused.reason, error_class)
         self._dead_letter(str(message.topic()), rejected, now, work, reported_to=refused.team)

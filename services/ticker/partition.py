@@ -82,7 +82,7 @@ class OwnedPartition:
         self.prepared_cursor: tuple[int, int] = (0, 0)
         """(due instant, position among the schedules due then) where preparing upcoming fires
         resumes (see Ticker.turn)."""
-        self.use = PartitionUse(partition, store, codecs)
+        self.use = PartitionUse(partition, lambda: self.store, codecs)
         """Each team's use of its quota on this partition, counted when first judged."""
         self.owned_since = owned_since
         self.last_fire_at: datetime | None = None

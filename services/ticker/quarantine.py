@@ -75,6 +75,12 @@ class Quarantine:
         logger.error("quarantining %s", poisoned)
         schedule_id = poisoned.schedule_id
         floor = self._committed_floor(owned, schedule_id)
+        try:
+            held = work.current(owned, schedule_id)
+        except Exception:
+            held = None  # undecodable: counted again from the store after the commit
+        # Later verdicts of this transaction no longer count it; the commit counts again.
+        work.count_use(poisoned.partition, held, None)
         work.forget(poisoned.partition, schedule_id)
         work.recount_use.add(poisoned.partition)
         work.record(poisoned.partition, schedule_id, Outcome(None, []), None, redefined=True)

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 
+from kairos.core.errors import KairosError
 from kairos.core.firing import ScheduleState
 from kairos.core.quotas import NO_USE, Use, schedule_use
 from kairos.streams.changelog import quota_use_from_stored
@@ -19,6 +21,13 @@ from kairos.streams.codec import Codecs
 from kairos.streams.state_store import PartitionStore
 
 logger = logging.getLogger(__name__)
+
+
+class QuotaCountError(KairosError):
+    """A partition's store could not be read to count its quota use: the ticker rejoins and
+    counts again, rather than judge a change on a count it does not have."""
+
+    retryable = True
 
 
 def state_use(state: ScheduleState | None) -> tuple[str, Use] | None:
@@ -31,9 +40,10 @@ def state_use(state: ScheduleState | None) -> tuple[str, Use] | None:
 class PartitionUse:
     """Each team's use of one partition, as its committed store holds it."""
 
-    def __init__(self, partition: int, store: PartitionStore, codecs: Codecs) -> None:
+    def __init__(self, partition: int, store: Callable[[], PartitionStore], codecs: Codecs) -> None:
         self._partition = partition
         self._store = store
+        """The partition's store as it is now: a cold restore replaces the one it had."""
         self._codecs = codecs
         self._by_team: dict[str, Use] | None = None
 
@@ -57,7 +67,14 @@ class PartitionUse:
     def _count(self) -> dict[str, Use]:
         started = time.monotonic()
         by_team: dict[str, Use] = {}
-        for definition in self._store.definitions():
+        try:
+            definitions = list(self._store().definitions())
+        except Exception as failure:
+            raise QuotaCountError(
+                f"cannot read the store of partition {self._partition} to count its quota use: "
+                f"{failure}"
+            ) from failure
+        for definition in definitions:
             try:
                 counted = quota_use_from_stored(self._codecs, definition)
             except Exception:

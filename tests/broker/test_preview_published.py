@@ -123,7 +123,7 @@ def test_the_text_histogram_of_a_team_says_where_it_stands_against_its_quota(
 ) -> None:
     unlimited = kairos(published, "preview", "--from", FROM, "--owner", "billing", "--histogram")
     assert unlimited.exit_code == 0, unlimited.output
-    assert unlimited.stdout.rstrip().endswith("team billing has no quota")
+    assert unlimited.stdout.rstrip().endswith("team billing is not registered: it has no quota")
     key = Team("billing", (bytes(32),), quota=Quota(max_fires_per_minute=40))
     publish_team_change(published, "billing", key, "admin")
     limited = kairos(published, "preview", "--from", FROM, "--owner", "billing", "--histogram")

@@ -1,0 +1,77 @@
+"""A partition's quota use, counted from its real RocksDB store and moved by commits only."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from kairos.core.calendar_rules import latest
+from kairos.core.firing import ScheduleState
+from kairos.core.quotas import NO_USE, Use
+from kairos.core.schedule import Schedule
+from kairos.services.ticker.partition import OwnedPartition
+from kairos.services.ticker.quotas import QuotaCountError
+from kairos.services.ticker.work import TransactionWork
+from kairos.streams.changelog import StateWriteEncoder
+from kairos.streams.codec import make_codecs
+from kairos.streams.state_store import PartitionStore, StoreMemory
+
+CODECS = make_codecs()
+T0 = datetime(2027, 1, 1, tzinfo=UTC)
+
+
+def _state(schedule_id: str, owner: str | None, every_s: int | None = None) -> ScheduleState:
+    trigger: dict[str, object] = (
+        {"cron": "0 3 * * *"} if every_s is None else {"every": timedelta(seconds=every_s)}
+    )
+    schedule = Schedule(id=schedule_id, owner=owner, start_at=T0, **trigger)
+    return ScheduleState(schedule, version=1, next_nominal=T0)
+
+
+def _store(path: Path, *states: ScheduleState) -> PartitionStore:
+    store = PartitionStore(path, StoreMemory(16))
+    encoder = StateWriteEncoder(CODECS)
+    writes = [encoder.state_write(s.schedule.id, s, redefined=True) for s in states]
+    store.apply(writes, changelog_offset=len(writes))
+    return store
+
+
+def _owned(store: PartitionStore) -> OwnedPartition:
+    return OwnedPartition(0, store, CODECS, T0, latest({}))
+
+
+def test_use_is_counted_from_the_store_and_moved_only_by_what_commits(tmp_path: Path) -> None:
+    owned = _owned(
+        _store(tmp_path, _state("a", "growth"), _state("b", "growth", 10), _state("c", None))
+    )
+    assert owned.use.of("growth") == Use(2, 7)
+    assert owned.use.of("nobody") == NO_USE
+    work = TransactionWork()
+    work.count_use(0, None, _state("d", "growth", 5))
+    work.count_use(0, _state("b", "growth", 10), None)
+    assert work.use_of(owned, "growth") == Use(2, 13)
+    assert owned.use.of("growth") == Use(2, 7), "an open transaction moved the committed count"
+    owned.use.committed(work.use_changes[0])
+    assert owned.use.of("growth") == Use(2, 13)
+    owned.store.close()
+
+
+def test_a_store_replaced_by_a_cold_restore_is_the_one_counted(tmp_path: Path) -> None:
+    owned = _owned(_store(tmp_path / "kept", _state("a", "growth"), _state("b", "growth")))
+    owned.store.destroy()
+    # What the restore does when the kept store cannot be trusted (restore.py).
+    owned.store = _store(tmp_path / "fresh", _state("a", "growth"))
+    assert owned.use.of("growth") == Use(1, 1)
+    owned.store.close()
+
+
+def test_a_store_that_cannot_be_read_is_a_retryable_failure_not_a_verdict(
+    tmp_path: Path,
+) -> None:
+    owned = _owned(_store(tmp_path, _state("a", "growth")))
+    owned.store.close()
+    with pytest.raises(QuotaCountError, match="cannot read the store of partition 0") as raised:
+        owned.use.of("growth")
+    assert raised.value.retryable
