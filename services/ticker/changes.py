@@ -20,7 +20,7 @@ from kairos.core.quotas import quota_refusal, schedule_use
 from kairos.core.reruns import take_rerun
 from kairos.services.ticker.ownership import TickerOwnership, restoring_event
 from kairos.services.ticker.partition import OwnedPartition
-from kairos.services.ticker.quotas import QuotaCountError, state_use
+from kairos.services.ticker.quotas import state_use
 from kairos.services.ticker.work import TransactionWork
 from kairos.streams.codec import Codecs
 from kairos.streams.dead_letters import OWNERSHIP_REFUSED, QUOTA_EXCEEDED, dead_letter_record
@@ -37,6 +37,7 @@ from kairos.streams.schedule_events import (
     restores_mark,
 )
 from kairos.streams.signing import Refused
+from kairos.streams.state_store import StateStoreError
 from kairos.streams.topic_check import (
     TopicProblem,
     changelog_partition_problem,
@@ -152,7 +153,7 @@ class ScheduleChanges:
             if isinstance(change, RerunRequested):
                 return self._rerun(owned, message, change, now, work)
             return self._apply(owned, change, offset, now, work)
-        except QuotaCountError:
+        except StateStoreError:
             raise  # the store, not the change: judged again after the ticker rejoins
         except Exception as failure:
             # Confined: whatever else goes wrong applying one event (deciding what the change

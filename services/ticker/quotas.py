@@ -13,21 +13,13 @@ import logging
 import time
 from collections.abc import Callable
 
-from kairos.core.errors import KairosError
 from kairos.core.firing import ScheduleState
 from kairos.core.quotas import NO_USE, Use, schedule_use
 from kairos.streams.changelog import quota_use_from_stored
 from kairos.streams.codec import Codecs
-from kairos.streams.state_store import PartitionStore
+from kairos.streams.state_store import PartitionStore, StateStoreError
 
 logger = logging.getLogger(__name__)
-
-
-class QuotaCountError(KairosError):
-    """A partition's store could not be read to count its quota use: the ticker rejoins and
-    counts again, rather than judge a change on a count it does not have."""
-
-    retryable = True
 
 
 def state_use(state: ScheduleState | None) -> tuple[str, Use] | None:
@@ -67,12 +59,14 @@ class PartitionUse:
     def _count(self) -> dict[str, Use]:
         started = time.monotonic()
         by_team: dict[str, Use] = {}
+        store = self._store()
         try:
-            definitions = list(self._store().definitions())
+            definitions = list(store.definitions())
         except Exception as failure:
-            raise QuotaCountError(
-                f"cannot read the store of partition {self._partition} to count its quota use: "
-                f"{failure}"
+            # Retryable: the ticker rejoins and counts again, rather than judge without a count.
+            raise StateStoreError(
+                store.path,
+                f"cannot be read to count partition {self._partition}'s quota use ({failure})",
             ) from failure
         for definition in definitions:
             try:

@@ -12,11 +12,10 @@ from kairos.core.firing import ScheduleState
 from kairos.core.quotas import NO_USE, Use
 from kairos.core.schedule import Schedule
 from kairos.services.ticker.partition import OwnedPartition
-from kairos.services.ticker.quotas import QuotaCountError
 from kairos.services.ticker.work import TransactionWork
 from kairos.streams.changelog import StateWriteEncoder
 from kairos.streams.codec import make_codecs
-from kairos.streams.state_store import PartitionStore, StoreMemory
+from kairos.streams.state_store import PartitionStore, StateStoreError, StoreMemory
 
 CODECS = make_codecs()
 T0 = datetime(2027, 1, 1, tzinfo=UTC)
@@ -72,6 +71,6 @@ def test_a_store_that_cannot_be_read_is_a_retryable_failure_not_a_verdict(
 ) -> None:
     owned = _owned(_store(tmp_path, _state("a", "growth")))
     owned.store.close()
-    with pytest.raises(QuotaCountError, match="cannot read the store of partition 0") as raised:
+    with pytest.raises(StateStoreError, match="count partition 0's quota use") as raised:
         owned.use.of("growth")
     assert raised.value.retryable
