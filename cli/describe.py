@@ -27,6 +27,7 @@ from kairos.core.errors import KairosError
 from kairos.core.preview_listing import fire_document, heading, occurrence_line, upcoming
 from kairos.core.schedule import Schedule
 from kairos.streams.history import HistoryReader
+from kairos.streams.history_records import RefusedChange
 from kairos.streams.partition_status import PartitionStatusError, read_group_status
 from kairos.streams.schedule_reader import ScheduleReader, StoredSchedule
 from kairos.streams.settings import TICKER_GROUP, KafkaSettings
@@ -72,6 +73,7 @@ def describe(
             fired = reader.runs(keep=lambda r: r.schedule_id == schedule_id) if runs else []
             events = reader.run_events(keep=lambda e: e.schedule_id == schedule_id) if runs else []
             history = reader.schedule_events(schedule_id) if changes else []
+            refusals = _refusals_of(reader, schedule_id) if changes else []
     except KairosError as error:
         raise fail(f"{error} (broker {settings.bootstrap_servers})") from None
     upcoming_fires = upcoming(schedule, after, count, calendars)
@@ -86,6 +88,9 @@ def describe(
         "never_fires": None if upcoming_fires else never_fires_reason(schedule, after),
         "last_runs": summaries[-runs:] if runs else [],
         "last_changes": [_change_document(e) for e in history[-changes:]] if changes else [],
+        "last_refused_changes": [_refusal_document(r) for r in refusals[-changes:]]
+        if changes
+        else [],
     }
     render(document, chosen_output, lambda: _print(document, schedule, upcoming_fires))
 
@@ -100,15 +105,37 @@ def _stored(settings: KafkaSettings, schedule_id: str) -> StoredSchedule:
         # Only on a miss: every id, to suggest the one a typo meant, and the schedule's own
         # history, to say when it was deleted.
         known = list(reader.read_all().schedules)
-        history = HistoryReader(settings).schedule_events(schedule_id)
+        history_reader = HistoryReader(settings)
+        history = history_reader.schedule_events(schedule_id)
+        refusals = _refusals_of(history_reader, schedule_id)
     except KairosError as error:
         raise fail(str(error)) from None
     close = difflib.get_close_matches(schedule_id, known, n=3, cutoff=0.8)
     hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
+    refused = (
+        f"; its last change was refused at {text(refusals[-1].dead_lettered_at)}: "
+        f"{refusals[-1].reason}"
+        if refusals
+        else ""
+    )
     raise fail(
-        f"no schedule {schedule_id!r} on {reader.topic} ({_gone(history)}){hint} "
+        f"no schedule {schedule_id!r} on {reader.topic} ({_gone(history)}){hint}{refused}; "
         "`kairos schedules list` shows the published ones"
     )
+
+
+def _refusals_of(reader: HistoryReader, schedule_id: str) -> list[RefusedChange]:
+    """The changes of the schedule the tickers refused (ownership, quota), oldest first."""
+    return [r for r in reader.refused_changes() if r.key == schedule_id]
+
+
+def _refusal_document(refusal: RefusedChange) -> dict[str, Any]:
+    return {
+        "refused_at": refusal.dead_lettered_at,
+        "offset": refusal.source_offset,
+        "reported_to": refusal.reported_to,
+        "reason": refusal.reason,
+    }
 
 
 def _gone(history: list[HistoryEvent]) -> str:
@@ -181,8 +208,20 @@ def _print(document: dict[str, Any], schedule: Schedule, fires: list[Planned]) -
         lines.append("  (paused: these run only if it is resumed before them)")
     lines += ["", f"Last {len(document['last_runs'])} run(s):", *_runs_table(document)]
     lines += ["", f"Last {len(document['last_changes'])} change(s):", *_changes_table(document)]
+    lines += _refused_lines(document)
     for line in lines:
         typer.echo(line)
+
+
+def _refused_lines(document: dict[str, Any]) -> list[str]:
+    refused = document["last_refused_changes"]
+    if not refused:
+        return []
+    return [
+        "",
+        f"Last {len(refused)} refused change(s), not taken:",
+        *(f"  {text(r['refused_at'])}  offset {r['offset']}: {r['reason']}" for r in refused),
+    ]
 
 
 def _runs_table(document: dict[str, Any]) -> list[str]:

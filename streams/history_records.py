@@ -116,7 +116,8 @@ def run_event(codecs: Codecs, record: TopicRecord) -> RunEventRecord:
 
 @dataclass(frozen=True)
 class RefusedChange:
-    """A schedule change the ownership rules refused, as its dead letter tells it."""
+    """A schedule change a ticker refused (the ownership rules, a quota), as its dead letter
+    tells it."""
 
     key: str
     source_partition: int

@@ -121,6 +121,12 @@ def test_schedules_over_a_partitions_share_are_refused_the_same_after_a_cold_res
     rejections = _cli(settings, growth_key, "teams", "rejections", "growth", "-o", "json")
     assert rejections.returncode == 0, rejections.stderr
     assert len(json.loads(rejections.stdout)) == len(refusals)
+    # The refused schedule's own page says why it is not there.
+    missing = sorted(set(ids) - set(expected))[0]
+    described = _cli(settings, growth_key, "schedules", "describe", missing)
+    assert described.returncode == 1
+    assert "its last change was refused" in described.stderr
+    assert "over the quota of team 'growth'" in described.stderr
     shown = _cli(settings, growth_key, "teams", "quota", "growth", "-o", "json")
     assert shown.returncode == 0, shown.stderr
     standing = json.loads(shown.stdout)
@@ -186,6 +192,11 @@ def test_a_change_over_the_fires_a_minute_share_is_refused_and_the_schedule_fire
     assert "would take 12 (now 6)" in refusals[0]["reason"]
     taken = {first: every(first, 10), elsewhere: every(elsewhere, 10)}
     eventually(lambda: _held(settings, "fast") == taken, timeout_s=30)
+    described = _cli(settings, fast_key, "schedules", "describe", first, "-o", "json")
+    assert described.returncode == 0, described.stderr
+    refused_here = json.loads(described.stdout)["last_refused_changes"]
+    assert [r["reported_to"] for r in refused_here] == ["fast"]
+    assert "would take 12 (now 6)" in refused_here[0]["reason"]
     # It fires every 10 s as it was taken, not every 5 s as refused.
     eventually(lambda: len(_runs_of(settings, first)) >= 2, timeout_s=60)
     nominals = [run["nominal_at"] for run in _runs_of(settings, first)]
