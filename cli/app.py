@@ -72,62 +72,70 @@ _VersionOption = Annotated[
 ]
 
 
+_BootstrapServersOption = Annotated[
+    str | None,
+    typer.Option(
+        help="Kafka bootstrap servers, host:port[,host:port]; env KAIROS_BOOTSTRAP_SERVERS, "
+        f"else bootstrap.servers of --kafka-config, else {DEFAULT_BOOTSTRAP}.",
+        show_default=False,
+    ),
+]
+_KafkaConfigOption = Annotated[
+    Path | None,
+    typer.Option(
+        help="A librdkafka properties file (key=value lines, # comments) whose properties "
+        "reach every Kafka client: security.protocol, sasl.*, ssl.*, …; env "
+        "KAIROS_KAFKA_CONFIG. KAIROS_KAFKA_<PROPERTY> variables override it "
+        "(KAIROS_KAFKA_SASL_MECHANISM -> sasl.mechanism).",
+        show_default=False,
+    ),
+]
+_TopicPrefixOption = Annotated[
+    str | None,
+    typer.Option(
+        help="Prefix of every topic, group and transactional id: the deployment's namespace; "
+        f"env KAIROS_TOPIC_PREFIX, default {DEFAULT_TOPIC_PREFIX!r}.",
+        show_default=False,
+    ),
+]
+_SchedulesPartitionsOption = Annotated[
+    int | None,
+    typer.Option(
+        min=1,
+        help="Partitions of the schedules topic: the granularity of ticker ownership; env "
+        f"KAIROS_SCHEDULES_PARTITIONS, default {DEFAULT_SCHEDULES_PARTITIONS}.",
+        show_default=False,
+    ),
+]
+_TimeoutOption = Annotated[
+    float | None,
+    typer.Option(
+        min=0.001,
+        help="Seconds a one-shot command waits for the broker to answer; env "
+        f"KAIROS_TIMEOUT, default {DEFAULT_TIMEOUT_S:g}.",
+        show_default=False,
+    ),
+]
+_SigningKeyOption = Annotated[
+    Path | None,
+    typer.Option(
+        help="The team's signing key (`kairos teams keygen`): every schedule change this "
+        "command publishes is signed with it, as a deployment that enforces ownership "
+        "requires (docs/teams.md); env KAIROS_SIGNING_KEY.",
+        show_default=False,
+    ),
+]
+
+
 @app.callback()
 def deployment(
     context: typer.Context,
-    bootstrap_servers: Annotated[
-        str | None,
-        typer.Option(
-            help="Kafka bootstrap servers, host:port[,host:port]; env KAIROS_BOOTSTRAP_SERVERS, "
-            f"else bootstrap.servers of --kafka-config, else {DEFAULT_BOOTSTRAP}.",
-            show_default=False,
-        ),
-    ] = None,
-    kafka_config: Annotated[
-        Path | None,
-        typer.Option(
-            help="A librdkafka properties file (key=value lines, # comments) whose properties "
-            "reach every Kafka client: security.protocol, sasl.*, ssl.*, …; env "
-            "KAIROS_KAFKA_CONFIG. KAIROS_KAFKA_<PROPERTY> variables override it "
-            "(KAIROS_KAFKA_SASL_MECHANISM -> sasl.mechanism).",
-            show_default=False,
-        ),
-    ] = None,
-    topic_prefix: Annotated[
-        str | None,
-        typer.Option(
-            help="Prefix of every topic, group and transactional id: the deployment's namespace; "
-            f"env KAIROS_TOPIC_PREFIX, default {DEFAULT_TOPIC_PREFIX!r}.",
-            show_default=False,
-        ),
-    ] = None,
-    schedules_partitions: Annotated[
-        int | None,
-        typer.Option(
-            min=1,
-            help="Partitions of the schedules topic: the granularity of ticker ownership; env "
-            f"KAIROS_SCHEDULES_PARTITIONS, default {DEFAULT_SCHEDULES_PARTITIONS}.",
-            show_default=False,
-        ),
-    ] = None,
-    timeout: Annotated[
-        float | None,
-        typer.Option(
-            min=0.001,
-            help="Seconds a one-shot command waits for the broker to answer; env "
-            f"KAIROS_TIMEOUT, default {DEFAULT_TIMEOUT_S:g}.",
-            show_default=False,
-        ),
-    ] = None,
-    signing_key: Annotated[
-        Path | None,
-        typer.Option(
-            help="The team's signing key (`kairos teams keygen`): every schedule change this "
-            "command publishes is signed with it, as a deployment that enforces ownership "
-            "requires (docs/teams.md); env KAIROS_SIGNING_KEY.",
-            show_default=False,
-        ),
-    ] = None,
+    bootstrap_servers: _BootstrapServersOption = None,
+    kafka_config: _KafkaConfigOption = None,
+    topic_prefix: _TopicPrefixOption = None,
+    schedules_partitions: _SchedulesPartitionsOption = None,
+    timeout: _TimeoutOption = None,
+    signing_key: _SigningKeyOption = None,
     _version: _VersionOption = False,
 ) -> None:
     """Kairos: every scheduled run happens — late, never lost, never fired twice.

@@ -7,6 +7,7 @@ first is where the next change is refused.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Annotated, Any
 
 import typer
@@ -16,8 +17,7 @@ from kairos.cli.output import JsonAliasOption, OutputOption, chosen, render, tab
 from kairos.cli.schedules import ChangedByOption, changed_by_or_default
 from kairos.core.errors import KairosError
 from kairos.core.ownership import Team
-from kairos.core.quotas import MAX_LIMIT, NO_USE, Quota, Use, partition_share
-from kairos.core.quotas import schedule_use as use_of_schedule
+from kairos.core.quotas import MAX_LIMIT, NO_USE, Quota, Use, partition_share, schedules_use
 from kairos.streams.acls import Role
 from kairos.streams.codec import make_codecs
 from kairos.streams.schedule_reader import ScheduleReader
@@ -114,12 +114,11 @@ def quota(
         snapshot = ScheduleReader(settings, make_codecs()).read_all()
     except KairosError as error:
         raise fail(str(error)) from error
-    use: dict[int, Use] = {}
+    everies: dict[int, list[timedelta | None]] = {}
     for stored in snapshot.schedules.values():
         if stored.schedule.owner == team:
-            use[stored.partition] = use.get(stored.partition, NO_USE) + use_of_schedule(
-                stored.schedule.every
-            )
+            everies.setdefault(stored.partition, []).append(stored.schedule.every)
+    use = {partition: schedules_use(held) for partition, held in everies.items()}
     document = _quota_document(registered, use, snapshot.partitions)
     render(document, chosen(output, as_json), lambda: _print(document))
 

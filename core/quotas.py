@@ -20,6 +20,7 @@ whether the change keeps the team within its quota. docs/teams.md states the rul
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -83,6 +84,14 @@ def peak_fires_per_minute(every: timedelta | None) -> int:
 def schedule_use(every: timedelta | None) -> Use:
     """What one schedule takes of its owner's quota."""
     return Use(1, peak_fires_per_minute(every))
+
+
+def schedules_use(everies: Iterable[timedelta | None]) -> Use:
+    """What schedules (each given by its `every`, `None` for `cron` or `at`) take together."""
+    total = NO_USE
+    for every in everies:
+        total += schedule_use(every)
+    return total
 
 
 def partition_share(limit: int, partitions: int) -> int:

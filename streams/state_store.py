@@ -213,17 +213,22 @@ class PartitionStore:
 
     def _load_due_index(self) -> DueIndex:
         index = DueIndex()
-        it = self._db.iter()
-        it.seek(_PROGRESS)
-        while it.valid():
-            key: bytes = it.key()
-            if not key.startswith(_PROGRESS):
-                break
-            due = int(_BE64.unpack_from(it.value())[0])
+        for key, value in self._scan(_PROGRESS):
+            due = int(_BE64.unpack_from(value)[0])
             if due != _NOT_DUE:
                 index.move(key[1:].decode(), due)
-            it.next()
         return index
+
+    def _scan(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+        """Every (key, value) whose key starts with `prefix`, in key order."""
+        it = self._db.iter()
+        it.seek(prefix)
+        while it.valid():
+            key: bytes = it.key()
+            if not key.startswith(prefix):
+                return
+            yield key, it.value()
+            it.next()
 
     def close(self) -> None:
         """Close; a close that cannot flush (a full disk) is logged, not raised: every write
@@ -366,26 +371,10 @@ class PartitionStore:
 
     def definitions(self) -> Iterator[bytes]:
         """Every held schedule's definition bytes, in id order."""
-        it = self._db.iter()
-        it.seek(_STATE)
-        while it.valid():
-            key: bytes = it.key()
-            if not key.startswith(_STATE):
-                break
-            yield it.value()
-            it.next()
+        return (value for _, value in self._scan(_STATE))
 
     def schedule_ids(self) -> list[str]:
-        ids = []
-        it = self._db.iter()
-        it.seek(_STATE)
-        while it.valid():
-            key: bytes = it.key()
-            if not key.startswith(_STATE):
-                break
-            ids.append(key[1:].decode())
-            it.next()
-        return ids
+        return [key[1:].decode() for key, _ in self._scan(_STATE)]
 
     def destroy(self) -> None:
         """Close and delete the store (a cold restore from the changelog follows)."""

@@ -289,7 +289,8 @@ class ScheduleChanges:
                 calendars=owned.calendars,
             )
         taken = work.settle(owned, schedule_id, outcome, state)
-        if taken:
+        if taken and self.ownership is not None:
+            # Quotas are the registered teams': an open deployment has none to count against.
             work.count_use(owned.partition, state, outcome.state)
         return taken
 

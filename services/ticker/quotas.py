@@ -56,27 +56,29 @@ class PartitionUse:
         took cannot be read from a state that could not be decoded)."""
         self._by_team = None
 
+    def _decoded(self, definition: bytes) -> tuple[str, Use] | None:
+        try:
+            return quota_use_from_stored(self._codecs, definition)
+        except Exception:
+            # Undecodable: it is quarantined when it falls due, and takes nothing meanwhile.
+            return None
+
     def _count(self) -> dict[str, Use]:
         started = time.monotonic()
         by_team: dict[str, Use] = {}
         store = self._store()
         try:
-            definitions = list(store.definitions())
+            for definition in store.definitions():
+                counted = self._decoded(definition)
+                if counted is not None:
+                    team, use = counted
+                    by_team[team] = by_team.get(team, NO_USE) + use
         except Exception as failure:
             # Retryable: the ticker rejoins and counts again, rather than judge without a count.
             raise StateStoreError(
                 store.path,
                 f"cannot be read to count partition {self._partition}'s quota use ({failure})",
             ) from failure
-        for definition in definitions:
-            try:
-                counted = quota_use_from_stored(self._codecs, definition)
-            except Exception:
-                # Undecodable: it is quarantined when it falls due, and takes nothing meanwhile.
-                continue
-            if counted is not None:
-                team, use = counted
-                by_team[team] = by_team.get(team, NO_USE) + use
         logger.info(
             "quota use of partition %d counted: %d teams in %.2fs",
             self._partition,

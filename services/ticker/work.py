@@ -74,11 +74,11 @@ class TransactionWork:
     ) -> None:
         """Count a change of a schedule's definition from `before` to `after` against quotas."""
         changes = self.use_changes.setdefault(partition, {})
-        for counted, sign in ((state_use(before), -1), (state_use(after), 1)):
-            if counted is not None:
-                team, use = counted
-                moved = use if sign > 0 else NO_USE - use
-                changes[team] = changes.get(team, NO_USE) + moved
+        left, taken = state_use(before), state_use(after)
+        if left is not None:
+            changes[left[0]] = changes.get(left[0], NO_USE) - left[1]
+        if taken is not None:
+            changes[taken[0]] = changes.get(taken[0], NO_USE) + taken[1]
 
     def floor(self, owned: OwnedPartition, schedule_id: str) -> datetime | None:
         """Where a deleted schedule's decisions stopped, including this transaction's deletes."""
