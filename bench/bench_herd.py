@@ -13,6 +13,9 @@ For each N, on a local broker this script starts and stops itself:
    RunRequested to a fresh topic with as many partitions, in transactions as large as the
    ticker's; seconds from its first produce to its last commit, and each record's lateness as
    its transaction's commit minus the first produce.
+4. Raw, Kairos's records: the same producer writes what a fire writes, the run and, to a second
+   topic, a progress record of the changelog's size with its due-instant header: the least any
+   ticker pays on this broker for the two records each fire commits.
 
 CPU seconds over the herd: the ticker process (Kairos), this script (raw), the broker (extra).
 The ratio Kairos/raw compares rates measured in the same run on the same broker.
@@ -47,6 +50,7 @@ from kairos.core.firing import Action, Decision, ScheduleState
 from kairos.core.run_id import run_id
 from kairos.core.schedule import Schedule
 from kairos.services.ticker.settings import TickerSettings
+from kairos.streams.changelog import DUE_HEADER, StateWriteEncoder
 from kairos.streams.codec import make_codecs
 from kairos.streams.records import run_requested_record
 
@@ -131,10 +135,16 @@ def wait_for_runs(log_path: Path, herd_at: datetime, size: int, deadline: float)
     raise RuntimeError(f"the herd of {size} was not committed in time; see {log_path}")
 
 
-def run_raw(bootstrap: str, broker_pid: int, size: int, record_size: int) -> Outcome:
+def run_raw(
+    bootstrap: str, broker_pid: int, size: int, record_size: int, *, with_progress: bool = False
+) -> Outcome:
     topic = f"raw-{size}-{int(time.time())}"
+    progress_topic = f"{topic}-progress"
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(timeout=30)
+    for created in admin.create_topics(
+        [NewTopic(name, PARTITIONS, 1) for name in (topic, progress_topic)]
+    ).values():
+        created.result(timeout=30)
     producer = Producer(
         {
             "bootstrap.servers": bootstrap,
@@ -147,6 +157,8 @@ def run_raw(bootstrap: str, broker_pid: int, size: int, record_size: int) -> Out
     )
     producer.init_transactions(30)
     value = b"x" * record_size
+    progress = b"p" * progress_size()
+    due_header: list[tuple[str, str | bytes | None]] = [(DUE_HEADER, b"\x00" * 8)]
     before = own_cpu_s(), process_tree_cpu_s(broker_pid)
     started = time.monotonic()
     lateness_s: list[float] = []
@@ -157,6 +169,13 @@ def run_raw(bootstrap: str, broker_pid: int, size: int, record_size: int) -> Out
             while True:
                 try:
                     producer.produce(topic, key=f"herd-{n:07d}@run", value=value)
+                    if with_progress:
+                        producer.produce(
+                            progress_topic,
+                            key=f"herd-{n:07d}#progress",
+                            value=progress,
+                            headers=due_header,
+                        )
                     break
                 except BufferError:
                     producer.poll(0.01)
@@ -164,7 +183,7 @@ def run_raw(bootstrap: str, broker_pid: int, size: int, record_size: int) -> Out
         lateness_s += [time.monotonic() - started] * (last - first)
     seconds = lateness_s[-1]
     return Outcome(
-        system="raw-producer",
+        system="raw-producer-with-progress" if with_progress else "raw-producer",
         scenario="herd",
         n=size,
         config="default",
@@ -189,6 +208,18 @@ def record_size() -> int:
     return len(make_codecs().run_requested.encode(record))
 
 
+def progress_size() -> int:
+    """The changelog progress record an every-minute schedule's fire writes."""
+    nominal = datetime(2027, 1, 1, tzinfo=UTC)
+    schedule = Schedule(id="herd-0000000", cron="* * * * *")
+    state = ScheduleState(
+        schedule=schedule, version=0, next_nominal=nominal, last_decided_nominal=nominal
+    )
+    write = StateWriteEncoder(make_codecs()).state_write(schedule.id, state, False)
+    assert write.progress is not None
+    return len(write.progress)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 300_000])
@@ -204,17 +235,23 @@ def main() -> None:
         assert broker.bootstrap_servers is not None and broker.pid is not None
         for size in args.sizes:
             raw = run_raw(broker.bootstrap_servers, broker.pid, size, size_bytes)
+            pairs = run_raw(
+                broker.bootstrap_servers, broker.pid, size, size_bytes, with_progress=True
+            )
             kairos = run_kairos(broker.bootstrap_servers, broker.pid, size, Path(tmp))
-            for outcome in (raw, kairos):
+            for outcome in (raw, pairs, kairos):
                 outcome.extra["record_bytes"] = size_bytes
-            outcomes += [kairos, raw]
+            outcomes += [kairos, raw, pairs]
             assert kairos.fires_per_s is not None and raw.fires_per_s is not None
-            ratio = kairos.fires_per_s / raw.fires_per_s
+            assert pairs.fires_per_s is not None
             print(
                 f"  N={size:>7,}  kairos {kairos.seconds:6.2f}s "
                 f"({kairos.fires_per_s:>9,.0f}/s, p50 {kairos.lateness_ms['p50'] / 1000:.2f}s, "
-                f"p99 {kairos.lateness_ms['p99'] / 1000:.2f}s)  raw {raw.seconds:5.2f}s "
-                f"({raw.fires_per_s:>9,.0f}/s)  kairos/raw {ratio:.2f}"
+                f"p99 {kairos.lateness_ms['p99'] / 1000:.2f}s, CPU {kairos.cpu_s:.1f}s)  "
+                f"raw {raw.seconds:5.2f}s ({raw.fires_per_s:>9,.0f}/s)  "
+                f"raw with progress {pairs.seconds:5.2f}s  "
+                f"kairos/raw {kairos.fires_per_s / raw.fires_per_s:.2f}  "
+                f"kairos/raw-with-progress {kairos.fires_per_s / pairs.fires_per_s:.2f}"
             )
             if args.json:
                 write_outcomes(args.json, outcomes)
