@@ -7,6 +7,11 @@ allocates enough to trigger several, each stalling every fire behind it (1.6 s o
 survives is frozen:
 the collector skips frozen objects, which are still freed by reference counting when dropped.
 A full collection of everything runs only when the next fire is far enough away for its pause.
+
+Within one turn the collector's own full passes are held off too: everything older than the turn
+is frozen, so an automatic full pass walks only what the turn itself keeps (a herd's transaction
+keeps 50,000 new states), and it ran every 70,000 allocations. Measured on a 150,000 herd in
+process: 15 full passes took 1.2 s of its 5.6 s. Young generations are still collected as usual.
 """
 
 from __future__ import annotations
@@ -20,6 +25,9 @@ logger = logging.getLogger(__name__)
 
 FULL_COLLECTION_EVERY_S = 600.0
 """How often, at most, frozen objects are unfrozen and searched for garbage cycles."""
+NO_AUTOMATIC_FULL_PASS = 1_000_000_000
+"""The collector's third threshold (gen-1 collections between two automatic full passes): high
+enough that a full pass runs only here, in idle time."""
 
 
 class IdleCollector:
@@ -33,6 +41,8 @@ class IdleCollector:
         self._last_full = clock()
         self._full_pause_s = 0.0
         """How long the last full collection took: the idle time the next one needs."""
+        young, middle, _ = gc.get_threshold()
+        gc.set_threshold(young, middle, NO_AUTOMATIC_FULL_PASS)
 
     def idle(self, idle_s: float) -> None:
         """Called between turns with the seconds until the next fire is due."""

@@ -20,8 +20,29 @@ class Node:
 
 @pytest.fixture(autouse=True)
 def unfrozen() -> Iterator[None]:
+    thresholds = gc.get_threshold()
     yield
     gc.unfreeze()
+    gc.set_threshold(*thresholds)
+
+
+def test_a_turn_that_keeps_what_it_allocates_runs_no_full_pass() -> None:
+    """A herd's transaction keeps tens of thousands of new objects; the collector would walk
+    them in full passes every 70,000 allocations, stalling the fires (garbage.py)."""
+    IdleCollector().idle(idle_s=0.0)
+    full_passes = []
+
+    def count(phase: str, info: dict[str, int]) -> None:
+        if phase == "start" and info["generation"] == 2:
+            full_passes.append(info)
+
+    gc.callbacks.append(count)
+    try:
+        kept = [[n] for n in range(1_000_000)]
+    finally:
+        gc.callbacks.remove(count)
+    assert len(kept) == 1_000_000
+    assert full_passes == []
 
 
 def test_young_cycles_die_before_the_freeze_and_frozen_ones_at_the_next_full_collection() -> None:
