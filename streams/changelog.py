@@ -23,6 +23,7 @@ import struct
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import lru_cache
 from typing import Any
 
 from confluent_kafka import KafkaError, Message
@@ -62,8 +63,13 @@ class RestoreError(KairosError):
         self.reason = reason
 
 
+@lru_cache(maxsize=65_536)
 def changelog_headers(due: int | None) -> Headers:
-    """The due instant rides beside each progress value, so restore never decodes values."""
+    """The due instant rides beside each progress value, so restore never decodes values.
+
+    Cached, so shared: a herd's progress records share their due instants. The producer copies
+    headers; nobody may change the list.
+    """
     return [] if due is None else [(DUE_HEADER, _BE64.pack(due))]
 
 

@@ -27,8 +27,9 @@ from kairos.streams.records import run_requested_record
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MS = timedelta(milliseconds=1)
 _TEMPLATE_LIMIT = 2_000_000
-_Template = tuple[int, bytes, bytes, bytes]
-"""(schedule version, bytes before the leading fields, the encoded schedule id, bytes after)."""
+_Template = tuple[int, bytes, bytes, bytes, Decision | None, bytes, int]
+"""(schedule version, bytes before the leading fields, the encoded schedule id, bytes after;
+then the fire decided ahead, its bytes up to the fired instant, and its due ms)."""
 
 
 @lru_cache(maxsize=65_536)
@@ -102,15 +103,20 @@ class RunRequestedEncoder:
         self._headers: dict[bytes, bytes] = {}
         """Every template's leading bytes, shared: a handful of distinct values."""
 
-    def prepare(self, state: ScheduleState, partition: int) -> None:
-        """Build the schedule's template ahead of its fires (idle time, not the herd's)."""
-        if self._kept(state.schedule.id, state.version, partition) is not None:
-            return
-        nominal = state.next_nominal or _EPOCH
-        decision = Decision(
-            run_id(state.schedule.id, nominal), state.schedule.id, nominal, nominal, Action.FIRE
-        )
-        self._template(decision, state, nominal, partition)
+    def prepare(self, state: ScheduleState, partition: int, upcoming: Decision | None) -> None:
+        """Build the schedule's template ahead of its fires (idle time, not the herd's), with
+        every byte of the `upcoming` fire's run but its fired instant and lateness."""
+        if upcoming is not None and upcoming.rerun is not None:
+            upcoming = None  # a rerun's run is encoded whole (`encode`)
+        template = self._kept(state.schedule.id, state.version, partition)
+        if template is None:
+            nominal = state.next_nominal or _EPOCH
+            decision = upcoming or Decision(
+                run_id(state.schedule.id, nominal), state.schedule.id, nominal, nominal, Action.FIRE
+            )
+            template = self._template(decision, state, decision.fire_at, partition)
+        if upcoming is not None and upcoming is not template[4]:
+            self._templates.put((state.schedule.id, partition), _upcoming(template, upcoming))
 
     def encode(
         self, decision: Decision, state: ScheduleState, *, fired_at: datetime, partition: int
@@ -122,21 +128,14 @@ class RunRequestedEncoder:
         template = self._kept(decision.schedule_id, state.version, partition)
         if template is None:
             template = self._template(decision, state, fired_at, partition)
-        _, header, schedule_id, tail = template
         fired_ms = _millis(fired_at)
-        due_ms = _millis(decision.fire_at)
-        return b"".join(
-            (
-                header,
-                _string(decision.run_id),
-                schedule_id,
-                _long(_millis(decision.nominal)),
-                _long(due_ms),
-                _long(fired_ms),
-                _long(max(0, fired_ms - due_ms)),
-                tail,
-            )
-        )
+        if template[4] is decision:
+            # The very decision prepared ahead (an equal run id is not enough: a calendar
+            # changed since may move its due instant): the fired instant and lateness are left.
+            head, due_ms = template[5], template[6]
+        else:
+            head, due_ms = _leading(template, decision)
+        return b"".join((head, _long(fired_ms), _long(max(0, fired_ms - due_ms)), template[3]))
 
     def _record(
         self, decision: Decision, state: ScheduleState, fired_at: datetime, partition: int
@@ -173,5 +172,26 @@ class RunRequestedEncoder:
         )
         start = whole.index(leading)
         header = self._headers.setdefault(whole[:start], whole[:start])
-        template = (state.version, header, schedule_id, whole[start + len(leading) :])
+        template = (state.version, header, schedule_id, whole[start + len(leading) :], None, b"", 0)
         return self._templates.put((decision.schedule_id, partition), template)
+
+
+def _leading(template: _Template, decision: Decision) -> tuple[bytes, int]:
+    """A run's bytes up to its fired instant (header, run id, schedule id, nominal and due
+    instants), and its due ms."""
+    due_ms = _millis(decision.fire_at)
+    head = b"".join(
+        (
+            template[1],
+            _string(decision.run_id),
+            template[2],
+            _long(_millis(decision.nominal)),
+            _long(due_ms),
+        )
+    )
+    return head, due_ms
+
+
+def _upcoming(template: _Template, decision: Decision) -> _Template:
+    head, due_ms = _leading(template, decision)
+    return (*template[:4], decision, head, due_ms)

@@ -17,7 +17,7 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from kairos.core.clock import ClockAheadError
 from kairos.services.ticker.metrics import TickerMetrics
-from kairos.services.ticker.partition import OwnedPartition, consumed_offsets, to_ms
+from kairos.services.ticker.partition import OwnedPartition, consumed_offsets
 from kairos.services.ticker.quarantine import Quarantine
 from kairos.services.ticker.rebuild import RebuildError, abandon
 from kairos.services.ticker.transaction import FiringTransactions
@@ -109,7 +109,6 @@ class CommitPath:
     ) -> None:
         """Only after the commit do the local stores move, with the changelog offset they
         reflect; what is not due soon leaves memory (`OwnedPartition.committed`)."""
-        now_ms = to_ms(committed_at)
         for partition, end in changelog_ends.items():
             one = owned[partition]
             one.changelog_end = end + 1
@@ -118,7 +117,7 @@ class CommitPath:
                 changelog_offset=end + 1,
                 schedules_offset=checkpoints.get(partition),
             )
-            dropped = one.committed(work.states.get(partition, {}), now_ms)
+            dropped = one.committed(work.states.get(partition, {}), committed_at)
             if partition in work.recount_use:
                 one.use.recount()
             else:

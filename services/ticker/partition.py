@@ -12,7 +12,7 @@ import logging
 import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from confluent_kafka import TopicPartition
 
@@ -39,6 +39,7 @@ DECODED_AHEAD_MS = 120_000
 within it, and a committed state due later is dropped from memory (the store holds its bytes) and
 decoded again when it comes within it. A decoded state costs about 2 KB beside the 0.3 KB of
 its stored bytes and due-index entry: most schedules of a fleet are due hours away."""
+_DECODED_AHEAD = timedelta(milliseconds=DECODED_AHEAD_MS)
 
 
 def to_ms(instant: datetime) -> int:
@@ -180,18 +181,14 @@ class OwnedPartition:
         self._states.clear()
         self._ahead.clear()
 
-    def committed(self, states: dict[str, ScheduleState | None], now_ms: int) -> list[str]:
+    def committed(self, states: dict[str, ScheduleState | None], now: datetime) -> list[str]:
         """Keep decoded the states a committed transaction wrote (never those of an aborted
-        one) that fall due within `DECODED_AHEAD_MS` of `now_ms`; the ids of those dropped."""
-        keep_until_ms = now_ms + DECODED_AHEAD_MS
+        one) that fall due within `DECODED_AHEAD_MS` of `now`; the ids of those dropped."""
+        keep_until = now + _DECODED_AHEAD
         dropped = []
         for schedule_id, state in states.items():
             self._ahead.pop(schedule_id)
-            if (
-                state is not None
-                and state.due_at is not None
-                and to_ms(state.due_at) <= keep_until_ms
-            ):
+            if state is not None and state.due_at is not None and state.due_at <= keep_until:
                 self._states.put(schedule_id, state)
             else:
                 self._states.pop(schedule_id)

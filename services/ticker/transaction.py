@@ -22,7 +22,7 @@ from confluent_kafka import (
 )
 
 from kairos.core.clock import ClockAheadError, clock_skew_ms
-from kairos.core.firing import ScheduleState, decide_ahead
+from kairos.core.firing import Action, ScheduleState, decide_ahead
 from kairos.services.ticker.lifecycle import after_last_run_records
 from kairos.services.ticker.partition import Ahead
 from kairos.services.ticker.quarantine import PoisonedScheduleError
@@ -86,8 +86,9 @@ class FiringTransactions:
 
     def prepare(self, state: ScheduleState, partition: int) -> Ahead | None:
         """Decide and encode what the schedule's next fire will need, before it is due."""
-        self._runs.prepare(state, partition)
         outcome = decide_ahead(state)
+        fires = [] if outcome is None else [d for d in outcome.decisions if d.action is Action.FIRE]
+        self._runs.prepare(state, partition, fires[0] if len(fires) == 1 else None)
         if outcome is None:
             return None
         return Ahead(
@@ -276,10 +277,14 @@ class FiringTransactions:
     def _produce_outcomes(
         self, work: TransactionWork, runs: list[tuple[bytes, str]], fired_at: datetime
     ) -> None:
-        # 1. The runs, keyed by run id.
-        runs_topic = self.topics.runs
+        # 1. The runs, keyed by run id. Produced inline, with `_produce` only when the queue is
+        #    full or the record refused: a herd produces two records a fire.
+        runs_topic, produce = self.topics.runs, self.producer.produce
         for value, run_id in runs:
-            self._produce(runs_topic, value, run_id)
+            try:
+                produce(runs_topic, value, run_id, _ANY_PARTITION, None, None, 0, None)
+            except (BufferError, KafkaException):
+                self._produce(runs_topic, value, run_id)
         # 2. Skipped misfires, so an audit can tell a skip from a loss.
         for decision in work.skips:
             record = skipped_run_event_record(
@@ -309,18 +314,17 @@ class FiringTransactions:
         checkpoints: dict[int, int],
         on_last: Callable[[KafkaError | None, Message], None],
     ) -> None:
-        changelog = self.topics.changelog
+        changelog, produce = self.topics.changelog, self.producer.produce
         for partition in writes.keys() | checkpoints.keys():
             records = changelog_records(writes.get(partition, []), checkpoints.get(partition))
             for key, value, headers, is_last in records:
-                self._produce(
-                    changelog,
-                    value,
-                    key,
-                    partition,
-                    on_delivery=on_last if is_last else None,
-                    headers=headers,
-                )
+                delivered = on_last if is_last else None
+                try:  # inline, as the runs (`_produce_outcomes`)
+                    produce(changelog, value, key, partition, delivered, None, 0, headers)
+                except (BufferError, KafkaException):
+                    self._produce(
+                        changelog, value, key, partition, on_delivery=delivered, headers=headers
+                    )
 
     def _clock_ms(self) -> int:
         return int(self.clock().timestamp() * 1000)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -31,6 +32,7 @@ instants = st.datetimes(
     version=st.integers(0, 2**40),
     owner=st.none() | st.text(max_size=20),
     runs=st.integers(1, 3),
+    prepared=st.booleans(),
 )
 def test_encoder_matches_the_codec_byte_for_byte(
     schedule_id: str,
@@ -41,6 +43,7 @@ def test_encoder_matches_the_codec_byte_for_byte(
     version: int,
     owner: str | None,
     runs: int,
+    prepared: bool,
 ) -> None:
     schedule = Schedule(id=schedule_id, cron="* * * * *", owner=owner)
     state = ScheduleState(schedule=schedule, version=version, next_nominal=nominal)
@@ -51,6 +54,8 @@ def test_encoder_matches_the_codec_byte_for_byte(
         due = at + timedelta(milliseconds=jitter_ms)
         fired = due + timedelta(milliseconds=lateness_ms)
         decision = Decision(run_id(schedule_id, at), schedule_id, at, due, Action.FIRE)
+        if prepared:
+            encoder.prepare(state, partition, decision)
         expected = CODEC.encode(
             run_requested_record(
                 decision, state, fired_at=fired, partition=partition, ticker_instance="ticker-1"
@@ -88,18 +93,41 @@ def test_progress_encoder_matches_the_codec_byte_for_byte(
     assert ProgressEncoder(codec).encode(state) == codec.encode(progress_record(state))
 
 
-def test_a_prepared_template_serves_the_first_fire() -> None:
+@pytest.mark.parametrize("upcoming", [False, True], ids=["template", "template-and-run"])
+def test_a_prepared_template_serves_the_first_fire(upcoming: bool) -> None:
     nominal = datetime(2027, 1, 1, tzinfo=UTC)
     state = ScheduleState(
         schedule=Schedule(id="herd-1", cron="* * * * *"), version=7, next_nominal=nominal
     )
     encoder = RunRequestedEncoder(CODEC, "ticker-1")
-    encoder.prepare(state, partition=3)
-    fired = nominal + timedelta(milliseconds=12)
     decision = Decision(run_id("herd-1", nominal), "herd-1", nominal, nominal, Action.FIRE)
+    encoder.prepare(state, 3, decision if upcoming else None)
+    fired = nominal + timedelta(milliseconds=12)
     expected = CODEC.encode(
         run_requested_record(
             decision, state, fired_at=fired, partition=3, ticker_instance="ticker-1"
         )
     )
     assert encoder.encode(decision, state, fired_at=fired, partition=3) == expected
+
+
+def test_a_run_prepared_ahead_is_reused_only_for_that_very_decision() -> None:
+    """A calendar changed after preparing moves the same run id to another due instant: the
+    run carries the instant decided at the fire, not the one prepared."""
+    nominal = datetime(2027, 1, 1, tzinfo=UTC)
+    state = ScheduleState(
+        schedule=Schedule(id="herd-1", cron="* * * * *"), version=7, next_nominal=nominal
+    )
+    encoder = RunRequestedEncoder(CODEC, "ticker-1")
+    prepared = Decision(run_id("herd-1", nominal), "herd-1", nominal, nominal, Action.FIRE)
+    encoder.prepare(state, 3, prepared)
+    moved_to = nominal + timedelta(days=1)
+    moved = Decision(prepared.run_id, "herd-1", nominal, moved_to, Action.FIRE, moved_to=moved_to)
+    fired = moved_to + timedelta(milliseconds=5)
+    for decision in (moved, prepared):
+        expected = CODEC.encode(
+            run_requested_record(
+                decision, state, fired_at=fired, partition=3, ticker_instance="ticker-1"
+            )
+        )
+        assert encoder.encode(decision, state, fired_at=fired, partition=3) == expected
