@@ -13,6 +13,7 @@ beyond the bound until the next `put`; never a wrong value, and never an excepti
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Generic, TypeVar, overload
 
 K = TypeVar("K")
@@ -24,13 +25,17 @@ _MISSING = object()
 
 
 class LruCache(Generic[K, V]):
-    __slots__ = ("_entries", "capacity")
+    __slots__ = ("_entries", "capacity", "peek")
 
     def __init__(self, capacity: int) -> None:
         if capacity < 1:
             raise ValueError(f"an LRU cache holds at least 1 entry; {capacity} was asked")
         self.capacity = capacity
         self._entries: OrderedDict[K, V] = OrderedDict()
+        self.peek: Callable[[K], V | None] = self._entries.get
+        """The value kept for `key`, else `None`, leaving its recency as it is: one C call,
+        for a path that puts again whatever it uses (a fire keeps its new state), where a
+        refresh is paid for nothing. A herd asks three caches per fire."""
 
     @overload
     def get(self, key: K) -> V | None: ...

@@ -153,7 +153,8 @@ class RunRequestedEncoder:
         self._templates.pop((schedule_id, partition))
 
     def _kept(self, schedule_id: str, version: int, partition: int) -> _Template | None:
-        template = self._templates.get((schedule_id, partition))
+        # Not refreshed: prepared again before each fire, which puts it when it changes.
+        template = self._templates.peek((schedule_id, partition))
         return template if template is not None and template[0] == version else None
 
     def _template(

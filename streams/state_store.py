@@ -31,7 +31,7 @@ from __future__ import annotations
 import logging
 import struct
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import NamedTuple
 
@@ -96,13 +96,13 @@ class DueIndex:
 
     def __init__(self) -> None:
         self._due_of: dict[str, int] = {}
+        self.due_of: Callable[[str], int | None] = self._due_of.get
+        """When a schedule is due (`None`: not due): the dictionary's own lookup, one C call
+        (a fair herd asks it of every fire, `services/ticker/fairness.py`)."""
         self._at: SortedDict[int, dict[str, None]] = SortedDict()
 
     def __len__(self) -> int:
         return len(self._due_of)
-
-    def due_of(self, schedule_id: str) -> int | None:
-        return self._due_of.get(schedule_id)
 
     def move(self, schedule_id: str, due_ms: int | None) -> None:
         """Make `schedule_id` due at `due_ms` (`None`: not due at all)."""
@@ -357,9 +357,10 @@ class PartitionStore:
         """How many schedules are due in `[from_ms, until_ms]`."""
         return self._index.count(from_ms, until_ms)
 
-    def due_ms_of(self, schedule_id: str) -> int | None:
-        """When the schedule is due, as the index says (`None`: not due)."""
-        return self._index.due_of(schedule_id)
+    @property
+    def due_ms_of(self) -> Callable[[str], int | None]:
+        """When a schedule is due, as the index says (`None`: not due)."""
+        return self._index.due_of
 
     def due_instants(self, from_ms: int, until_ms: int) -> Iterator[tuple[int, list[str]]]:
         """Each instant in `[from_ms, until_ms]` with the schedules due then, oldest first."""

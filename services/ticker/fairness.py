@@ -15,7 +15,7 @@ positions in the index, which still interleaves the partitions.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
 from typing import TypeVar
@@ -55,42 +55,43 @@ def fair_order(schedule_ids: list[str], owner_of: Callable[[str], str | None]) -
     return FairOrder(ranked, frozenset(schedule_ids), max(counts.values(), default=0))
 
 
+Ranked = tuple[int, int, str]
+"""(rank, the partition's position among those merged, schedule id): compared as a tuple, lowest
+rank first and partitions in turn on a tie, so the merge needs no wrapper around each stream."""
+
+
 def ranked_due(
     instants: Iterable[tuple[int, list[str]]],
     orders: dict[int, FairOrder],
     due_ms_of: Callable[[str], int | None],
-) -> Iterator[tuple[int, str]]:
+    position: int,
+) -> Iterator[Ranked]:
     """Each schedule due (`instants`: oldest first, each with its ids in index order) with its
-    rank, by rank. An instant's ranks begin after the previous instant's, so older fires go
-    first; a schedule that became due at an instant after its order was built follows it, and
-    one that left is skipped."""
+    rank, by rank, tagged with the partition's `position`. An instant's ranks begin after the
+    previous instant's, so older fires go first; a schedule that became due at an instant after
+    its order was built follows it, and one that left is skipped."""
     base = 0
     for instant, schedule_ids in instants:
         order = orders.get(instant)
         if order is None:
-            for position, schedule_id in enumerate(schedule_ids):
-                yield base + position, schedule_id
+            for offset, schedule_id in enumerate(schedule_ids):
+                yield base + offset, position, schedule_id
             base += len(schedule_ids)
             continue
         for rank, schedule_id in order.ranked:
             if due_ms_of(schedule_id) == instant:
-                yield base + rank, schedule_id
+                yield base + rank, position, schedule_id
         base += order.top
         joined = [sid for sid in schedule_ids if sid not in order.members]
-        for position, schedule_id in enumerate(joined):
-            yield base + position, schedule_id
+        for offset, schedule_id in enumerate(joined):
+            yield base + offset, position, schedule_id
         base += len(joined)
 
 
 def merged_by_rank(
-    streams: list[tuple[Partition, Iterator[tuple[int, str]]]],
+    partitions: Sequence[Partition], streams: Iterable[Iterator[Ranked]]
 ) -> Iterator[tuple[Partition, str]]:
-    """The partitions' ranked streams as one, lowest rank first; partitions in turn on a tie."""
-    tagged = [_tagged(position, stream) for position, (_, stream) in enumerate(streams)]
-    for _, position, schedule_id in heapq.merge(*tagged):
-        yield streams[position][0], schedule_id
-
-
-def _tagged(position: int, stream: Iterator[tuple[int, str]]) -> Iterator[tuple[int, int, str]]:
-    for rank, schedule_id in stream:
-        yield rank, position, schedule_id
+    """The partitions' ranked streams (each tagged with its partition's position in
+    `partitions`) as one, lowest rank first; partitions in turn on a tie."""
+    for _, position, schedule_id in heapq.merge(*streams):
+        yield partitions[position], schedule_id

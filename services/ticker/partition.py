@@ -19,7 +19,13 @@ from confluent_kafka import TopicPartition
 from kairos.core.calendar_rules import CalendarLookup
 from kairos.core.firing import Outcome, ScheduleState
 from kairos.core.lru import LruCache
-from kairos.services.ticker.fairness import FAIR_ORDER_MIN, FairOrder, fair_order, ranked_due
+from kairos.services.ticker.fairness import (
+    FAIR_ORDER_MIN,
+    FairOrder,
+    Ranked,
+    fair_order,
+    ranked_due,
+)
 from kairos.services.ticker.quotas import PartitionUse
 from kairos.streams.changelog import (
     floor_from_stored,
@@ -98,8 +104,12 @@ class OwnedPartition:
         the restore, then from each commit): what a later owner's restore must reach."""
 
     def state(self, schedule_id: str) -> ScheduleState | None:
-        """The committed state, decoded once and then served from memory."""
-        cached = self._states.get(schedule_id)
+        """The committed state, decoded once and then served from memory.
+
+        Its recency is that of its last commit (`committed` puts every state a transaction
+        wrote), not of its last read: a fire reads it, then commits its next state.
+        """
+        cached = self._states.peek(schedule_id)
         if cached is not None:
             return cached
         stored = self.store.get(schedule_id)
@@ -139,12 +149,14 @@ class OwnedPartition:
             order.top,
         )
 
-    def due_by_rank(self, from_ms: int, until_ms: int) -> Iterator[tuple[int, str]]:
-        """The schedules due in `[from_ms, until_ms]`, each with its rank, by rank."""
+    def due_by_rank(self, from_ms: int, until_ms: int, position: int) -> Iterator[Ranked]:
+        """The schedules due in `[from_ms, until_ms]`, each with its rank and this partition's
+        `position` among those merged (`fairness.merged_by_rank`), by rank."""
         for instant in [i for i in self.fair_orders if i < from_ms]:
             del self.fair_orders[instant]
         store = self.store
-        return ranked_due(store.due_instants(from_ms, until_ms), self.fair_orders, store.due_ms_of)
+        due = store.due_instants(from_ms, until_ms)
+        return ranked_due(due, self.fair_orders, store.due_ms_of, position)
 
     def floor(self, schedule_id: str) -> datetime | None:
         """The last occurrence decided under the id, kept by the progress a deletion leaves."""
@@ -155,7 +167,7 @@ class OwnedPartition:
 
     def decided_ahead(self, state: ScheduleState) -> Ahead | None:
         """What was decided ahead from exactly this state, if anything."""
-        ahead = self._ahead.get(state.schedule.id)
+        ahead = self._ahead.peek(state.schedule.id)  # popped at the commit of its fire
         return ahead if ahead is not None and ahead.state is state else None
 
     def keep_ahead(self, ahead: Ahead) -> None:

@@ -126,8 +126,11 @@ class TurnPlanner:
         room = self._room(work, late=late)
         due = 0 if late else sum(one.store.due_count(from_ms, until_ms) for one in partitions)
         if due > room:
-            streams = [(one, one.due_by_rank(from_ms, until_ms)) for one in partitions]
-            yield from merged_by_rank(streams)
+            streams = [
+                one.due_by_rank(from_ms, until_ms, position)
+                for position, one in enumerate(partitions)
+            ]
+            yield from merged_by_rank(partitions, streams)
             return
         for one in partitions:
             room = self._room(work, late=late)

@@ -34,6 +34,22 @@ def test_a_get_refreshes_recency() -> None:
     assert kept(cache, "a", "b", "c", "d") == ["a", "c", "d"]
 
 
+def test_a_peek_answers_without_refreshing() -> None:
+    cache = filled("a", "b", "c")
+    assert cache.peek("a") == 0
+    assert cache.peek("z") is None
+    cache.put("d", 3)
+    assert kept(cache, "a", "b", "c", "d") == ["b", "c", "d"], "a peeked key still goes first"
+
+
+def test_a_peek_sees_what_was_put_and_cleared() -> None:
+    cache = filled("a")
+    cache.put("a", 5)
+    assert cache.peek("a") == 5
+    cache.clear()
+    assert cache.peek("a") is None
+
+
 def test_putting_a_kept_key_again_refreshes_and_replaces_it() -> None:
     cache = filled("a", "b", "c")
     cache.put("a", 10)
