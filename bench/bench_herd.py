@@ -1,6 +1,7 @@
 """The midnight herd: N schedules due at the same instant, against a raw transactional producer.
 
-Run: `.venv/bin/python -m bench.bench_herd [--sizes 10000 100000 300000] [--json out.json]`.
+Run: `.venv/bin/python -m bench.bench_herd [--sizes 10000 100000 300000] [--json out.json]
+[--ticker-code <checkout> --rounds 2]`.
 
 For each N, on a local broker this script starts and stops itself:
 
@@ -18,7 +19,9 @@ For each N, on a local broker this script starts and stops itself:
    ticker pays on this broker for the two records each fire commits.
 
 CPU seconds over the herd: the ticker process (Kairos), this script (raw), the broker (extra).
-The ratio Kairos/raw compares rates measured in the same run on the same broker.
+The ratio Kairos/raw compares rates measured in the same run on the same broker. With
+`--ticker-code`, each round also runs the herd on a ticker of that checkout (before, then this
+one), on the same broker minutes apart: the machine's speed drifts by tens of percent.
 """
 
 from __future__ import annotations
@@ -62,14 +65,23 @@ COMMIT_LINE = re.compile(
 )
 
 
-def run_kairos(bootstrap: str, broker_pid: int, size: int, workdir: Path) -> Outcome:
-    settings = deployment(bootstrap, f"herd{size}.")
+def run_kairos(
+    bootstrap: str, broker_pid: int, size: int, workdir: Path, code: Path | None = None
+) -> Outcome:
+    """The herd of `size` on a ticker of this checkout, or of the checkout `code`."""
+    label = f"{size}-{int(time.time())}"
+    settings = deployment(bootstrap, f"herd{label}.")
     publish_s = publish(
         settings, (Schedule(id=f"herd-{n:07d}", cron="* * * * *") for n in range(size))
     )
-    log_path = workdir / f"ticker-{size}.log"
+    log_path = workdir / f"ticker-{label}.log"
     ticker = start_ticker(
-        settings, f"bench-{size}", workdir / f"state-{size}", log_path, log_level="DEBUG"
+        settings,
+        f"bench-{label}",
+        workdir / f"state-{label}",
+        log_path,
+        log_level="DEBUG",
+        code=code,
     )
     try:
         wait_until_held([ticker], size)
@@ -82,7 +94,7 @@ def run_kairos(bootstrap: str, broker_pid: int, size: int, workdir: Path) -> Out
         ticker.stop()
     herd_s = lateness_s[-1]
     return Outcome(
-        system="kairos",
+        system="kairos" if code is None else "kairos-before",
         scenario="herd",
         n=size,
         config="default",
@@ -224,6 +236,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 300_000])
     parser.add_argument("--json", type=Path, help="write the Outcome rows here")
+    parser.add_argument("--ticker-code", type=Path, help="a checkout to measure before this one")
+    parser.add_argument("--rounds", type=int, default=1, help="rounds per N, each a new herd")
     args = parser.parse_args()
     size_bytes = record_size()
     print(f"python {platform.python_version()} on {platform.machine()}; record {size_bytes} B")
@@ -234,27 +248,46 @@ def main() -> None:
     ):
         assert broker.bootstrap_servers is not None and broker.pid is not None
         for size in args.sizes:
-            raw = run_raw(broker.bootstrap_servers, broker.pid, size, size_bytes)
-            pairs = run_raw(
-                broker.bootstrap_servers, broker.pid, size, size_bytes, with_progress=True
-            )
-            kairos = run_kairos(broker.bootstrap_servers, broker.pid, size, Path(tmp))
-            for outcome in (raw, pairs, kairos):
-                outcome.extra["record_bytes"] = size_bytes
-            outcomes += [kairos, raw, pairs]
-            assert kairos.fires_per_s is not None and raw.fires_per_s is not None
-            assert pairs.fires_per_s is not None
-            print(
-                f"  N={size:>7,}  kairos {kairos.seconds:6.2f}s "
-                f"({kairos.fires_per_s:>9,.0f}/s, p50 {kairos.lateness_ms['p50'] / 1000:.2f}s, "
-                f"p99 {kairos.lateness_ms['p99'] / 1000:.2f}s, CPU {kairos.cpu_s:.1f}s)  "
-                f"raw {raw.seconds:5.2f}s ({raw.fires_per_s:>9,.0f}/s)  "
-                f"raw with progress {pairs.seconds:5.2f}s  "
-                f"kairos/raw {kairos.fires_per_s / raw.fires_per_s:.2f}  "
-                f"kairos/raw-with-progress {kairos.fires_per_s / pairs.fires_per_s:.2f}"
-            )
-            if args.json:
-                write_outcomes(args.json, outcomes)
+            for round_no in range(args.rounds):
+                measured = one_round(
+                    broker.bootstrap_servers, broker.pid, size, Path(tmp), args.ticker_code
+                )
+                for outcome in measured:
+                    outcome.extra["record_bytes"] = size_bytes
+                    outcome.extra["round"] = round_no
+                outcomes += measured
+                if args.json:
+                    write_outcomes(args.json, outcomes)
+
+
+def one_round(
+    bootstrap: str, broker_pid: int, size: int, workdir: Path, before: Path | None
+) -> list[Outcome]:
+    """The raw baselines, then the herd on this ticker (and on the `before` one), printed."""
+    record_bytes = record_size()
+    raw = run_raw(bootstrap, broker_pid, size, record_bytes)
+    pairs = run_raw(bootstrap, broker_pid, size, record_bytes, with_progress=True)
+    print(
+        f"  N={size:>7,}  raw {raw.seconds:5.2f}s ({raw.fires_per_s or 0:>9,.0f}/s)  "
+        f"raw with progress {pairs.seconds:5.2f}s ({pairs.fires_per_s or 0:>9,.0f}/s)"
+    )
+    measured = [raw, pairs]
+    for code in [None] if before is None else [before, None]:
+        kairos = run_kairos(bootstrap, broker_pid, size, workdir, code)
+        measured.append(kairos)
+        assert kairos.fires_per_s and raw.fires_per_s and pairs.fires_per_s
+        print(
+            f"  N={size:>7,}  {kairos.system:<13} {kairos.seconds:6.2f}s "
+            f"({kairos.fires_per_s:>9,.0f}/s, p50 {kairos.lateness_ms['p50'] / 1000:.2f}s, "
+            f"p99 {kairos.lateness_ms['p99'] / 1000:.2f}s, CPU {kairos.cpu_s:.1f}s)  "
+            f"/raw {kairos.fires_per_s / raw.fires_per_s:.2f}  "
+            f"/raw-with-progress {kairos.fires_per_s / pairs.fires_per_s:.2f}"
+        )
+    if before is not None:
+        before_s, after_s = measured[2].seconds, measured[3].seconds
+        assert before_s and after_s
+        print(f"  N={size:>7,}  before/after seconds {before_s / after_s:.2f}")
+    return measured
 
 
 if __name__ == "__main__":
