@@ -1,7 +1,7 @@
 """The midnight herd: N schedules due at the same instant, against a raw transactional producer.
 
 Run: `.venv/bin/python -m bench.bench_herd [--sizes 10000 100000 300000] [--json out.json]
-[--ticker-code <checkout> --rounds 2]`.
+[--ticker-code <checkout> --rounds 2] [--tickers 2]`.
 
 For each N, on a local broker this script starts and stops itself:
 
@@ -66,61 +66,81 @@ COMMIT_LINE = re.compile(
 
 
 def run_kairos(
-    bootstrap: str, broker_pid: int, size: int, workdir: Path, code: Path | None = None
+    bootstrap: str,
+    broker_pid: int,
+    size: int,
+    workdir: Path,
+    *,
+    code: Path | None = None,
+    tickers: int = 1,
 ) -> Outcome:
-    """The herd of `size` on a ticker of this checkout, or of the checkout `code`."""
+    """The herd of `size` on `tickers` ticker processes of this checkout (or of `code`)."""
     label = f"{size}-{int(time.time())}"
     settings = deployment(bootstrap, f"herd{label}.")
     publish_s = publish(
         settings, (Schedule(id=f"herd-{n:07d}", cron="* * * * *") for n in range(size))
     )
-    log_path = workdir / f"ticker-{label}.log"
-    ticker = start_ticker(
-        settings,
-        f"bench-{label}",
-        workdir / f"state-{label}",
-        log_path,
-        log_level="DEBUG",
-        code=code,
-    )
+    logs = [workdir / f"ticker-{label}-{n}.log" for n in range(tickers)]
+    started = [
+        start_ticker(
+            settings,
+            f"bench-{label}-{n}",
+            workdir / f"state-{label}-{n}",
+            log,
+            log_level="DEBUG",
+            code=code,
+        )
+        for n, log in enumerate(logs)
+    ]
     try:
-        wait_until_held([ticker], size)
-        herd_at = quiet_minute(log_path, minute_after(datetime.now(UTC) + timedelta(seconds=3)))
+        wait_until_held(started, size)
+        herd_at = quiet_minute(
+            logs[0], minute_after(datetime.now(UTC) + timedelta(seconds=3)), *logs[1:]
+        )
         print(f"  N={size:,}: published in {publish_s:.1f}s; herd at {herd_at:%H:%M:%S}Z")
-        before = ticker.cpu_s(), process_tree_cpu_s(broker_pid)
-        lateness_s = wait_for_runs(log_path, herd_at, size, deadline=time.monotonic() + 600)
-        cpu_s, broker_cpu_s = ticker.cpu_s() - before[0], process_tree_cpu_s(broker_pid) - before[1]
+        before = sum(t.cpu_s() for t in started), process_tree_cpu_s(broker_pid)
+        threads_before = [t.thread_cpu_s() for t in started]
+        lateness_s = wait_for_runs(logs, herd_at, size, deadline=time.monotonic() + 600)
+        cpu_s = sum(t.cpu_s() for t in started) - before[0]
+        broker_cpu_s = process_tree_cpu_s(broker_pid) - before[1]
+        threads: dict[str, float] = {}
+        for ticker, earlier in zip(started, threads_before, strict=True):
+            for kind, spent in ticker.thread_cpu_s().items():
+                threads[kind] = round(threads.get(kind, 0.0) + spent - earlier.get(kind, 0.0), 2)
     finally:
-        ticker.stop()
+        for ticker in started:
+            ticker.stop()
     herd_s = lateness_s[-1]
     return Outcome(
-        system="kairos" if code is None else "kairos-before",
+        system=("kairos" if code is None else "kairos-before") + ("" if tickers == 1 else "-x2"),
         scenario="herd",
         n=size,
-        config="default",
+        config="default" if tickers == 1 else f"{tickers} tickers",
         fires=size,
         expected=size,
         seconds=herd_s,
         fires_per_s=size / herd_s,
         lateness_ms=percentiles([s * 1000 for s in lateness_s]),
         cpu_s=cpu_s,
-        extra={"publish_s": publish_s, "broker_cpu_s": broker_cpu_s},
+        extra={"publish_s": publish_s, "broker_cpu_s": broker_cpu_s, "thread_cpu_s": threads},
     )
 
 
-def committed_runs(log_path: Path) -> list[tuple[datetime, int]]:
-    """Each transaction the ticker committed: when, and how many runs it held."""
+def committed_runs(*log_paths: Path) -> list[tuple[datetime, int]]:
+    """Each transaction the tickers committed: when, and how many runs it held; oldest first."""
     commits = []
-    for line in log_path.read_text(errors="replace").splitlines():
-        match = COMMIT_LINE.match(line)
-        if match:
-            at = datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S,%f").replace(tzinfo=UTC)
-            commits.append((at, int(match.group(2))))
-    return commits
+    for log_path in log_paths:
+        for line in log_path.read_text(errors="replace").splitlines():
+            match = COMMIT_LINE.match(line)
+            if match:
+                at = datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S,%f")
+                commits.append((at.replace(tzinfo=UTC), int(match.group(2))))
+    return sorted(commits)
 
 
-def quiet_minute(log_path: Path, candidate: datetime) -> datetime:
-    """The first minute boundary from `candidate` that the ticker meets idle.
+def quiet_minute(log_path: Path, candidate: datetime, *others: Path) -> datetime:
+    """The first minute boundary from `candidate` that the ticker (and `others`' tickers) meet
+    idle.
 
     While the ticker still takes in a large N, it fires the minutes it passes (and catches up
     on those it missed): a herd measured on top of that would measure both. Waits until just
@@ -128,23 +148,25 @@ def quiet_minute(log_path: Path, candidate: datetime) -> datetime:
     """
     while True:
         sleep_until(candidate - timedelta(seconds=0.5))
-        busy = [at for at, runs in committed_runs(log_path) if runs]
+        busy = [at for at, runs in committed_runs(log_path, *others) if runs]
         if not busy or busy[-1] < candidate - QUIET_BEFORE_HERD:
             return candidate
         candidate += timedelta(minutes=1)
 
 
-def wait_for_runs(log_path: Path, herd_at: datetime, size: int, deadline: float) -> list[float]:
+def wait_for_runs(
+    log_paths: list[Path], herd_at: datetime, size: int, deadline: float
+) -> list[float]:
     """Seconds from `herd_at` to the commit of each of the herd's `size` runs, in order."""
     while time.monotonic() < deadline:
         lateness: list[float] = []
-        for at, runs in committed_runs(log_path):
+        for at, runs in committed_runs(*log_paths):
             if at >= herd_at:
                 lateness += [(at - herd_at).total_seconds()] * min(runs, size - len(lateness))
                 if len(lateness) >= size:
                     return lateness
         time.sleep(0.5)
-    raise RuntimeError(f"the herd of {size} was not committed in time; see {log_path}")
+    raise RuntimeError(f"the herd of {size} was not committed in time; see {log_paths}")
 
 
 def run_raw(
@@ -238,6 +260,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="write the Outcome rows here")
     parser.add_argument("--ticker-code", type=Path, help="a checkout to measure before this one")
     parser.add_argument("--rounds", type=int, default=1, help="rounds per N, each a new herd")
+    parser.add_argument("--tickers", type=int, default=1, help="ticker processes sharing a herd")
     args = parser.parse_args()
     size_bytes = record_size()
     print(f"python {platform.python_version()} on {platform.machine()}; record {size_bytes} B")
@@ -250,7 +273,12 @@ def main() -> None:
         for size in args.sizes:
             for round_no in range(args.rounds):
                 measured = one_round(
-                    broker.bootstrap_servers, broker.pid, size, Path(tmp), args.ticker_code
+                    broker.bootstrap_servers,
+                    broker.pid,
+                    size,
+                    Path(tmp),
+                    before=args.ticker_code,
+                    tickers=args.tickers,
                 )
                 for outcome in measured:
                     outcome.extra["record_bytes"] = size_bytes
@@ -261,7 +289,7 @@ def main() -> None:
 
 
 def one_round(
-    bootstrap: str, broker_pid: int, size: int, workdir: Path, before: Path | None
+    bootstrap: str, broker_pid: int, size: int, workdir: Path, *, before: Path | None, tickers: int
 ) -> list[Outcome]:
     """The raw baselines, then the herd on this ticker (and on the `before` one), printed."""
     record_bytes = record_size()
@@ -273,7 +301,7 @@ def one_round(
     )
     measured = [raw, pairs]
     for code in [None] if before is None else [before, None]:
-        kairos = run_kairos(bootstrap, broker_pid, size, workdir, code)
+        kairos = run_kairos(bootstrap, broker_pid, size, workdir, code=code, tickers=tickers)
         measured.append(kairos)
         assert kairos.fires_per_s and raw.fires_per_s and pairs.fires_per_s
         print(
@@ -282,6 +310,12 @@ def one_round(
             f"p99 {kairos.lateness_ms['p99'] / 1000:.2f}s, CPU {kairos.cpu_s:.1f}s)  "
             f"/raw {kairos.fires_per_s / raw.fires_per_s:.2f}  "
             f"/raw-with-progress {kairos.fires_per_s / pairs.fires_per_s:.2f}"
+        )
+        busiest = sorted(kairos.extra["thread_cpu_s"].items(), key=lambda kind: -kind[1])[:4]
+        print(
+            f"  N={size:>7,}  {kairos.system:<13} CPU by thread: "
+            + ", ".join(f"{kind} {spent:.2f}s" for kind, spent in busiest)
+            + f"; broker {kairos.extra['broker_cpu_s']:.1f}s"
         )
     if before is not None:
         before_s, after_s = measured[2].seconds, measured[3].seconds

@@ -169,6 +169,19 @@ class TickerProcess:
     def cpu_s(self) -> float:
         return process_tree_cpu_s(self.process.pid)
 
+    def thread_cpu_s(self) -> dict[str, float]:
+        """CPU seconds so far of the ticker's threads, summed by kind (the thread's name without
+        its number: `rdk:broker`, `rocksdb:low`, ...; the main thread is the process's name)."""
+        kinds: dict[str, float] = {}
+        for thread in psutil.Process(self.process.pid).threads():
+            comm = Path(f"/proc/{self.process.pid}/task/{thread.id}/comm")
+            try:
+                kind = comm.read_text().strip().rstrip("0123456789")
+            except OSError:
+                continue  # ended since listed
+            kinds[kind] = kinds.get(kind, 0.0) + thread.user_time + thread.system_time
+        return kinds
+
     def rss_mb(self) -> float:
         return float(psutil.Process(self.process.pid).memory_info().rss) / 2**20
 
