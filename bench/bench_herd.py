@@ -277,6 +277,7 @@ def main() -> None:
                     broker.pid,
                     size,
                     Path(tmp),
+                    record_bytes=size_bytes,
                     before=args.ticker_code,
                     tickers=args.tickers,
                 )
@@ -289,10 +290,16 @@ def main() -> None:
 
 
 def one_round(
-    bootstrap: str, broker_pid: int, size: int, workdir: Path, *, before: Path | None, tickers: int
+    bootstrap: str,
+    broker_pid: int,
+    size: int,
+    workdir: Path,
+    *,
+    record_bytes: int,
+    before: Path | None,
+    tickers: int,
 ) -> list[Outcome]:
     """The raw baselines, then the herd on this ticker (and on the `before` one), printed."""
-    record_bytes = record_size()
     raw = run_raw(bootstrap, broker_pid, size, record_bytes)
     pairs = run_raw(bootstrap, broker_pid, size, record_bytes, with_progress=True)
     print(
