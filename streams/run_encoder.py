@@ -105,9 +105,11 @@ class RunRequestedEncoder:
 
     def prepare(self, state: ScheduleState, partition: int, upcoming: Decision | None) -> None:
         """Build the schedule's template ahead of its fires (idle time, not the herd's), with
-        every byte of the `upcoming` fire's run but its fired instant and lateness."""
-        if upcoming is not None and upcoming.rerun is not None:
-            upcoming = None  # a rerun's run is encoded whole (`encode`)
+        every byte of the `upcoming` decision's run but its fired instant and lateness."""
+        if upcoming is not None and (
+            upcoming.action is not Action.FIRE or upcoming.rerun is not None
+        ):
+            upcoming = None  # a skip runs nothing; a rerun's run is encoded whole (`encode`)
         template = self._kept(state.schedule.id, state.version, partition)
         if template is None:
             nominal = state.next_nominal or _EPOCH

@@ -22,7 +22,7 @@ from confluent_kafka import (
 )
 
 from kairos.core.clock import ClockAheadError, clock_skew_ms
-from kairos.core.firing import Action, ScheduleState, decide_ahead
+from kairos.core.firing import ScheduleState, decide_ahead
 from kairos.services.ticker.lifecycle import after_last_run_records
 from kairos.services.ticker.partition import Ahead
 from kairos.services.ticker.quarantine import PoisonedScheduleError
@@ -87,10 +87,10 @@ class FiringTransactions:
     def prepare(self, state: ScheduleState, partition: int) -> Ahead | None:
         """Decide and encode what the schedule's next fire will need, before it is due."""
         outcome = decide_ahead(state)
-        fires = [] if outcome is None else [d for d in outcome.decisions if d.action is Action.FIRE]
-        self._runs.prepare(state, partition, fires[0] if len(fires) == 1 else None)
         if outcome is None:
+            self._runs.prepare(state, partition, None)
             return None
+        self._runs.prepare(state, partition, outcome.decisions[0] if outcome.decisions else None)
         return Ahead(
             state, outcome, self._state_writes.state_write(state.schedule.id, outcome.state, False)
         )
