@@ -16,6 +16,7 @@ from confluent_kafka.admin import (
     AclPermissionType,
     AdminClient,
     NewTopic,
+    PartitionMetadata,
     ResourcePatternType,
     ResourceType,
 )
@@ -30,18 +31,30 @@ def _create_topic(admin: AdminClient, partitions: int = 3) -> str:
     name = unique_name("cluster")
     new = NewTopic(name, partitions, replication_factor=3, config={"min.insync.replicas": "2"})
     admin.create_topics([new])[name].result(timeout=30)
-    # The controller answers before every broker has read the topic from the metadata log: a
-    # broker that has not yet lists it with no partitions. Wait until the topic is whole.
-    eventually(
-        lambda: _is_whole(admin, name, partitions),
-        message=f"{name} never showed {partitions} partitions, each with a leader and 3 replicas",
-    )
+    _whole_partitions(admin, name, partitions)
     return name
 
 
-def _is_whole(admin: AdminClient, topic: str, partitions: int) -> bool:
-    listed = admin.list_topics(topic, timeout=10).topics[topic].partitions.values()
-    return len(listed) == partitions and all(p.leader >= 0 and len(p.isrs) == 3 for p in listed)
+def _whole_partitions(admin: AdminClient, topic: str, partitions: int) -> list[PartitionMetadata]:
+    """The topic's partitions once a metadata answer shows all of them led and fully replicated.
+
+    The controller answers a creation before every broker has read the topic from the metadata
+    log, and each metadata request may go to another broker: one that has not caught up lists
+    the topic with no partitions. So a test reads the partitions only through this wait, even
+    after an earlier wait passed on another broker.
+    """
+
+    def listed_whole() -> list[PartitionMetadata]:
+        listed = list(admin.list_topics(topic, timeout=10).topics[topic].partitions.values())
+        whole = len(listed) == partitions and all(
+            p.leader >= 0 and len(p.isrs) == 3 for p in listed
+        )
+        return listed if whole else []
+
+    return eventually(
+        listed_whole,
+        message=f"{topic} never showed {partitions} partitions, each with a leader and 3 replicas",
+    )
 
 
 def _produce(config: dict[str, Any], topic: str, count: int) -> list[KafkaError | None]:
@@ -56,8 +69,8 @@ def _produce(config: dict[str, Any], topic: str, count: int) -> list[KafkaError 
     return errors
 
 
-def _read_all(config: dict[str, Any], topic: str, expected: int) -> list[bytes]:
-    """Read `expected` committed records of `topic` from the beginning."""
+def _read_all(config: dict[str, Any], topic: str, partitions: int, expected: int) -> list[bytes]:
+    """Read `expected` committed records of `topic`'s `partitions` from the beginning."""
     consumer = Consumer(
         {
             **config,
@@ -67,8 +80,8 @@ def _read_all(config: dict[str, Any], topic: str, expected: int) -> list[bytes]:
         }
     )
     try:
-        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-        consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
+        # Assigned by number, not from a metadata answer that a lagging broker may leave empty.
+        consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
         values: list[bytes] = []
         deadline = time.monotonic() + 30
         while len(values) < expected and time.monotonic() < deadline:
@@ -97,12 +110,11 @@ def test_replicated_topic_takes_acks_all_writes(
     cluster_admin: AdminClient, cluster_client_config: ConfigFor
 ) -> None:
     topic = _create_topic(cluster_admin)
-    described = cluster_admin.list_topics(topic, timeout=10).topics[topic]
-    assert len(described.partitions) == 3
-    assert all(len(p.replicas) == 3 and len(p.isrs) == 3 for p in described.partitions.values())
+    described = _whole_partitions(cluster_admin, topic, 3)
+    assert all(len(p.replicas) == 3 and len(p.isrs) == 3 for p in described)
 
     assert _produce(cluster_client_config(), topic, 30) == [None] * 30
-    assert len(_read_all(cluster_client_config(), topic, 30)) == 30
+    assert len(_read_all(cluster_client_config(), topic, 3, 30)) == 30
 
 
 def test_a_wrong_password_is_refused(cluster_client_config: ConfigFor) -> None:
@@ -180,10 +192,7 @@ def test_a_transaction_commits_across_the_three_brokers(
     cluster_admin: AdminClient, cluster_client_config: ConfigFor
 ) -> None:
     topic = _create_topic(cluster_admin, partitions=6)
-    leaders = {
-        p.leader
-        for p in cluster_admin.list_topics(topic, timeout=10).topics[topic].partitions.values()
-    }
+    leaders = {p.leader for p in _whole_partitions(cluster_admin, topic, 6)}
     assert leaders == {1, 2, 3}, "the topic's partitions must be led by every broker"
 
     producer = Producer(cluster_client_config(**{"transactional.id": unique_name("tx")}))
@@ -193,5 +202,5 @@ def test_a_transaction_commits_across_the_three_brokers(
         producer.produce(topic, value=f"p{partition}".encode(), partition=partition)
     producer.commit_transaction(30)
 
-    values = _read_all(cluster_client_config(), topic, 6)
+    values = _read_all(cluster_client_config(), topic, 6, 6)
     assert sorted(values) == [f"p{p}".encode() for p in range(6)]
