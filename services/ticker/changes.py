@@ -49,7 +49,14 @@ logger = logging.getLogger(__name__)
 
 
 class SchedulesTopicUnknownError(KairosError):
-    """The broker has no schedules topic: the ticker cannot tell where each schedule belongs."""
+    """The broker has no schedules topic: the ticker cannot tell where each schedule belongs.
+
+    Retried, as a calendars topic that is not there yet is: the ticker may start before
+    `kairos topics create`, and a broker of a cluster lists a topic created a moment ago as
+    unknown until it has read the creation from the metadata log (each metadata request may go
+    to another broker). The log names the fix at every attempt."""
+
+    retryable = True
 
     def __init__(self, topic: str, reason: str) -> None:
         self.topic = topic

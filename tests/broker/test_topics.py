@@ -4,6 +4,7 @@ problems checked; the ticker refuses a partition count other than the setting.""
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from confluent_kafka.admin import (
@@ -12,6 +13,7 @@ from confluent_kafka.admin import (
     ConfigEntry,
     ConfigResource,
     NewPartitions,
+    NewTopic,
     ResourceType,
 )
 from typer.testing import CliRunner, Result
@@ -19,6 +21,13 @@ from typer.testing import CliRunner, Result
 from kairos.cli.app import app
 from kairos.streams.settings import KafkaSettings
 from kairos.streams.topics import TopicRole, create_topics
+from tests.broker.test_ticker_failover import (
+    assert_each_once,
+    committed_runs,
+    expected_run_ids,
+    publish_every,
+    wait_until_all_fired,
+)
 from tests.helpers import eventually, unique_name
 from tests.processes import start_ticker
 
@@ -204,3 +213,32 @@ def test_ticker_refuses_a_grown_schedules_topic(
         in ticker.log()
     )
     assert "docs/topics.md#growing" in ticker.log()
+
+
+def test_a_ticker_started_before_its_schedules_topic_waits_for_it_then_fires(
+    kafka_bootstrap: str, admin: AdminClient, tmp_path: Path
+) -> None:
+    settings = KafkaSettings(
+        bootstrap_servers=kafka_bootstrap,
+        topic_prefix=unique_name("early") + ".",
+        schedules_partitions=2,
+    )
+    calendars = settings.layout.name(TopicRole.CALENDARS)
+    spec = next(s for s in settings.layout.specs() if s.name == calendars)
+    created = admin.create_topics([NewTopic(spec.name, spec.partitions, 1, config=spec.config)])
+    created[calendars].result(timeout=30)
+    ticker = start_ticker(settings, "early", tmp_path / "state", tmp_path)
+    try:
+        schedules = settings.layout.name(TopicRole.SCHEDULES)
+        ticker.wait_for_log(f"cannot learn the partition count of {schedules}")
+        assert "create it with `kairos topics create`" in ticker.log()
+        assert ticker.process.poll() is None, "the ticker gave up on a topic not created yet"
+
+        create_topics(admin, settings.layout)
+        start = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=8)
+        ids = publish_every(settings, count=3, period_s=2, start=start)
+        expected = expected_run_ids(ids, start, 2, start + timedelta(seconds=2))
+        wait_until_all_fired(settings, expected, 60, "the ticker did not fire once its topics came")
+        assert_each_once(committed_runs(settings), expected)
+    finally:
+        assert ticker.stop(timeout_s=60) == 0, ticker.log()[-3000:]
