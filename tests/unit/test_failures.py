@@ -16,6 +16,7 @@ from kairos.core.errors import KairosError
 from kairos.services.executor.events import PublishError as RunEventsPublishError
 from kairos.services.executor.fleet import DedupeRetentionError, FleetCheckError
 from kairos.services.executor.service import ExecutorConfigError
+from kairos.services.ticker.changes import SchedulesTopicUnknownError
 from kairos.services.ticker.rebuild import RebuildError
 from kairos.services.ticker.restore import RestoreHeldBackError
 from kairos.streams.authorization import NotAuthenticatedError
@@ -49,6 +50,7 @@ RETRYABLE = [
     RebuildError("fenced"),
     RestoreError(3, "the leader is moving"),
     RestoreHeldBackError(3, 10, 12),
+    SchedulesTopicUnknownError("kairos.schedules", "unknown topic or partition"),
 ]
 """Every Kairos error marked retryable, one of each class (`test_the_list_is_complete`)."""
 
