@@ -5,8 +5,8 @@ Run: `.venv/bin/python -m bench.bench_quota_count [--schedules 100000] [--teams 
 One partition store holds N schedules as a ticker writes them (changelog bytes of real states,
 owners spread over the teams, one in ten `every: 10s`). Timed in the same run, on the same store:
 - baseline: iterating the store's definitions without decoding them (RocksDB's share);
-- count: `PartitionUse`'s one pass (decode each definition, sum per owner), as the first change
-  a quota judges on the partition pays it;
+- count: `PartitionUse`'s whole count (decode each definition, sum per owner), as a change a
+  quota judges pays it when idle time has not counted its partition yet;
 - states: decoding each into a full `ScheduleState`, as `OwnedPartition.state` would (what
   counting with the ticker's own decoded states would cost).
 Printed: seconds and microseconds per schedule of each, and each one's ratio to the baseline.

@@ -35,7 +35,15 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import NamedTuple
 
-from rocksdict import BlockBasedOptions, Cache, Options, Rdict, WriteBatch, WriteBufferManager
+from rocksdict import (
+    BlockBasedOptions,
+    Cache,
+    Options,
+    Rdict,
+    RdictIter,
+    WriteBatch,
+    WriteBufferManager,
+)
 from sortedcontainers import SortedDict
 
 from kairos.core.errors import KairosError
@@ -174,6 +182,58 @@ class StoreMemory:
         return options
 
 
+class StoreScan(Iterator[bytes]):
+    """The values under one key prefix, in key order, as the store was when the scan began.
+
+    A RocksDB iterator reads the snapshot implicitly taken when it was created, so a scan may be
+    walked a slice at a time across commits and still see one store. It also keeps the database
+    open: a scan left running would hold RocksDB's lock on the directory after `close`, and the
+    partition's next owner could not open it (a scan dropped inside a reference cycle, as a
+    partition's quota count is, lives until the cyclic collector runs, which the ticker holds
+    off: `services/ticker/garbage.py`). So the store ends the scans still running when it
+    closes, and an ended scan raises `StateStoreError` rather than stop: no caller takes part of
+    a store for the whole of it.
+    """
+
+    def __init__(self, path: Path, db: Rdict, prefix: bytes) -> None:
+        self._path = path
+        self._prefix = prefix
+        self._it: RdictIter | None = db.iter()
+        self._it.seek(prefix)
+        self._ended = False
+
+    def __iter__(self) -> StoreScan:
+        return self
+
+    def __next__(self) -> bytes:
+        it = self._it
+        if it is None:
+            if self._ended:
+                raise StateStoreError(self._path, "closed during a scan; open it again to scan")
+            raise StopIteration
+        if not it.valid():
+            self._it = None
+            it.status()  # an IO error raises here, rather than end the scan short
+            raise StopIteration
+        if not it.key().startswith(self._prefix):
+            self._it = None
+            raise StopIteration
+        value: bytes = it.value()
+        it.next()
+        return value
+
+    @property
+    def running(self) -> bool:
+        """Whether the scan still holds its iterator (neither finished nor ended)."""
+        return self._it is not None
+
+    def end(self) -> None:
+        """Let go of the iterator (and the database it keeps open); the scan raises after."""
+        if self._it is not None:
+            self._it = None
+            self._ended = True
+
+
 DEFAULT_STORE_MEMORY_MB = 64
 
 
@@ -196,6 +256,8 @@ class PartitionStore:
         raw_count = self._db.get(_COUNT)
         self._count = 0 if raw_count is None else int(_BE64.unpack(raw_count)[0])
         self._index = self._load_due_index()
+        self._scans: list[StoreScan] = []
+        """Scans handed out (`definitions`) that `close` ends if they still run."""
 
     def _open(self) -> Rdict:
         try:
@@ -220,7 +282,8 @@ class PartitionStore:
         return index
 
     def _scan(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
-        """Every (key, value) whose key starts with `prefix`, in key order."""
+        """Every (key, value) whose key starts with `prefix`, in key order, for a walk that ends
+        within the call (one left running must be a `StoreScan`)."""
         it = self._db.iter()
         it.seek(prefix)
         while it.valid():
@@ -234,6 +297,7 @@ class PartitionStore:
         """Close; a close that cannot flush (a full disk) is logged, not raised: every write
         applied is in RocksDB's write-ahead log, replayed at the next open, and whatever the
         store lacks then, the restore reads from the changelog."""
+        self._end_scans()
         try:
             self._db.close()
         except Exception as error:
@@ -370,17 +434,27 @@ class PartitionStore:
         """The earliest due instant in the index, if any."""
         return self._index.first()
 
-    def definitions(self) -> Iterator[bytes]:
-        """Every held schedule's definition bytes, in id order."""
-        return (value for _, value in self._scan(_STATE))
+    def definitions(self) -> StoreScan:
+        """Every held schedule's definition bytes, in id order, as the store is now: the scan
+        may be walked in slices while commits move the store (`StoreScan`)."""
+        self._scans = [scan for scan in self._scans if scan.running]
+        scan = StoreScan(self.path, self._db, _STATE)
+        self._scans.append(scan)
+        return scan
 
     def schedule_ids(self) -> list[str]:
         return [key[1:].decode() for key, _ in self._scan(_STATE)]
 
     def destroy(self) -> None:
         """Close and delete the store (a cold restore from the changelog follows)."""
+        self._end_scans()
         self._db.close()
         Rdict.destroy(str(self.path))
+
+    def _end_scans(self) -> None:
+        for scan in self._scans:
+            scan.end()
+        self._scans.clear()
 
 
 def _delete(batch: WriteBatch, key: bytes, floor: bytes | None) -> None:

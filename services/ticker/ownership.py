@@ -57,6 +57,7 @@ class TickerOwnership:
         self._max_age_ms = max_age_ms
         self._feed: TeamSource | None = None
         self._teams: dict[str, Team] = {}
+        self._limits_any = False
         self._verifier = Verifier({}, max_age_ms)
         self._next_read_at = 0.0
 
@@ -108,6 +109,11 @@ class TickerOwnership:
         reason = refusal(self._teams[signer], change.schedule_id, kind, held, new_owner)
         return None if reason is None else Refused(reason, signer)
 
+    @property
+    def limits_any(self) -> bool:
+        """Whether a registered team has a quota (the tickers then count each partition's use)."""
+        return self._limits_any
+
     def quota_of(self, team: str) -> Quota:
         """The registered team's quota; an unregistered team's schedules are not limited (no
         change signed by it is taken anyway; an administrators' may give it schedules)."""
@@ -118,6 +124,7 @@ class TickerOwnership:
         teams = {name: change.team for name, change in registered.items() if change.team}
         if teams != self._teams:
             self._teams = teams
+            self._limits_any = any(team.quota.limited for team in teams.values())
             self._verifier = Verifier(
                 {name: team.public_keys for name, team in teams.items()}, self._max_age_ms
             )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import shutil
 from collections import Counter
 from collections.abc import Iterator
@@ -46,7 +47,18 @@ def _start(settings: KafkaSettings, instance: str, tmp_path: Path) -> ServicePro
         settings, instance, tmp_path / instance, tmp_path, ownership=Ownership.SIGNED
     )
     ticker.wait_for_log("teams read: 2")
+    # Teams are limited: each partition's use is counted in the turns' spare time, before any
+    # change needs a verdict.
+    for partition in range(settings.schedules_partitions):
+        ticker.wait_for_log(f"quota use of partition {partition} counted")
     return ticker
+
+
+def _counted_schedules(ticker: ServiceProcess) -> int:
+    """How many schedules the ticker's quota counts read from its stores."""
+    return sum(
+        int(n) for n in re.findall(r"quota use of partition \d+ counted: (\d+)", ticker.log())
+    )
 
 
 @pytest.fixture
@@ -149,6 +161,7 @@ def test_schedules_over_a_partitions_share_are_refused_the_same_after_a_cold_res
     deployment["ticker"].kill()
     shutil.rmtree(deployment["tmp"] / "t2", ignore_errors=True)
     deployment["ticker"] = _start(settings, "t2", deployment["tmp"])
+    assert _counted_schedules(deployment["ticker"]) == len(taken), "counted from the restore"
     again = [s for s in ids if s not in taken][:3]
     edited = _yearly(taken[0]).model_copy(update={"description": "edited over a full share"})
     with SchedulesClient(_as(settings, growth_key), changed_by="growth-ci") as client:
