@@ -1,7 +1,8 @@
 """Steady load: N every-minute schedules spread over the minute, fires observed as a consumer.
 
 Run: `.venv/bin/python -m bench.bench_steady [--sizes 10000 100000 1000000] [--window 120]
-[--tickers 1] [--json bench/results/steady.json] [--logs DIR --log-level DEBUG]`.
+[--tickers 1] [--json bench/results/steady.json] [--logs DIR --log-level DEBUG]
+[--ticker-code <checkout> --rounds 2]`.
 
 For each N, on a local broker this script starts and stops itself:
 
@@ -23,6 +24,12 @@ For each N, on a local broker this script starts and stops itself:
    not seen by the end of the drain (the window's end plus `--drain` seconds), duplicated are
    run ids seen more than once. CPU seconds of the tickers, the broker and this script (the
    observer) are taken over the window.
+
+With `--ticker-code <checkout>` (a before/after in one run) and `--rounds R`, the schedules are
+published and taken in once; then each round stops the tickers and measures a window on the
+checkout's tickers, then one on this code's, alternated. Each code restores from the changelog
+into state directories of its own (cold the first time, warm after), so the two must share the
+changelog's format. A switch leaves a few seconds of fires owed; the warm-up fires them first.
 """
 
 from __future__ import annotations
@@ -57,17 +64,24 @@ from kairos.streams.settings import KafkaSettings
 
 
 def _start_tickers(
-    settings: KafkaSettings, size: int, args: argparse.Namespace, workdir: Path
+    settings: KafkaSettings,
+    size: int,
+    args: argparse.Namespace,
+    workdir: Path,
+    *,
+    label: str = "ticker",
+    code: Path | None = None,
 ) -> list[TickerProcess]:
     logs = args.logs or workdir
     logs.mkdir(parents=True, exist_ok=True)
     return [
         start_ticker(
             settings,
-            f"steady-{size}-{t}",
-            workdir / f"state-{size}-{t}",
-            logs / f"ticker-{size}-{t}.log",
+            f"steady-{size}-{label}-{t}",
+            workdir / f"state-{size}-{label}-{t}",
+            logs / f"ticker-{size}-{label}-{t}.log",
             log_level=args.log_level,
+            code=code,
         )
         for t in range(args.tickers)
     ]
@@ -75,43 +89,75 @@ def _start_tickers(
 
 def measure(
     bootstrap: str, broker_pid: int, size: int, args: argparse.Namespace, workdir: Path
-) -> Outcome:
+) -> list[Outcome]:
+    """Publish and take in N once; then a window per round and ticker code.
+
+    With `--ticker-code`, each round stops the tickers and measures a window on the checkout's,
+    then one on this code's, each restoring from the changelog into a state directory of its
+    own (cold the first time, warm after): one intake serves every window of the size.
+    """
     settings = deployment(bootstrap, f"steady{size}x{args.tickers}.")
     ids = steady_ids(size)
     publish_s = publish(settings, steady_schedules(ids))
     print(f"  N={size:,}: published in {publish_s:.1f}s", flush=True)
-    tickers = _start_tickers(settings, size, args, workdir)
+    codes: list[tuple[str, Path | None]] = [("ticker", None)]
+    if args.ticker_code is not None:
+        codes = [("before", args.ticker_code), ("ticker", None)]
+    outcomes = []
+    ingest_s: float | None = None
+    tickers: list[TickerProcess] = []
     try:
-        ingest_started = time.monotonic()
-        wait_until_held(tickers, size)
-        ingest_s = time.monotonic() - ingest_started
-        start = minute_after(datetime.now(UTC) + timedelta(seconds=args.warmup))
-        end = start + timedelta(seconds=args.window)
-        observer = RunsObserver(settings, keep_from=start.timestamp())
-        try:
-            print(
-                f"  N={size:,}: held after {ingest_s:.1f}s; window "
-                f"{start:%H:%M:%S}–{end:%H:%M:%S}Z",
-                flush=True,
-            )
-            expected = run_ids(ids, start, args.window // 60)
-            sleep_until(start)
-            before = (sum(t.cpu_s() for t in tickers), process_tree_cpu_s(broker_pid), own_cpu_s())
-            sleep_until(end)
-            after = (sum(t.cpu_s() for t in tickers), process_tree_cpu_s(broker_pid), own_cpu_s())
-            rss_mb = sum(t.rss_mb() for t in tickers)
-            unseen = observer.wait_for(expected, time.monotonic() + args.drain)
-        finally:
-            observer.stop()
-        seen = tally(observer.observations(), expected)
+        for round_no in range(args.rounds):
+            for label, code in codes:
+                for ticker in tickers:
+                    ticker.stop()
+                tickers = _start_tickers(settings, size, args, workdir, label=label, code=code)
+                started = time.monotonic()
+                wait_until_held(tickers, size)
+                held_s = time.monotonic() - started
+                ingest_s = held_s if ingest_s is None else ingest_s
+                print(f"  N={size:,}: {label} held after {held_s:.1f}s (round {round_no + 1})")
+                outcome = _window(
+                    settings, broker_pid, size, ids, tickers=tickers, args=args, label=label
+                )
+                outcome.extra.update(publish_s=publish_s, ingest_s=ingest_s, held_s=held_s)
+                outcomes.append(outcome)
     finally:
         for ticker in tickers:
             ticker.stop()
+    return outcomes
+
+
+def _window(
+    settings: KafkaSettings,
+    broker_pid: int,
+    size: int,
+    ids: list[str],
+    *,
+    tickers: list[TickerProcess],
+    args: argparse.Namespace,
+    label: str,
+) -> Outcome:
+    """One measured window of whole minutes, from the first boundary after the warm-up."""
+    start = minute_after(datetime.now(UTC) + timedelta(seconds=args.warmup))
+    end = start + timedelta(seconds=args.window)
+    observer = RunsObserver(settings, keep_from=start.timestamp())
+    try:
+        print(f"  N={size:,}: window {start:%H:%M:%S}–{end:%H:%M:%S}Z", flush=True)
+        expected = run_ids(ids, start, args.window // 60)
+        sleep_until(start)
+        before = (sum(t.cpu_s() for t in tickers), process_tree_cpu_s(broker_pid), own_cpu_s())
+        sleep_until(end)
+        after = (sum(t.cpu_s() for t in tickers), process_tree_cpu_s(broker_pid), own_cpu_s())
+        rss_mb = sum(t.rss_mb() for t in tickers)
+        unseen = observer.wait_for(expected, time.monotonic() + args.drain)
+    finally:
+        observer.stop()
+    seen = tally(observer.observations(), expected)
     ticker_cpu, broker_cpu, observer_cpu = (b - a for a, b in zip(before, after, strict=True))
     extra = {
+        "code": label,
         "tickers": args.tickers,
-        "publish_s": publish_s,
-        "ingest_s": ingest_s,
         "broker_cpu_s": broker_cpu,
         "observer_cpu_s": observer_cpu,
         "ticker_rss_mb": rss_mb,
@@ -141,12 +187,12 @@ def _outcome(
     """Print the size's line and return its outcome."""
     late = seen.lateness_ms
     print(
-        f"  N={size:>9,}  fires {seen.fires:>9,}/{expected:,} "
+        f"  N={size:>9,}  {extra['code']:<7} fires {seen.fires:>9,}/{expected:,} "
         f"({seen.fires / window_s:,.0f}/s)  lost {seen.lost}  dup {seen.duplicated}  "
         f"lateness p50 {late.get('p50', nan):,.0f} ms p99 {late.get('p99', nan):,.0f} ms "
         f"max {late.get('max', nan):,.0f} ms  ticker CPU {ticker_cpu:.1f}s "
         f"({ticker_cpu / window_s:.0%} of a core)  broker CPU {extra['broker_cpu_s']:.1f}s  "
-        f"observer CPU {extra['observer_cpu_s']:.1f}s",
+        f"observer CPU {extra['observer_cpu_s']:.1f}s  ticker RSS {extra['ticker_rss_mb']:,.0f} MB",
         flush=True,
     )
     return Outcome(
@@ -177,6 +223,8 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="write the Outcome rows here")
     parser.add_argument("--logs", type=Path, help="keep the tickers' logs in this directory")
     parser.add_argument("--log-level", default="INFO", help="the tickers' (DEBUG: each commit)")
+    parser.add_argument("--ticker-code", type=Path, help="a checkout to measure before this one")
+    parser.add_argument("--rounds", type=int, default=1, help="windows per code, alternated")
     args = parser.parse_args()
     if args.window <= 0 or args.window % 60:
         parser.error("--window must be a whole number of minutes, in seconds (60, 120, …)")
@@ -187,7 +235,7 @@ def main() -> None:
     ):
         assert broker.bootstrap_servers is not None and broker.pid is not None
         for size in args.sizes:
-            outcomes.append(measure(broker.bootstrap_servers, broker.pid, size, args, Path(tmp)))
+            outcomes.extend(measure(broker.bootstrap_servers, broker.pid, size, args, Path(tmp)))
             if args.json:
                 # Rewritten after each size, so a bound hit by a larger N keeps the smaller ones.
                 write_outcomes(args.json, outcomes)
