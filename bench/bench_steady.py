@@ -147,8 +147,10 @@ def _window(
         expected = run_ids(ids, start, args.window // 60)
         sleep_until(start)
         before = (sum(t.cpu_s() for t in tickers), process_tree_cpu_s(broker_pid), own_cpu_s())
+        ahead_before = _decided_ahead(tickers)
         sleep_until(end)
         after = (sum(t.cpu_s() for t in tickers), process_tree_cpu_s(broker_pid), own_cpu_s())
+        ahead = tuple(b - a for a, b in zip(ahead_before, _decided_ahead(tickers), strict=True))
         rss_mb = sum(t.rss_mb() for t in tickers)
         unseen = observer.wait_for(expected, time.monotonic() + args.drain)
     finally:
@@ -161,6 +163,7 @@ def _window(
         "broker_cpu_s": broker_cpu,
         "observer_cpu_s": observer_cpu,
         "ticker_rss_mb": rss_mb,
+        "decided_ahead_share": ahead[0] / ahead[1] if ahead[1] else nan,
         "window_start": start.isoformat(),
     }
     return _outcome(
@@ -171,6 +174,15 @@ def _window(
         ticker_cpu=ticker_cpu,
         finished=not unseen,
         extra=extra,
+    )
+
+
+def _decided_ahead(tickers: list[TickerProcess]) -> tuple[float, float]:
+    """The tickers' occurrences committed as decided ahead so far, and all they committed (a
+    checkout older than the counter reads none)."""
+    return (
+        sum(t.gauge("kairos_ticker_decided_ahead_total") for t in tickers),
+        sum(t.gauge("kairos_ticker_fires_total") for t in tickers),
     )
 
 
@@ -186,13 +198,15 @@ def _outcome(
 ) -> Outcome:
     """Print the size's line and return its outcome."""
     late = seen.lateness_ms
+    ahead_share = extra["decided_ahead_share"]
     print(
         f"  N={size:>9,}  {extra['code']:<7} fires {seen.fires:>9,}/{expected:,} "
         f"({seen.fires / window_s:,.0f}/s)  lost {seen.lost}  dup {seen.duplicated}  "
         f"lateness p50 {late.get('p50', nan):,.0f} ms p99 {late.get('p99', nan):,.0f} ms "
         f"max {late.get('max', nan):,.0f} ms  ticker CPU {ticker_cpu:.1f}s "
         f"({ticker_cpu / window_s:.0%} of a core)  broker CPU {extra['broker_cpu_s']:.1f}s  "
-        f"observer CPU {extra['observer_cpu_s']:.1f}s  ticker RSS {extra['ticker_rss_mb']:,.0f} MB",
+        f"observer CPU {extra['observer_cpu_s']:.1f}s  "
+        f"ticker RSS {extra['ticker_rss_mb']:,.0f} MB  decided ahead {ahead_share:.0%}",
         flush=True,
     )
     return Outcome(

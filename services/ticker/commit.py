@@ -139,6 +139,7 @@ class CommitPath:
             if one.last_fire_at is None or fire_at >= one.last_fire_at:
                 one.last_fire_at, one.last_fire_lateness_ms = fire_at, int(lateness * 1000)
         self._metrics.fires.inc(len(work.runs))
+        self._metrics.decided_ahead.inc(sum(map(len, work.written_ahead.values())))
         self._metrics.skips.inc(len(work.skips))
         self._metrics.dead_letters.inc(len(work.dead_letters))
         self._metrics.quarantined.inc(work.quarantined)
