@@ -63,8 +63,7 @@ class TickerMetrics:
         self.fires = Counter("kairos_ticker_fires", "RunRequested records committed.", registry=r)
         self.decided_ahead = Counter(
             "kairos_ticker_decided_ahead",
-            "Occurrences committed as decided ahead (in idle time or while a transaction waited"
-            " on the broker) rather than at their due instant.",
+            "Occurrences committed as decided ahead in idle time rather than at their due instant.",
             registry=r,
         )
         self.skips = Counter(

@@ -86,10 +86,9 @@ class OwnedPartition:
         self.fair_orders: dict[int, FairOrder] = {}
         """Instant -> the order its schedules fire in when they fill more than a transaction
         (`fairness.py`), built as they are prepared."""
-        self.prepared_cursors: dict[str, tuple[int, int]] = {}
-        """Per preparer (idle time, waiting on the broker: `upcoming.py`), the (due instant,
-        position among the schedules due then) where it resumes. Each its own: idle time runs
-        two minutes ahead, and the other would find nothing to prepare before its cursor."""
+        self.prepared_cursor: tuple[int, int] = (0, 0)
+        """(due instant, position among the schedules due then) where preparing upcoming fires
+        resumes (see Ticker.turn)."""
         self.use = PartitionUse(partition, lambda: self.store, codecs)
         """Each team's use of its quota on this partition, counted when first judged."""
         self.owned_since = owned_since

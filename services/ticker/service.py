@@ -33,7 +33,6 @@ from kairos.services.ticker.metrics import TickerMetrics
 from kairos.services.ticker.ownership import TickerOwnership
 from kairos.services.ticker.partition import OwnedPartition
 from kairos.services.ticker.planner import Budgets, TurnPlanner
-from kairos.services.ticker.preparer import WaitPreparer, shorten_switch_interval
 from kairos.services.ticker.quarantine import Quarantine
 from kairos.services.ticker.quotas import count_quota_use
 from kairos.services.ticker.session import SessionParts, TickerSession
@@ -43,7 +42,6 @@ from kairos.services.ticker.transaction import Topics
 from kairos.services.ticker.upcoming import (
     PREPARE_MIN_IDLE_S,
     prepare_upcoming,
-    prepare_while_waiting,
     seconds_until_next_due,
 )
 from kairos.services.ticker.watchdog import Backoff, TransactionWatchdog
@@ -128,8 +126,6 @@ class Ticker:
         self._garbage = IdleCollector()
         self._session: TickerSession | None = None
         """The group membership of now; none between sessions (after a failure, until rebuilt)."""
-        self._preparer: WaitPreparer | None = None
-        """Prepares the session's upcoming fires while its transactions wait on the broker."""
 
     @property
     def session(self) -> TickerSession | None:
@@ -147,7 +143,6 @@ class Ticker:
         """Fire until `stop` is set; then leave the group and close the stores cleanly."""
         if self.settings.metrics_port is not None:
             self.metrics.serve(self.settings.metrics_port)
-        shorten_switch_interval()
         limit_s = 2 * self.settings.transaction_timeout_ms / 1000 + 30
         watchdog = TransactionWatchdog(
             self.settings.instance,
@@ -193,22 +188,12 @@ class Ticker:
         self._calendars.start(self._clients.calendars())
         if self._ownership is not None:
             self._ownership.start(self._clients.teams())
-        session = self._session = TickerSession.open(self._clients, self._parts)
-        self._preparer = WaitPreparer(
-            lambda keep_going: prepare_while_waiting(
-                session.take_over.owned, session.transactions, self.clock, keep_going
-            ),
-            name=f"prepare-{self.settings.instance}",
-        )
-        session.transactions.waiting = self._preparer.waiting
+        self._session = TickerSession.open(self._clients, self._parts)
 
     def disconnect(self) -> None:
         """Close the session, if any: leave the group, close the stores and the calendars."""
         session, self._session = self._session, None
-        preparer, self._preparer = self._preparer, None
         try:
-            if preparer is not None:
-                preparer.close()
             if session is not None:
                 session.close()
         finally:

@@ -10,7 +10,6 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -84,12 +83,6 @@ class FiringTransactions:
         """`time.monotonic()` when the open transaction began; `None` between transactions."""
         self._runs = RunRequestedEncoder(codecs.run_requested, ticker_instance)
         self._state_writes = StateWriteEncoder(codecs)
-        self.waiting: Callable[[], AbstractContextManager[object]] = nullcontext
-        """Entered around the calls that wait on the broker (steps 3 to 5): the ticker prepares
-        upcoming fires on another thread meanwhile (`preparer.WaitPreparer`). The rule that
-        makes it safe: inside, this thread moves nothing the preparer reads (decoded states,
-        what was decided ahead, run templates, the due index): it waits, and reads the stores'
-        counts and next due instants for the offsets' metadata."""
 
     def prepare(self, state: ScheduleState, partition: int) -> Ahead | None:
         """Decide and encode what the schedule's next fire will need, before it is due."""
@@ -221,18 +214,17 @@ class FiringTransactions:
         #    order, so the last one's offset is its end.
         sent_ms = self._clock_ms()
         self._produce_changelog(writes, checkpoints, on_changelog_delivery)
-        with self.waiting():
-            self._flush()
-            self._check_delivery(
-                sent_ms, appended_ms, writes.keys() | checkpoints.keys(), changelog_ends
-            )
-            # 4. The offsets of every owned partition with the group metadata: the fence. Their
-            #    metadata says where this transaction's changelog records end, for a restore.
-            producer.send_offsets_to_transaction(
-                offsets_for(changelog_ends), consumer.consumer_group_metadata(), 30
-            )
-            # 5. Commit.
-            self._commit_with_retries()
+        self._flush()
+        self._check_delivery(
+            sent_ms, appended_ms, writes.keys() | checkpoints.keys(), changelog_ends
+        )
+        # 4. The offsets of every owned partition with the group metadata: the fence. Their
+        #    metadata says where this transaction's changelog records end, for a later restore.
+        producer.send_offsets_to_transaction(
+            offsets_for(changelog_ends), consumer.consumer_group_metadata(), 30
+        )
+        # 5. Commit.
+        self._commit_with_retries()
         return changelog_ends
 
     def _flush(self) -> None:

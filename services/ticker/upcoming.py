@@ -40,77 +40,28 @@ def prepare_upcoming(
     clock: Callable[[], datetime],
     *,
     budget_s: float,
-    horizon_ms: int = DECODED_AHEAD_MS,
-    keep_going: Callable[[], bool] = lambda: True,
-    lane: str = "idle",
-    fair_orders: bool = True,
 ) -> float:
-    """Prepare the fires due within `horizon_ms`, for at most `budget_s` and while
-    `keep_going()` (asked before each schedule and each instant); the time spent. `lane`
-    names the preparer, whose cursor is resumed; `fair_orders`: order each instant prepared for
-    a fair herd too (a sort of the whole instant: idle time's work)."""
+    """Prepare the fires due within `DECODED_AHEAD_MS`, for at most `budget_s`; time spent."""
     started = time.monotonic()
     now_ms = to_ms(clock())
-    horizon = now_ms + horizon_ms
+    horizon = now_ms + DECODED_AHEAD_MS
     for partition in owned.values():
-        from_ms, position = partition.prepared_cursors.get(lane, (0, 0))
+        from_ms, position = partition.prepared_cursor
         if from_ms < now_ms:
             from_ms, position = now_ms, 0
         for instant, schedule_ids in partition.store.due_instants(from_ms, horizon):
             if instant > from_ms:
                 position = 0
             while position < len(schedule_ids):
-                if time.monotonic() - started >= budget_s or not keep_going():
-                    partition.prepared_cursors[lane] = (instant, position)
+                if time.monotonic() - started >= budget_s:
+                    partition.prepared_cursor = (instant, position)
                     return time.monotonic() - started
                 for schedule_id in schedule_ids[position : position + _PREPARE_SLICE]:
-                    if not keep_going():
-                        partition.prepared_cursors[lane] = (instant, position)
-                        return time.monotonic() - started
                     _prepare_one(partition, transactions, schedule_id)
-                    position += 1
-            partition.prepared_cursors[lane] = (instant, len(schedule_ids))
-            if fair_orders:
-                partition.keep_fair_order(instant, schedule_ids)
+                position += _PREPARE_SLICE
+            partition.prepared_cursor = (instant, len(schedule_ids))
+            partition.keep_fair_order(instant, schedule_ids)
     return time.monotonic() - started
-
-
-WHILE_WAITING_HORIZONS_MS = (1_000, 5_000)
-"""How far ahead fires are prepared while a transaction waits on the broker: the next second on
-every owned partition first, then the next five. Not the two minutes of idle time: under a
-steady load every fire would be held prepared, twice the memory, for no fire sooner."""
-
-
-BEHIND_MS = 1_000
-"""A ticker whose last fires committed this late is behind: it is firing what is due already,
-which a preparation of the coming seconds does not reach, and preparing would only take the
-interpreter from the loop (measured at 1M every-minute schedules: 13,841 fires/s with it,
-16,667/s without; docs/benchmarks.md)."""
-
-
-def prepare_while_waiting(
-    owned: Mapping[int, OwnedPartition],
-    transactions: FiringTransactions,
-    clock: Callable[[], datetime],
-    keep_going: Callable[[], bool],
-) -> None:
-    """Prepare the fires due soonest while `keep_going()` (`preparer.WaitPreparer`), unless
-    the ticker is behind."""
-    if any((one.last_fire_lateness_ms or 0) > BEHIND_MS for one in owned.values()):
-        return
-    for horizon_ms in WHILE_WAITING_HORIZONS_MS:
-        if not keep_going():
-            return
-        prepare_upcoming(
-            owned,
-            transactions,
-            clock,
-            budget_s=float("inf"),
-            horizon_ms=horizon_ms,
-            keep_going=keep_going,
-            lane="waiting",
-            fair_orders=False,
-        )
 
 
 def _prepare_one(

@@ -304,3 +304,26 @@ def test_a_restore_held_back_by_an_open_transaction_waits_and_the_rest_fires(
     assert held in second.owned
     assert second.owned[held].state("held") is not None
     second.disconnect()
+
+
+@pytest.mark.parametrize(("max_wait_s", "prepared"), [(0.1, True), (0.01, False)])
+def test_fires_prepared_in_idle_time_are_counted_as_decided_ahead(
+    tmp_path: Path, max_wait_s: float, prepared: bool
+) -> None:
+    """`kairos_ticker_decided_ahead` against `kairos_ticker_fires`: a herd prepared in idle time
+    is all decided ahead; a ticker that never waits 20 ms (no idle time) decides each fire at
+    its instant."""
+    world = World(tmp_path, partitions=2)
+    world.publish(*({"id": f"herd-{n:03d}", "cron": "* * * * *"} for n in range(50)))
+    ticker, _ = world.ticker(max_wait_s=max_wait_s)
+    ticker.connect()
+    herd_at = (world.clock() + timedelta(minutes=2)).replace(second=0, microsecond=0)
+    world.clock.now = herd_at - timedelta(seconds=20)
+    turns(ticker, 40)
+    samples = ticker.metrics.registry.get_sample_value
+    fires_before = samples("kairos_ticker_fires_total") or 0.0
+    world.clock.now = herd_at
+    turns(ticker, 3)
+    ticker.disconnect()
+    assert (samples("kairos_ticker_fires_total") or 0.0) - fires_before == 50
+    assert samples("kairos_ticker_decided_ahead_total") == (50 if prepared else 0)
