@@ -41,11 +41,19 @@ def prepare_upcoming(
     *,
     budget_s: float,
 ) -> float:
-    """Prepare the fires due within `DECODED_AHEAD_MS`, for at most `budget_s`; time spent."""
+    """Prepare the fires due within `DECODED_AHEAD_MS`, for at most `budget_s`; time spent.
+
+    Each partition's schedules committed behind its cursor first, then the cursor's walk."""
     started = time.monotonic()
     now_ms = to_ms(clock())
     horizon = now_ms + DECODED_AHEAD_MS
     for partition in owned.values():
+        behind = partition.behind_cursor
+        while behind:
+            if time.monotonic() - started >= budget_s:
+                return time.monotonic() - started
+            for _ in range(min(len(behind), _PREPARE_SLICE)):
+                _prepare_one(partition, transactions, behind.popleft())
         from_ms, position = partition.prepared_cursor
         if from_ms < now_ms:
             from_ms, position = now_ms, 0

@@ -327,3 +327,31 @@ def test_fires_prepared_in_idle_time_are_counted_as_decided_ahead(
     ticker.disconnect()
     assert (samples("kairos_ticker_fires_total") or 0.0) - fires_before == 50
     assert samples("kairos_ticker_decided_ahead_total") == (50 if prepared else 0)
+
+
+def test_schedules_firing_every_minute_are_prepared_in_idle_time_minute_after_minute(
+    tmp_path: Path,
+) -> None:
+    """Idle time's walk runs two minutes ahead: a schedule fired and due again within them is
+    prepared from the partition's list of those behind the walk, not only the first time."""
+    world = World(tmp_path, partitions=2)
+    minutely = {"cron": "* * * * *", "jitter": "PT1M"}
+    world.publish(*({"id": f"m-{n:03d}", **minutely} for n in range(600)))
+    ticker, _ = world.ticker()
+    ticker.connect()
+    turns(ticker, 20)
+    samples = ticker.metrics.registry.get_sample_value
+    world.clock.now = world.clock() + timedelta(minutes=2)
+    turns(ticker, 20)  # what the two minutes owed
+    fires_before = samples("kairos_ticker_fires_total") or 0.0
+    ahead_before = samples("kairos_ticker_decided_ahead_total") or 0.0
+    end = world.clock() + timedelta(minutes=2)
+    while world.clock() < end:
+        world.clock.now = world.clock() + timedelta(milliseconds=200)
+        turns(ticker, 2)
+    ticker.disconnect()
+    fires = (samples("kairos_ticker_fires_total") or 0.0) - fires_before
+    ahead = (samples("kairos_ticker_decided_ahead_total") or 0.0) - ahead_before
+    assert fires >= 1_150, "two minutes of 600 every-minute schedules"
+    assert ahead / fires > 0.9, f"{ahead:.0f} of {fires:.0f} fires decided ahead"
+    assert set(world.run_ids().values()) == {1}, "an occurrence fired twice"
