@@ -69,6 +69,33 @@ class TickerMetrics:
         self.skips = Counter(
             "kairos_ticker_misfire_skips", "Occurrences skipped by misfire policy.", registry=r
         )
+        self._add_partition_metrics(r)
+        self.commit_seconds = Histogram(
+            "kairos_ticker_transaction_commit_seconds",
+            "Time to commit one firing transaction.",
+            registry=r,
+        )
+        self.aborts = Counter(
+            "kairos_ticker_transaction_aborts", "Transactions aborted.", ["reason"], registry=r
+        )
+        self.dead_letters = Counter(
+            "kairos_ticker_dead_letters", "Schedule events dead-lettered.", registry=r
+        )
+        self.clock_skew = Gauge(
+            "kairos_ticker_clock_skew_seconds",
+            "This host's clock against the broker's, from the append times of the last "
+            "transaction's changelog records: > 0 ahead, < 0 behind (lower bounds).",
+            registry=r,
+        )
+        self.quarantined = Counter(
+            "kairos_ticker_quarantined_schedules",
+            "Schedules removed and dead-lettered because they could not be decoded, decided or "
+            "encoded.",
+            registry=r,
+        )
+
+    def _add_partition_metrics(self, r: CollectorRegistry) -> None:
+        """What the owned partitions hold, and what restoring them costs."""
         self.owned_partitions = Gauge(
             "kairos_ticker_owned_partitions", "Schedules partitions this ticker owns.", registry=r
         )
@@ -91,29 +118,6 @@ class TickerMetrics:
             "kairos_ticker_restored_records",
             "Changelog records applied while restoring.",
             ["mode"],
-            registry=r,
-        )
-        self.commit_seconds = Histogram(
-            "kairos_ticker_transaction_commit_seconds",
-            "Time to commit one firing transaction.",
-            registry=r,
-        )
-        self.aborts = Counter(
-            "kairos_ticker_transaction_aborts", "Transactions aborted.", ["reason"], registry=r
-        )
-        self.dead_letters = Counter(
-            "kairos_ticker_dead_letters", "Schedule events dead-lettered.", registry=r
-        )
-        self.clock_skew = Gauge(
-            "kairos_ticker_clock_skew_seconds",
-            "This host's clock against the broker's, from the append times of the last "
-            "transaction's changelog records: > 0 ahead, < 0 behind (lower bounds).",
-            registry=r,
-        )
-        self.quarantined = Counter(
-            "kairos_ticker_quarantined_schedules",
-            "Schedules removed and dead-lettered because they could not be decoded, decided or "
-            "encoded.",
             registry=r,
         )
 
