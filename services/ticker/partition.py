@@ -207,13 +207,14 @@ class OwnedPartition:
         """Keep decoded the states a committed transaction wrote (never those of an aborted
         one) that fall due within `DECODED_AHEAD_MS` of `now`; the ids of those dropped."""
         keep_until = now + _DECODED_AHEAD
-        cursor_ms = self.prepared_cursor[0]
+        # One conversion per commit, not one per fire: the states' instants compared as they are.
+        cursor_at = datetime.fromtimestamp(self.prepared_cursor[0] / 1000, UTC)
         dropped = []
         for schedule_id, state in states.items():
             self._ahead.pop(schedule_id)
             if state is not None and state.due_at is not None and state.due_at <= keep_until:
                 self._states.put(schedule_id, state)
-                if to_ms(state.due_at) < cursor_ms:
+                if state.due_at < cursor_at:
                     self.behind_cursor.append(schedule_id)
             else:
                 self._states.pop(schedule_id)
