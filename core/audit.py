@@ -286,7 +286,7 @@ def _owed(
         if state is not None and last is not None and last >= event.changed_at:
             # Seen late: the old definition owes through its last fire (the ticker's floor).
             through = last + _JUST_BEFORE
-            outcome = upserted(state, state.schedule, state.version, through, now=through)
+            outcome = upserted(state, state.schedule_with_id(), state.version, through, now=through)
             owed += _occurrences(state, outcome.decisions)
             state = outcome.state
         # `now` is the change itself: the ticker's clamp to its clock is not known (see above).

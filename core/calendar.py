@@ -388,23 +388,25 @@ def never_fires_reason(schedule: Schedule, after: datetime) -> str | None:
     return "no occurrence falls between start_at and end_at"
 
 
-def fire_instant_with_jitter(schedule: Schedule, nominal: datetime) -> datetime:
-    """When the occurrence at `nominal` should start: `nominal` plus its jitter offset.
+def fire_instant_with_jitter(schedule_id: str, schedule: Schedule, nominal: datetime) -> datetime:
+    """When the occurrence at `nominal` of schedule `schedule_id` should start: `nominal` plus
+    its jitter offset.
 
     The offset is in [0, jitter), in whole milliseconds, taken from a BLAKE2b hash of the run id,
     so the same run gets the same offset in every process and version and a herd spreads evenly.
+    The id is given apart: a ticker's `schedule` is a definition shared by many ids.
     """
     if not schedule.jitter:  # checked here too: this runs once per fire of a herd
         return nominal
-    return nominal + jitter_offset(schedule, nominal)
+    return nominal + jitter_offset(schedule_id, schedule, nominal)
 
 
-def jitter_offset(schedule: Schedule, nominal: datetime) -> timedelta:
+def jitter_offset(schedule_id: str, schedule: Schedule, nominal: datetime) -> timedelta:
     """The jitter of the occurrence at `nominal` (see `fire_instant_with_jitter`)."""
     jitter = schedule.jitter
     if not jitter:
         return _NO_JITTER
-    return _jitter_offset(schedule.id, jitter // timedelta(milliseconds=1), nominal)
+    return _jitter_offset(schedule_id, jitter // timedelta(milliseconds=1), nominal)
 
 
 @lru_cache(maxsize=65_536)

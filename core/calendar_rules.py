@@ -99,13 +99,13 @@ def next_occurrence(
 
 
 def fire_instant(
-    schedule: Schedule, nominal: datetime, calendars: CalendarLookup | None
+    schedule_id: str, schedule: Schedule, nominal: datetime, calendars: CalendarLookup | None
 ) -> tuple[Verdict, datetime]:
-    """The calendars' verdict on the occurrence and when it starts: where a roll or a
-    deferral moved it, or its nominal instant, plus its jitter."""
+    """The calendars' verdict on the occurrence of schedule `schedule_id` and when it starts:
+    where a roll or a deferral moved it, or its nominal instant, plus its jitter."""
     found = verdict(schedule, nominal, calendars, lambda at: _following(schedule, at, calendars))
     base = found.moved_to or nominal
-    return found, base + jitter_offset(schedule, nominal)
+    return found, base + jitter_offset(schedule_id, schedule, nominal)
 
 
 def _following(

@@ -39,6 +39,7 @@ from kairos.core.calendar_rules import (
     next_occurrence,
     uses_calendars,
 )
+from kairos.core.definitions import ANONYMOUS_ID, shared_definition
 from kairos.core.limits import EARLIEST_INSTANT
 from kairos.core.rerun_request import RerunProgress, RerunRequest
 from kairos.core.run_id import run_id
@@ -76,9 +77,12 @@ class Decision:
 class ScheduleState:
     """A ticker's view of one schedule.
 
-    `schedule` is the definition in force (pause and resume events carry it with `paused` set);
-    `version` is the schedules-topic offset of the change that produced it; `next_nominal` is the
-    first occurrence not yet decided (`None`: it never fires again).
+    `schedule` is the definition in force (pause and resume events carry it with `paused` set),
+    shared by every state whose definition is equal but for the id (`shared_definition`): its
+    `id` is `ANONYMOUS_ID`, the schedule's own is `schedule_id`. A state made from a schedule
+    with its id takes the id from it and shares its definition. `version` is the schedules-topic
+    offset of the change that produced it; `next_nominal` is the first occurrence not yet
+    decided (`None`: it never fires again).
     """
 
     schedule: Schedule
@@ -98,6 +102,8 @@ class ScheduleState:
     calendars: CalendarLookup | None = field(default=None, compare=False, repr=False)
     """The shared calendars the schedule's calendar fields are read with (not persisted: the
     ticker gives the latest it read, the audit the ones in force at each occurrence)."""
+    schedule_id: str = ANONYMOUS_ID
+    """The schedule's id; given when `schedule` is a shared definition, else taken from it."""
     due_at: datetime | None = field(init=False, compare=False, repr=False)
     """When the ticker must look at this schedule next; `None` when nothing is pending."""
     verdict: Verdict = field(init=False, compare=False, repr=False)
@@ -106,16 +112,37 @@ class ScheduleState:
     def __post_init__(self) -> None:
         # Computed once: a fire asks for it several times (deciding, holds_at, the store's due
         # index), and at a million schedules the jitter's hash missed every cache.
+        schedule = self.schedule
+        if schedule.id != ANONYMOUS_ID:
+            self._share_definition(schedule)
+            schedule = self.schedule
+        elif self.schedule_id == ANONYMOUS_ID:
+            raise ValueError("a state of a shared definition needs its schedule_id")
         due = None
         verdict = ON_TIME
-        schedule = self.schedule
         if not schedule.paused and self.next_nominal is not None and self.settle_before is None:
+            schedule_id = self.schedule_id
             if uses_calendars(schedule):
-                verdict, due = fire_instant(schedule, self.next_nominal, self.calendars)
+                verdict, due = fire_instant(
+                    schedule_id, schedule, self.next_nominal, self.calendars
+                )
             else:
-                due = fire_instant_with_jitter(schedule, self.next_nominal)
+                due = fire_instant_with_jitter(schedule_id, schedule, self.next_nominal)
         object.__setattr__(self, "due_at", due)
         object.__setattr__(self, "verdict", verdict)
+
+    def _share_definition(self, schedule: Schedule) -> None:
+        if self.schedule_id not in (ANONYMOUS_ID, schedule.id):
+            raise ValueError(
+                f"a state of schedule {self.schedule_id!r} given the definition of {schedule.id!r}"
+            )
+        object.__setattr__(self, "schedule_id", schedule.id)
+        object.__setattr__(self, "schedule", shared_definition(schedule))
+
+    def schedule_with_id(self) -> Schedule:
+        """The definition under the schedule's own id: a copy, for writing it out (events),
+        not for the firing path."""
+        return self.schedule.model_copy(update={"id": self.schedule_id})
 
     @property
     def paused(self) -> bool:
@@ -318,7 +345,7 @@ def holds_at(ahead: Outcome, now: datetime) -> bool:
 def _decide(
     state: ScheduleState, until: datetime, now: datetime, limit: int | None, *, jittered: bool
 ) -> Outcome:
-    schedule = state.schedule
+    schedule, schedule_id = state.schedule, state.schedule_id
     if state.paused or state.settling:
         return Outcome(state, [])
     decisions: list[Decision] = []
@@ -345,6 +372,7 @@ def _decide(
             reruns_done=state.reruns_done,
             runs_fired=current.runs_fired,
             calendars=state.calendars,
+            schedule_id=schedule_id,
         )
         moved_to = current.verdict.moved_to
         reason = current.verdict.skip_reason or _skip_reason(
@@ -359,8 +387,8 @@ def _decide(
             successor = _counted(successor)
         decisions.append(
             Decision(
-                run_id=run_id(schedule.id, nominal),
-                schedule_id=schedule.id,
+                run_id=run_id(schedule_id, nominal),
+                schedule_id=schedule_id,
                 nominal=nominal,
                 fire_at=fire_at,
                 action=Action.SKIP if reason else Action.FIRE,

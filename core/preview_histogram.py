@@ -208,7 +208,7 @@ def _count_group(
         load.schedules_with_jitter += steady
     for member in jittered:
         started = Counter(
-            _minute_of(fire_instant_with_jitter(member, nominal)) for nominal in nominals
+            _minute_of(fire_instant_with_jitter(member.id, member, nominal)) for nominal in nominals
         )
         for minute, fires in started.items():
             load = minutes.setdefault(minute, MinuteLoad())
@@ -234,7 +234,9 @@ def _count_calendar_runs(
         runs_at = occurrence.runs_at
         if runs_at is not None:
             due[_minute_of(runs_at)] += 1
-            started[_minute_of(runs_at + jitter_offset(schedule, occurrence.fire.nominal))] += 1
+            started[
+                _minute_of(runs_at + jitter_offset(schedule.id, schedule, occurrence.fire.nominal))
+            ] += 1
     for minute, fires in due.items():
         load = minutes.setdefault(minute, MinuteLoad())
         load.fires += fires

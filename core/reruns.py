@@ -84,8 +84,7 @@ def take_rerun(
         else None
     )
     decisions: list[Decision] = []
-    schedule = state.schedule
-    for nominal in rerun_occurrences(schedule, request, after, state.calendars):
+    for nominal in rerun_occurrences(state.schedule, request, after, state.calendars):
         if limit is not None and len(decisions) >= limit:
             if not decisions:  # no room at all: nothing changes
                 return RerunOutcome(state, [], done=False)
@@ -93,8 +92,8 @@ def take_rerun(
             return RerunOutcome(replace(state, rerun=through), decisions, done=False)
         decisions.append(
             Decision(
-                run_id=rerun_id(schedule.id, nominal, request.request_id),
-                schedule_id=schedule.id,
+                run_id=rerun_id(state.schedule_id, nominal, request.request_id),
+                schedule_id=state.schedule_id,
                 nominal=nominal,
                 fire_at=now,
                 action=Action.FIRE,

@@ -34,7 +34,7 @@ from kairos.core.firing import ScheduleState
 from kairos.core.quotas import Use, schedule_use
 from kairos.core.rerun_request import RerunProgress
 from kairos.streams.codec import Codecs
-from kairos.streams.records import definition_record, schedule_from_definition
+from kairos.streams.records import definition_record, shared_definition_of
 from kairos.streams.run_encoder import ProgressEncoder
 from kairos.streams.state_store import StateWrite
 
@@ -253,8 +253,8 @@ def floor_from_stored(codecs: Codecs, progress: bytes) -> datetime | None:
 def state_record(state: ScheduleState) -> dict[str, Any]:
     """The changelog value of the definition a ticker holds (written when it changes)."""
     return {
-        "schedule_id": state.schedule.id,
-        "definition": definition_record(state.schedule),
+        "schedule_id": state.schedule_id,
+        "definition": definition_record(state.schedule, schedule_id=state.schedule_id),
         "schedule_offset": state.version,
         "rerun_request_id": None if state.rerun is None else state.rerun.request_id,
         "rerun_fired_through_at": None if state.rerun is None else state.rerun.fired_through,
@@ -273,7 +273,7 @@ def _rerun_progress(definition: dict[str, Any]) -> RerunProgress | None:
 def progress_record(state: ScheduleState) -> dict[str, Any]:
     """The changelog value of a schedule's firing progress (what `ProgressEncoder` writes)."""
     return {
-        "schedule_id": state.schedule.id,
+        "schedule_id": state.schedule_id,
         "schedule_offset": state.version,
         "last_decided_nominal_at": state.last_decided_nominal,
         "next_nominal_at": state.next_nominal,
@@ -302,14 +302,15 @@ def state_from_records(
     """A ticker's state from its two changelog values; `None` for a deleted schedule."""
     if definition["definition"] is None:
         return None
-    schedule = schedule_from_definition(definition["definition"])
+    schedule_id, schedule = shared_definition_of(definition["definition"])
     if progress is None or progress["schedule_offset"] != definition["schedule_offset"]:
         raise ValueError(
-            f"schedule {schedule.id!r}: no progress recorded for version "
+            f"schedule {schedule_id!r}: no progress recorded for version "
             f"{definition['schedule_offset']}; the changelog is incomplete"
         )
     return ScheduleState(
         schedule=schedule,
+        schedule_id=schedule_id,
         version=definition["schedule_offset"],
         next_nominal=progress["next_nominal_at"],
         last_decided_nominal=progress["last_decided_nominal_at"],

@@ -11,6 +11,7 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from kairos.core.definitions import shared_definition
 from kairos.core.firing import Decision, ScheduleState
 from kairos.core.lru import LruCache
 from kairos.core.rerun_request import RerunKind, RerunRequest
@@ -27,7 +28,8 @@ _MS = timedelta(milliseconds=1)
 _JOBS: LruCache[tuple[str, str], JobSpec] = LruCache(65_536)
 _FIELDS_SETS: LruCache[frozenset[str], set[str]] = LruCache(1_024)
 _SHAPES: LruCache[tuple[Any, ...], Schedule] = LruCache(16_384)
-"""Validated schedules by their definition but for the id (`schedule_from_definition`)."""
+"""Validated definitions, as `shared_definition` gives them, by their record but for the id
+(`shared_definition_of`)."""
 
 
 def _ms(value: timedelta | None) -> int | None:
@@ -87,9 +89,11 @@ def _validated_job(record: dict[str, Any]) -> JobSpec:
     return JobSpec.model_validate({**params, "kind": record["kind"]})
 
 
-def definition_record(schedule: Schedule) -> dict[str, Any]:
+def definition_record(schedule: Schedule, *, schedule_id: str | None = None) -> dict[str, Any]:
+    """The record of `schedule`, under `schedule_id` when given (a shared definition's id is
+    no schedule's: `kairos.core.definitions`)."""
     return {
-        "id": schedule.id,
+        "id": schedule.id if schedule_id is None else schedule_id,
         "cron": schedule.cron,
         "at": _utc(schedule.at),
         "every_ms": _ms(schedule.every),
@@ -149,15 +153,21 @@ def schedule_from_definition(record: dict[str, Any]) -> Schedule:
     that schedule under its own id, once the id itself passes its rule (a bulk load of a
     million schedules validates each shape once).
     """
+    schedule_id, definition = shared_definition_of(record)
+    return _sharing_fields_set(definition.model_copy(update={"id": schedule_id}))
+
+
+def shared_definition_of(record: dict[str, Any]) -> tuple[str, Schedule]:
+    """The id of the schedule a definition record describes and its definition as
+    `shared_definition` gives it, validated as `schedule_from_definition` validates."""
     schedule_id = record["id"]
     shape = _shape(record)
     if isinstance(schedule_id, str) and SCHEDULE_ID_PATTERN.fullmatch(schedule_id):
-        like = _SHAPES.get(shape)
-        if like is not None:
-            return _sharing_fields_set(like.model_copy(update={"id": schedule_id}))
+        definition = _SHAPES.get(shape)
+        if definition is not None:
+            return schedule_id, definition
     schedule = _validated_schedule(record)
-    _SHAPES.put(shape, schedule)
-    return schedule
+    return schedule.id, _SHAPES.put(shape, shared_definition(schedule))
 
 
 def _shape(record: dict[str, Any]) -> tuple[Any, ...]:

@@ -83,7 +83,7 @@ class ProgressEncoder:
         return b"".join(
             (
                 self._header,
-                _string(state.schedule.id),
+                _string(state.schedule_id),
                 _long(state.version),
                 _optional_instant(state.last_decided_nominal),
                 _optional_instant(state.next_nominal),
@@ -110,15 +110,15 @@ class RunRequestedEncoder:
             upcoming.action is not Action.FIRE or upcoming.rerun is not None
         ):
             upcoming = None  # a skip runs nothing; a rerun's run is encoded whole (`encode`)
-        template = self._kept(state.schedule.id, state.version, partition)
+        template = self._kept(state.schedule_id, state.version, partition)
         if template is None:
             nominal = state.next_nominal or _EPOCH
             decision = upcoming or Decision(
-                run_id(state.schedule.id, nominal), state.schedule.id, nominal, nominal, Action.FIRE
+                run_id(state.schedule_id, nominal), state.schedule_id, nominal, nominal, Action.FIRE
             )
             template = self._template(decision, state, decision.fire_at, partition)
         if upcoming is not None and upcoming is not template[4]:
-            self._templates.put((state.schedule.id, partition), _upcoming(template, upcoming))
+            self._templates.put((state.schedule_id, partition), _upcoming(template, upcoming))
 
     def encode(
         self, decision: Decision, state: ScheduleState, *, fired_at: datetime, partition: int

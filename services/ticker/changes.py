@@ -152,8 +152,9 @@ class ScheduleChanges:
             if isinstance(change, RerunRemoved):
                 return True
             state = work.current(owned, change.schedule_id)
-            held = None if state is None else state.schedule
-            if is_restoration(restores_mark(message.headers()), change, held):
+            restores = restores_mark(message.headers())
+            held = state.schedule_with_id() if restores and state is not None else None
+            if is_restoration(restores, change, held):
                 return True
             if self._refused(owned, message, change, state=state, now=now, work=work):
                 return True

@@ -22,7 +22,7 @@ def after_last_run_records(
     state: ScheduleState, codecs: Codecs, instance: str, now: datetime
 ) -> list[tuple[bytes, bytes | None]]:
     """(key, value) of the change that ends a schedule whose runs ran out, in order."""
-    schedule = state.schedule
+    schedule = state.schedule_with_id()
     action = schedule.after_last_run
     delete = action is AfterLastRun.DELETE
     event = schedule_event_record(

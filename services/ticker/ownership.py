@@ -147,7 +147,8 @@ def _ends_ran_out(state: ScheduleState, change: Taken, kind: Change) -> bool:
     return (
         isinstance(change, ScheduleUpserted)
         and kind is Change.PAUSE
-        and change.schedule == state.schedule.model_copy(update={"paused": True})
+        and change.schedule
+        == state.schedule.model_copy(update={"paused": True, "id": state.schedule_id})
     )
 
 
@@ -155,7 +156,7 @@ def restoring_event(
     state: ScheduleState, codecs: Codecs, changed_by: str, now: datetime, refused_offset: int
 ) -> bytes:
     """The value that restates `state`'s definition after refusing the change at the offset."""
-    schedule = state.schedule
+    schedule = state.schedule_with_id()
     return codecs.schedule_event.encode(
         schedule_event_record(
             schedule.id,

@@ -177,11 +177,11 @@ class OwnedPartition:
 
     def decided_ahead(self, state: ScheduleState) -> Ahead | None:
         """What was decided ahead from exactly this state, if anything."""
-        ahead = self._ahead.peek(state.schedule.id)  # popped at the commit of its fire
+        ahead = self._ahead.peek(state.schedule_id)  # popped at the commit of its fire
         return ahead if ahead is not None and ahead.state is state else None
 
     def keep_ahead(self, ahead: Ahead) -> None:
-        self._ahead.put(ahead.state.schedule.id, ahead)
+        self._ahead.put(ahead.state.schedule_id, ahead)
 
     def ownership(self, instance: str, changelog_last: int | None) -> OwnershipInfo:
         """What this owner says of itself in its committed offsets' metadata."""

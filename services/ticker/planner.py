@@ -193,17 +193,17 @@ class TurnPlanner:
             if ahead is not None and holds_at(ahead.outcome, now):
                 work.record(
                     owned.partition,
-                    state.schedule.id,
+                    state.schedule_id,
                     ahead.outcome,
                     state,
                     written_ahead=ahead.write,
                 )
             else:
                 outcome = decide_due(state, until=now, now=now, limit=limit)
-                work.record(owned.partition, state.schedule.id, outcome, state)
+                work.record(owned.partition, state.schedule_id, outcome, state)
         except Exception as failure:
             raise PoisonedScheduleError(
-                owned.partition, state.schedule.id, "decide", failure
+                owned.partition, state.schedule_id, "decide", failure
             ) from failure
         if late:
             work.settle_room -= work.decisions - decided_before

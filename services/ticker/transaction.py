@@ -92,7 +92,7 @@ class FiringTransactions:
             return None
         self._runs.prepare(state, partition, outcome.decisions[0] if outcome.decisions else None)
         return Ahead(
-            state, outcome, self._state_writes.state_write(state.schedule.id, outcome.state, False)
+            state, outcome, self._state_writes.state_write(state.schedule_id, outcome.state, False)
         )
 
     def forget_prepared(self, schedule_ids: list[str], partition: int) -> None:

@@ -152,7 +152,7 @@ class TransactionWork:
         self.ran_out = [
             (p, state)
             for p, state in self.ran_out
-            if p != partition or state.schedule.id != schedule_id
+            if p != partition or state.schedule_id != schedule_id
         ]
         self.skips = [skip for skip in self.skips if skip.schedule_id != schedule_id]
         self.states.get(partition, {}).pop(schedule_id, None)

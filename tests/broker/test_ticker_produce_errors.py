@@ -25,7 +25,7 @@ CODECS = make_codecs()
 
 
 def firing(state: ScheduleState, nominal: datetime) -> tuple[Decision, ScheduleState, int]:
-    schedule_id = state.schedule.id
+    schedule_id = state.schedule_id
     decision = Decision(run_id(schedule_id, nominal), schedule_id, nominal, nominal, Action.FIRE)
     return decision, state, 0
 

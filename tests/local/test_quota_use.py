@@ -33,7 +33,7 @@ def _state(schedule_id: str, owner: str | None, every_s: int | None = None) -> S
 def _store(path: Path, *states: ScheduleState) -> PartitionStore:
     store = PartitionStore(path, StoreMemory(16))
     encoder = StateWriteEncoder(CODECS)
-    writes = [encoder.state_write(s.schedule.id, s, redefined=True) for s in states]
+    writes = [encoder.state_write(s.schedule_id, s, redefined=True) for s in states]
     store.apply(writes, changelog_offset=len(writes))
     return store
 

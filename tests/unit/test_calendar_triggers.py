@@ -176,14 +176,17 @@ def test_schedules_sharing_an_expression_share_one_compiled_calendar() -> None:
 
 
 def test_jitter_is_zero_without_jitter() -> None:
-    assert fire_instant_with_jitter(make(cron="* * * * *"), T) == T
+    schedule = make(cron="* * * * *")
+    assert fire_instant_with_jitter(schedule.id, schedule, T) == T
 
 
 def test_jitter_is_stable_and_pinned() -> None:
     schedule = make(cron="* * * * *", jitter="10m")
     # Pinned: a change of hashing would move every jittered run, so it must not go unnoticed.
-    assert fire_instant_with_jitter(schedule, T) - T == timedelta(milliseconds=185_065)
-    assert fire_instant_with_jitter(schedule, T) == fire_instant_with_jitter(schedule, T)
+    assert fire_instant_with_jitter(schedule.id, schedule, T) - T == timedelta(milliseconds=185_065)
+    assert fire_instant_with_jitter(schedule.id, schedule, T) == fire_instant_with_jitter(
+        schedule.id, schedule, T
+    )
 
 
 @settings(max_examples=200, deadline=None)
@@ -194,7 +197,7 @@ def test_jitter_is_stable_and_pinned() -> None:
 def test_jitter_lies_in_range(minutes: int, jitter_ms: int) -> None:
     schedule = make(cron="* * * * *", jitter=timedelta(milliseconds=jitter_ms))
     nominal = T + timedelta(minutes=minutes)
-    offset = fire_instant_with_jitter(schedule, nominal) - nominal
+    offset = fire_instant_with_jitter(schedule.id, schedule, nominal) - nominal
     assert timedelta(0) <= offset < timedelta(milliseconds=jitter_ms)
 
 
@@ -203,7 +206,7 @@ def test_jitter_spreads_a_herd() -> None:
         Schedule.model_validate({"id": f"job-{i}", "cron": "0 0 * * *", "jitter": "1m"})
         for i in range(1000)
     ]
-    offsets = {fire_instant_with_jitter(schedule, T) - T for schedule in herd}
+    offsets = {fire_instant_with_jitter(schedule.id, schedule, T) - T for schedule in herd}
     assert len(offsets) > 900
 
 

@@ -69,7 +69,7 @@ def test_jitter_spreads_the_herd_over_the_minutes_the_ticker_starts_them(tmp_pat
     # Each run starts when the ticker starts it: its own jitter, computed as the ticker does.
     midnight = datetime(2027, 3, 15, tzinfo=UTC)
     expected = Counter(
-        fire_instant_with_jitter(Schedule.model_validate(s), midnight)
+        fire_instant_with_jitter(s["id"], Schedule.model_validate(s), midnight)
         .replace(second=0, microsecond=0)
         .strftime("%Y-%m-%dT%H:%M:%SZ")
         for s in schedules

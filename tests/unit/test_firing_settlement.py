@@ -58,7 +58,7 @@ def settle_in_slices(
         # Held: not due, and deciding it decides nothing, whatever the time.
         assert state.due_at is None
         assert decide_due(state, until=now + DAY, now=now + DAY, limit=None).decisions == []
-        assert state.schedule == every_second() and state.version == 1
+        assert state.schedule_with_id() == every_second() and state.version == 1
         now += tick
 
 
