@@ -27,9 +27,10 @@ from kairos.streams.records import run_requested_record
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MS = timedelta(milliseconds=1)
 _TEMPLATE_LIMIT = 2_000_000
-_Template = tuple[int, bytes, bytes, bytes, Decision | None, bytes, int]
+_Template = tuple[int, bytes, bytes, bytes, Decision | None, bytes, int, int]
 """(schedule version, bytes before the leading fields, the encoded schedule id, bytes after;
-then the fire decided ahead, its bytes up to the fired instant, and its due ms)."""
+then the fire decided ahead, its bytes up to the fired instant, and its due ms; the partition
+the bytes after name)."""
 
 
 @lru_cache(maxsize=65_536)
@@ -97,9 +98,10 @@ class RunRequestedEncoder:
     def __init__(self, codec: Codec, ticker_instance: str) -> None:
         self._codec = codec
         self._ticker_instance = ticker_instance
-        # One template per schedule and partition, of the version it was built for: a new
-        # version replaces it rather than leaving the old one to age out of the LRU.
-        self._templates: LruCache[tuple[str, int], _Template] = LruCache(_TEMPLATE_LIMIT)
+        # One template per schedule, of the version and partition it was built for: a new one
+        # replaces it rather than leaving the old one to age out of the LRU. Keyed by the id
+        # alone: a (id, partition) key was 64 bytes more per schedule due soon.
+        self._templates: LruCache[str, _Template] = LruCache(_TEMPLATE_LIMIT)
         self._headers: dict[bytes, bytes] = {}
         """Every template's leading bytes, shared: a handful of distinct values."""
 
@@ -118,7 +120,7 @@ class RunRequestedEncoder:
             )
             template = self._template(decision, state, decision.fire_at, partition)
         if upcoming is not None and upcoming is not template[4]:
-            self._templates.put((state.schedule_id, partition), _upcoming(template, upcoming))
+            self._templates.put(state.schedule_id, _upcoming(template, upcoming))
 
     def encode(
         self, decision: Decision, state: ScheduleState, *, fired_at: datetime, partition: int
@@ -150,14 +152,16 @@ class RunRequestedEncoder:
             ticker_instance=self._ticker_instance,
         )
 
-    def forget(self, schedule_id: str, partition: int) -> None:
+    def forget(self, schedule_id: str) -> None:
         """Drop the schedule's template (it is not due soon: built again when it is)."""
-        self._templates.pop((schedule_id, partition))
+        self._templates.pop(schedule_id)
 
     def _kept(self, schedule_id: str, version: int, partition: int) -> _Template | None:
         # Not refreshed: prepared again before each fire, which puts it when it changes.
-        template = self._templates.peek((schedule_id, partition))
-        return template if template is not None and template[0] == version else None
+        template = self._templates.peek(schedule_id)
+        if template is None or template[0] != version or template[7] != partition:
+            return None
+        return template
 
     def _template(
         self, decision: Decision, state: ScheduleState, fired_at: datetime, partition: int
@@ -175,8 +179,9 @@ class RunRequestedEncoder:
         )
         start = whole.index(leading)
         header = self._headers.setdefault(whole[:start], whole[:start])
-        template = (state.version, header, schedule_id, whole[start + len(leading) :], None, b"", 0)
-        return self._templates.put((decision.schedule_id, partition), template)
+        tail = whole[start + len(leading) :]
+        template = (state.version, header, schedule_id, tail, None, b"", 0, partition)
+        return self._templates.put(decision.schedule_id, template)
 
 
 def _leading(template: _Template, decision: Decision) -> tuple[bytes, int]:
@@ -197,4 +202,4 @@ def _leading(template: _Template, decision: Decision) -> tuple[bytes, int]:
 
 def _upcoming(template: _Template, decision: Decision) -> _Template:
     head, due_ms = _leading(template, decision)
-    return (*template[:4], decision, head, due_ms)
+    return (*template[:4], decision, head, due_ms, template[7])

@@ -268,7 +268,7 @@ def _event(
             f"the definition's id {schedule.id!r} differs from the key {schedule_id!r}"
         )
     return ScheduleUpserted(
-        schedule_id,
+        schedule.id,  # equal to the key's, and the one object every copy of the state keeps
         partition,
         offset,
         schedule,

@@ -122,7 +122,7 @@ class CommitPath:
                 one.use.recount()
             else:
                 one.use.committed(work.use_changes.get(partition, {}))
-            transactions.forget_prepared(dropped, partition)
+            transactions.forget_prepared(dropped)
         for one in owned.values():
             one.committed_offset = one.next_offset
         self._metrics.schedules_held.set(sum(o.store.count for o in owned.values()))

@@ -95,10 +95,10 @@ class FiringTransactions:
             state, outcome, self._state_writes.state_write(state.schedule_id, outcome.state, False)
         )
 
-    def forget_prepared(self, schedule_ids: list[str], partition: int) -> None:
+    def forget_prepared(self, schedule_ids: list[str]) -> None:
         """Drop what was encoded ahead for these schedules (none of them is due soon)."""
         for schedule_id in schedule_ids:
-            self._runs.forget(schedule_id, partition)
+            self._runs.forget(schedule_id)
 
     def state_writes(self, work: TransactionWork) -> dict[int, list[StateWrite]]:
         """What the stores will hold after the commit: exactly the changelog's bytes.

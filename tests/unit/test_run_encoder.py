@@ -131,3 +131,22 @@ def test_a_run_prepared_ahead_is_reused_only_for_that_very_decision() -> None:
             )
         )
         assert encoder.encode(decision, state, fired_at=fired, partition=3) == expected
+
+
+def test_a_template_serves_only_the_partition_it_was_built_for() -> None:
+    """One template per schedule: a run on another partition (the topic's partition count
+    changed) is encoded for that partition, not from the template of the old one."""
+    nominal = datetime(2027, 1, 1, tzinfo=UTC)
+    state = ScheduleState(
+        schedule=Schedule(id="herd-1", cron="* * * * *"), version=7, next_nominal=nominal
+    )
+    encoder = RunRequestedEncoder(CODEC, "ticker-1")
+    decision = Decision(run_id("herd-1", nominal), "herd-1", nominal, nominal, Action.FIRE)
+    for partition in (3, 4, 3):
+        encoder.prepare(state, partition, decision)
+        expected = CODEC.encode(
+            run_requested_record(
+                decision, state, fired_at=nominal, partition=partition, ticker_instance="ticker-1"
+            )
+        )
+        assert encoder.encode(decision, state, fired_at=nominal, partition=partition) == expected
