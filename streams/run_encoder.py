@@ -7,7 +7,9 @@ instants, lateness) differ between two runs of one schedule version on one parti
 (job, attempts, overlap, partition, version, ticker, owner) is the same every time. So the codec
 encodes one whole record per schedule version, the encoder keeps the bytes around those leading
 fields as a template, and each run writes only the leading fields, in Avro's binary encoding,
-between them.
+between them. The bytes after them are kept in three parts, the schedule's offset alone in the
+middle: the parts around it are shared by every schedule of the same definition (the job, its
+parameters and the labels are most of a run).
 
 `TickerProgress`: six fields, written by hand after the codec's header.
 """
@@ -27,10 +29,11 @@ from kairos.streams.records import run_requested_record
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MS = timedelta(milliseconds=1)
 _TEMPLATE_LIMIT = 2_000_000
-_Template = tuple[int, bytes, bytes, bytes, Decision | None, bytes, int, int]
-"""(schedule version, bytes before the leading fields, the encoded schedule id, bytes after;
-then the fire decided ahead, its bytes up to the fired instant, and its due ms; the partition
-the bytes after name)."""
+_SHARED_PARTS_LIMIT = 16_384
+_Template = tuple[int, bytes, bytes, bytes, bytes, bytes, Decision | None, bytes, int, int]
+"""(schedule version, bytes before the leading fields, the encoded schedule id; the bytes after
+them in three parts: up to the schedule's offset, the offset, the rest; then the fire decided
+ahead, its bytes up to the fired instant, and its due ms; the partition the bytes name)."""
 
 
 @lru_cache(maxsize=65_536)
@@ -104,6 +107,9 @@ class RunRequestedEncoder:
         self._templates: LruCache[str, _Template] = LruCache(_TEMPLATE_LIMIT)
         self._headers: dict[bytes, bytes] = {}
         """Every template's leading bytes, shared: a handful of distinct values."""
+        self._shared_parts: LruCache[bytes, bytes] = LruCache(_SHARED_PARTS_LIMIT)
+        """The bytes around the schedule offset, shared by the templates of schedules equal
+        but for their id and offset (the job, its parameters, the labels: most of a run)."""
 
     def prepare(self, state: ScheduleState, partition: int, upcoming: Decision | None) -> None:
         """Build the schedule's template ahead of its fires (idle time, not the herd's), with
@@ -119,7 +125,7 @@ class RunRequestedEncoder:
                 run_id(state.schedule_id, nominal), state.schedule_id, nominal, nominal, Action.FIRE
             )
             template = self._template(decision, state, decision.fire_at, partition)
-        if upcoming is not None and upcoming is not template[4]:
+        if upcoming is not None and upcoming is not template[6]:
             self._templates.put(state.schedule_id, _upcoming(template, upcoming))
 
     def encode(
@@ -133,13 +139,16 @@ class RunRequestedEncoder:
         if template is None:
             template = self._template(decision, state, fired_at, partition)
         fired_ms = _millis(fired_at)
-        if template[4] is decision:
+        if template[6] is decision:
             # The very decision prepared ahead (an equal run id is not enough: a calendar
             # changed since may move its due instant): the fired instant and lateness are left.
-            head, due_ms = template[5], template[6]
+            head, due_ms = template[7], template[8]
         else:
             head, due_ms = _leading(template, decision)
-        return b"".join((head, _long(fired_ms), _long(max(0, fired_ms - due_ms)), template[3]))
+        lateness_ms = max(0, fired_ms - due_ms)
+        return b"".join(
+            (head, _long(fired_ms), _long(lateness_ms), template[3], template[4], template[5])
+        )
 
     def _record(
         self, decision: Decision, state: ScheduleState, fired_at: datetime, partition: int
@@ -159,7 +168,7 @@ class RunRequestedEncoder:
     def _kept(self, schedule_id: str, version: int, partition: int) -> _Template | None:
         # Not refreshed: prepared again before each fire, which puts it when it changes.
         template = self._templates.peek(schedule_id)
-        if template is None or template[0] != version or template[7] != partition:
+        if template is None or template[0] != version or template[9] != partition:
             return None
         return template
 
@@ -179,9 +188,39 @@ class RunRequestedEncoder:
         )
         start = whole.index(leading)
         header = self._headers.setdefault(whole[:start], whole[:start])
-        tail = whole[start + len(leading) :]
-        template = (state.version, header, schedule_id, tail, None, b"", 0, partition)
+        before, offset, after = self._split_at_offset(
+            whole[start + len(leading) :], partition, state.version
+        )
+        template = (
+            state.version,
+            header,
+            schedule_id,
+            before,
+            offset,
+            after,
+            None,
+            b"",
+            0,
+            partition,
+        )
         return self._templates.put(decision.schedule_id, template)
+
+    def _split_at_offset(
+        self, tail: bytes, partition: int, version: int
+    ) -> tuple[bytes, bytes, bytes]:
+        """`tail` cut around its schedule offset, the parts around it shared. The offset is
+        found by its bytes between the partition's and the ticker's name, as the schema orders
+        them; where a job parameter happens to hold the same bytes, the cut falls there
+        instead, and the parts still join into `tail` (they are only not shared)."""
+        encoded_partition, encoded_offset = _long(partition), _long(version)
+        anchor = encoded_partition + encoded_offset + _string(self._ticker_instance)
+        at = tail.index(anchor) + len(encoded_partition)
+        end = at + len(encoded_offset)
+        return self._shared(tail[:at]), tail[at:end], self._shared(tail[end:])
+
+    def _shared(self, part: bytes) -> bytes:
+        kept = self._shared_parts.get(part)
+        return self._shared_parts.put(part, part) if kept is None else kept
 
 
 def _leading(template: _Template, decision: Decision) -> tuple[bytes, int]:
@@ -202,4 +241,4 @@ def _leading(template: _Template, decision: Decision) -> tuple[bytes, int]:
 
 def _upcoming(template: _Template, decision: Decision) -> _Template:
     head, due_ms = _leading(template, decision)
-    return (*template[:4], decision, head, due_ms, template[7])
+    return (*template[:6], decision, head, due_ms, template[9])

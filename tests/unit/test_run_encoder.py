@@ -150,3 +150,43 @@ def test_a_template_serves_only_the_partition_it_was_built_for() -> None:
             )
         )
         assert encoder.encode(decision, state, fired_at=nominal, partition=partition) == expected
+
+
+def test_schedules_of_one_definition_share_their_templates_bytes() -> None:
+    nominal = datetime(2027, 1, 1, tzinfo=UTC)
+    encoder = RunRequestedEncoder(CODEC, "ticker-1")
+    job = {"kind": "http", "url": "https://billing.internal/settle"}
+    for n, schedule_id in enumerate(("settle-1", "settle-2")):
+        schedule = Schedule.model_validate({"id": schedule_id, "cron": "* * * * *", "job": job})
+        state = ScheduleState(schedule=schedule, version=1_000 + n, next_nominal=nominal)
+        decision = Decision(
+            run_id(schedule_id, nominal), schedule_id, nominal, nominal, Action.FIRE
+        )
+        expected = CODEC.encode(
+            run_requested_record(
+                decision, state, fired_at=nominal, partition=3, ticker_instance="ticker-1"
+            )
+        )
+        assert encoder.encode(decision, state, fired_at=nominal, partition=3) == expected
+    first, second = (encoder._templates.peek(s) for s in ("settle-1", "settle-2"))
+    assert first is not None and second is not None
+    assert first[3] is second[3] and first[5] is second[5]  # the job's bytes, the labels'
+    assert first[4] != second[4]  # each its own offset
+
+
+def test_a_job_parameter_holding_the_bytes_around_the_offset_still_encodes_exactly() -> None:
+    """Partition 40, offset 50 and a 52-character ticker name encode as `Pdh` and the name:
+    a job parameter holding that text comes first in the run and is where the cut falls."""
+    nominal = datetime(2027, 1, 1, tzinfo=UTC)
+    ticker = "x" * 52
+    encoder = RunRequestedEncoder(CODEC, ticker)
+    job = {"kind": "shell", "command": "Pdh" + ticker}
+    schedule = Schedule.model_validate({"id": "odd", "cron": "* * * * *", "job": job})
+    state = ScheduleState(schedule=schedule, version=50, next_nominal=nominal)
+    for minute in range(2):
+        at = nominal + timedelta(minutes=minute)
+        decision = Decision(run_id("odd", at), "odd", at, at, Action.FIRE)
+        expected = CODEC.encode(
+            run_requested_record(decision, state, fired_at=at, partition=40, ticker_instance=ticker)
+        )
+        assert encoder.encode(decision, state, fired_at=at, partition=40) == expected
