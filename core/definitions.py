@@ -17,6 +17,8 @@ ANONYMOUS_ID = ""
 """The id of a shared definition: no schedule id matches it (`SCHEDULE_ID_PATTERN`)."""
 
 _SHARED: LruCache[tuple[object, ...], Schedule] = LruCache(16_384)
+"""Asked by the thread that builds states (a ticker's main loop, the audit): its keys hold
+pydantic models, whose hashing is Python code, unlike the keys `LruCache` is made for."""
 
 
 def shared_definition(schedule: Schedule) -> Schedule:

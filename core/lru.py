@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Generic, TypeVar, overload
+from typing import Generic, TypeVar, cast, overload
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -67,6 +67,12 @@ class LruCache(Generic[K, V]):
         except KeyError:
             pass  # emptied by other threads meanwhile: nothing to reorder or evict
         return value
+
+    def setdefault(self, key: K, value: V) -> V:
+        """The value kept for `key` (now the most recently used), else `value`, kept now: one
+        object for every equal value asked for (`value` is built by the caller either way)."""
+        kept = self.get(key, _MISSING)
+        return self.put(key, value) if kept is _MISSING else cast(V, kept)
 
     def pop(self, key: K) -> V | None:
         """Forget `key`; its value, or `None` when it was not kept."""

@@ -233,9 +233,7 @@ def _sharing_fields_set(schedule: Schedule) -> Schedule:
     frozen model: pydantic copies it before a `model_copy(update=...)` adds to it.
     """
     given = schedule.__pydantic_fields_set__
-    shared = _FIELDS_SETS.get(frozenset(given))
-    if shared is None:
-        shared = _FIELDS_SETS.put(frozenset(given), given)
+    shared = _FIELDS_SETS.setdefault(frozenset(given), given)
     object.__setattr__(schedule, "__pydantic_fields_set__", shared)
     return schedule
 

@@ -216,11 +216,9 @@ class RunRequestedEncoder:
         anchor = encoded_partition + encoded_offset + _string(self._ticker_instance)
         at = tail.index(anchor) + len(encoded_partition)
         end = at + len(encoded_offset)
-        return self._shared(tail[:at]), tail[at:end], self._shared(tail[end:])
-
-    def _shared(self, part: bytes) -> bytes:
-        kept = self._shared_parts.get(part)
-        return self._shared_parts.put(part, part) if kept is None else kept
+        before, after = tail[:at], tail[end:]
+        shared = self._shared_parts.setdefault
+        return shared(before, before), tail[at:end], shared(after, after)
 
 
 def _leading(template: _Template, decision: Decision) -> tuple[bytes, int]:
