@@ -216,10 +216,12 @@ def start_ticker(
     session_timeout_ms: int | None = None,
     log_level: str = "INFO",
     code: Path | None = None,
+    env: dict[str, str] | None = None,
 ) -> TickerProcess:
     """Start a ticker; `session_timeout_ms` None keeps the product's default (10 s).
 
     `code`: a checkout to run the ticker from (a before/after in one run); this one by default.
+    `env`: variables to add to this process's environment for the ticker's.
     """
     port = free_port()
     args = [
@@ -235,12 +237,14 @@ def start_ticker(
             log_level=log_level,
         ),
     ]
-    env = None
+    child_env = {**os.environ, **(env or {})}
     if code is not None:
         # `python -m` puts its working directory first on the path: `kairos` comes from there.
-        env = {**os.environ, "PYTHONPATH": str(code.resolve())}
+        child_env["PYTHONPATH"] = str(code.resolve())
     with log.open("ab") as out:
-        process = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, cwd=code, env=env)
+        process = subprocess.Popen(
+            args, stdout=out, stderr=subprocess.STDOUT, cwd=code, env=child_env
+        )
     return TickerProcess(instance, process, port, log)
 
 
