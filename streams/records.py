@@ -321,8 +321,8 @@ def run_requested_record(
         "owner": schedule.owner,
         "rerun_request_id": None if rerun is None else rerun.request_id,
         "labels": schedule.labels,
-        # Durations, not instants: the same for every run of the schedule version, so they stay
-        # in the run encoder's per-version template (`kairos.streams.run_encoder`).
+        # Durations, not instants: the same for every run of the definition, so they stay in
+        # the bytes the run encoder keeps per definition (`kairos.streams.run_encoder`).
         **_run_deadline(schedule.deadline),
     }
 

@@ -1,21 +1,22 @@
 """Herd-speed encoders whose output is byte-identical to the codec's (unit tests hold them to it).
 
-`RunRequested`: the codec encodes each schedule once, a run costs a splice.
+`RunRequested`: the codec encodes each definition once, a run costs a splice.
 
-Of a `RunRequested`, only the leading fields (run id, schedule id, nominal, due and fired
-instants, lateness) differ between two runs of one schedule version on one partition; the rest
-(job, attempts, overlap, partition, version, ticker, owner) is the same every time. So the codec
-encodes one whole record per schedule version, the encoder keeps the bytes around those leading
-fields as a template, and each run writes only the leading fields, in Avro's binary encoding,
-between them. The bytes after them are kept in three parts, the schedule's offset alone in the
-middle: the parts around it are shared by every schedule of the same definition (the job, its
-parameters and the labels are most of a run).
+A `RunRequested` holds the leading fields (run id, schedule id, nominal, due and fired instants,
+lateness), which differ from run to run; the schedule's offset (its version); and the rest (job,
+attempts, overlap, partition, ticker, owner, labels), which only the definition and the partition
+decide. So the codec encodes one run per definition and partition, the encoder keeps its bytes
+around the offset, shared by every schedule of that definition (the job, its parameters and the
+labels are most of a run), and each run writes its leading fields and offset, in Avro's binary
+encoding, around them. Nothing is kept per schedule but the fires decided ahead: at a million
+schedules due within minutes, a template each was about 390 bytes a schedule.
 
 `TickerProgress`: six fields, written by hand after the codec's header.
 """
 
 from __future__ import annotations
 
+import weakref
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from typing import Any
@@ -23,17 +24,18 @@ from typing import Any
 from kairos.core.firing import Action, Decision, ScheduleState
 from kairos.core.lru import LruCache
 from kairos.core.run_id import run_id
+from kairos.core.schedule import Schedule
 from kairos.streams.codec import Codec
 from kairos.streams.records import run_requested_record
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MS = timedelta(milliseconds=1)
-_TEMPLATE_LIMIT = 2_000_000
-_SHARED_PARTS_LIMIT = 16_384
-_Template = tuple[int, bytes, bytes, bytes, bytes, bytes, Decision | None, bytes, int, int]
-"""(schedule version, bytes before the leading fields, the encoded schedule id; the bytes after
-them in three parts: up to the schedule's offset, the offset, the rest; then the fire decided
-ahead, its bytes up to the fired instant, and its due ms; the partition the bytes name)."""
+_AHEAD_LIMIT = 2_000_000
+_SHARED_BYTES_LIMIT = 16_384
+_Parts = tuple[weakref.ref[Schedule], bytes, bytes]
+"""(the definition, weakly, its runs' bytes from the leading fields to the offset, and after)."""
+_Ahead = tuple[Decision, bytes, int]
+"""(a fire decided ahead, its run's bytes up to the fired instant, its due ms)."""
 
 
 @lru_cache(maxsize=65_536)
@@ -101,54 +103,67 @@ class RunRequestedEncoder:
     def __init__(self, codec: Codec, ticker_instance: str) -> None:
         self._codec = codec
         self._ticker_instance = ticker_instance
-        # One template per schedule, of the version and partition it was built for: a new one
-        # replaces it rather than leaving the old one to age out of the LRU. Keyed by the id
-        # alone: a (id, partition) key was 64 bytes more per schedule due soon.
-        self._templates: LruCache[str, _Template] = LruCache(_TEMPLATE_LIMIT)
-        self._headers: dict[bytes, bytes] = {}
-        """Every template's leading bytes, shared: a handful of distinct values."""
-        self._shared_parts: LruCache[bytes, bytes] = LruCache(_SHARED_PARTS_LIMIT)
-        """The bytes around the schedule offset, shared by the templates of schedules equal
-        but for their id and offset (the job, its parameters, the labels: most of a run)."""
+        self._parts: dict[tuple[int, int], _Parts] = {}
+        """(`id` of a definition, partition) -> the bytes of its runs around the offset, kept
+        while the definition lives: states hold it as long as they are decoded, and its entry
+        goes with it (so a definition is never kept alive here, and its `id` never reused while
+        its entry is). Keyed by identity: hashing a pydantic model runs Python code."""
+        self._ahead: LruCache[str, _Ahead] = LruCache(_AHEAD_LIMIT)
+        """Schedule id -> the fire decided ahead (idle time), with its bytes up to the fired
+        instant: a herd's fire writes only its fired instant and lateness."""
+        self._header = _run_header(codec)
+        self._shared_bytes: LruCache[bytes, bytes] = LruCache(_SHARED_BYTES_LIMIT)
+        """The bytes around the offset, one object for equal values: definitions that differ
+        only in what a run does not carry (the cron, the zone) share their job's bytes."""
 
     def prepare(self, state: ScheduleState, partition: int, upcoming: Decision | None) -> None:
-        """Build the schedule's template ahead of its fires (idle time, not the herd's), with
+        """Encode the schedule's definition ahead of its fires (idle time, not the herd's), and
         every byte of the `upcoming` decision's run but its fired instant and lateness."""
-        if upcoming is not None and (
-            upcoming.action is not Action.FIRE or upcoming.rerun is not None
-        ):
-            upcoming = None  # a skip runs nothing; a rerun's run is encoded whole (`encode`)
-        template = self._kept(state.schedule_id, state.version, partition)
-        if template is None:
-            nominal = state.next_nominal or _EPOCH
-            decision = upcoming or Decision(
-                run_id(state.schedule_id, nominal), state.schedule_id, nominal, nominal, Action.FIRE
-            )
-            template = self._template(decision, state, decision.fire_at, partition)
-        if upcoming is not None and upcoming is not template[6]:
-            self._templates.put(state.schedule_id, _upcoming(template, upcoming))
+        if (id(state.schedule), partition) not in self._parts:
+            self._build_parts(state, partition)
+        if upcoming is None or upcoming.action is not Action.FIRE or upcoming.rerun is not None:
+            return  # a skip runs nothing; a rerun's run is encoded whole (`encode`)
+        ahead = self._ahead.peek(state.schedule_id)
+        if ahead is None or ahead[0] is not upcoming:
+            self._ahead.put(state.schedule_id, (upcoming, *self._leading(upcoming)))
 
     def encode(
         self, decision: Decision, state: ScheduleState, *, fired_at: datetime, partition: int
     ) -> bytes:
         """Exactly `codec.encode(run_requested_record(...))`, at a fraction of the cost."""
         if decision.rerun is not None:
-            # Rare, and its overlap and request id differ from the schedule's template.
+            # Rare, and its overlap and request id differ from the schedule's other runs.
             return self._codec.encode(self._record(decision, state, fired_at, partition))
-        template = self._kept(decision.schedule_id, state.version, partition)
-        if template is None:
-            template = self._template(decision, state, fired_at, partition)
-        fired_ms = _millis(fired_at)
-        if template[6] is decision:
-            # The very decision prepared ahead (an equal run id is not enough: a calendar
-            # changed since may move its due instant): the fired instant and lateness are left.
-            head, due_ms = template[7], template[8]
+        parts = self._parts.get((id(state.schedule), partition))
+        if parts is None:
+            parts = self._build_parts(state, partition)
+        ahead = self._ahead.peek(decision.schedule_id)  # one C call where none was prepared
+        if ahead is None:
+            head, due_ms = self._leading(decision)
         else:
-            head, due_ms = _leading(template, decision)
+            self._ahead.pop(decision.schedule_id)  # used once, or outdated
+            if ahead[0] is decision:
+                # The very decision prepared ahead (an equal run id is not enough: a calendar
+                # changed since may move its due instant): fired instant and lateness are left.
+                head, due_ms = ahead[1], ahead[2]
+            else:
+                head, due_ms = self._leading(decision)
+        fired_ms = _millis(fired_at)
         lateness_ms = max(0, fired_ms - due_ms)
         return b"".join(
-            (head, _long(fired_ms), _long(lateness_ms), template[3], template[4], template[5])
+            (
+                head,
+                _long(fired_ms),
+                _long(lateness_ms),
+                parts[1],
+                _long(state.version),
+                parts[2],
+            )
         )
+
+    def forget(self, schedule_id: str) -> None:
+        """Drop the fire decided ahead for the schedule (it is not due soon)."""
+        self._ahead.pop(schedule_id)
 
     def _record(
         self, decision: Decision, state: ScheduleState, fired_at: datetime, partition: int
@@ -161,82 +176,67 @@ class RunRequestedEncoder:
             ticker_instance=self._ticker_instance,
         )
 
-    def forget(self, schedule_id: str) -> None:
-        """Drop the schedule's template (it is not due soon: built again when it is)."""
-        self._templates.pop(schedule_id)
-
-    def _kept(self, schedule_id: str, version: int, partition: int) -> _Template | None:
-        # Not refreshed: prepared again before each fire, which puts it when it changes.
-        template = self._templates.peek(schedule_id)
-        if template is None or template[0] != version or template[9] != partition:
-            return None
-        return template
-
-    def _template(
-        self, decision: Decision, state: ScheduleState, fired_at: datetime, partition: int
-    ) -> _Template:
-        record = self._record(decision, state, fired_at, partition)
-        whole = self._codec.encode(record)
-        schedule_id = _string(decision.schedule_id)
-        leading = (
-            _string(decision.run_id)
-            + schedule_id
-            + _long(_millis(decision.nominal))
-            + _long(_millis(decision.fire_at))
-            + _long(_millis(fired_at))
-            + _long(record["lateness_ms"])
+    def _leading(self, decision: Decision) -> tuple[bytes, int]:
+        """A run's bytes up to its fired instant (header, run id, schedule id, nominal and due
+        instants), and its due ms."""
+        due_ms = _millis(decision.fire_at)
+        head = b"".join(
+            (
+                self._header,
+                _string(decision.run_id),
+                _string(decision.schedule_id),
+                _long(_millis(decision.nominal)),
+                _long(due_ms),
+            )
         )
-        start = whole.index(leading)
-        header = self._headers.setdefault(whole[:start], whole[:start])
-        before, offset, after = self._split_at_offset(
-            whole[start + len(leading) :], partition, state.version
-        )
-        template = (
-            state.version,
-            header,
-            schedule_id,
-            before,
-            offset,
-            after,
-            None,
-            b"",
-            0,
-            partition,
-        )
-        return self._templates.put(decision.schedule_id, template)
+        return head, due_ms
 
-    def _split_at_offset(
-        self, tail: bytes, partition: int, version: int
-    ) -> tuple[bytes, bytes, bytes]:
-        """`tail` cut around its schedule offset, the parts around it shared. The offset is
-        found by its bytes between the partition's and the ticker's name, as the schema orders
-        them; where a job parameter happens to hold the same bytes, the cut falls there
-        instead, and the parts still join into `tail` (they are only not shared)."""
-        encoded_partition, encoded_offset = _long(partition), _long(version)
-        anchor = encoded_partition + encoded_offset + _string(self._ticker_instance)
-        at = tail.index(anchor) + len(encoded_partition)
-        end = at + len(encoded_offset)
-        before, after = tail[:at], tail[end:]
-        shared = self._shared_parts.setdefault
-        return shared(before, before), tail[at:end], shared(after, after)
+    def _build_parts(self, state: ScheduleState, partition: int) -> _Parts:
+        """The definition's run bytes after the leading fields, cut around the offset.
+
+        The run is encoded twice, under two offsets whose encodings are as long and differ in
+        every byte: the encodings differ exactly there, so the cut depends neither on the
+        bytes around it (a job parameter may hold any) nor on this schedule's offset.
+        """
+        nominal = state.next_nominal or _EPOCH
+        decision = Decision(
+            run_id(state.schedule_id, nominal), state.schedule_id, nominal, nominal, Action.FIRE
+        )
+        record = self._record(decision, state, nominal, partition)
+        one = self._codec.encode(record)
+        other = self._codec.encode({**record, "schedule_offset": _differing(state.version)})
+        at = next(n for n, (a, b) in enumerate(zip(one, other, strict=True)) if a != b)
+        leading = len(self._leading(decision)[0]) + len(_long(_millis(nominal))) + len(_long(0))
+        before, after = one[leading:at], one[at + len(_long(state.version)) :]
+        shared = self._shared_bytes.setdefault
+        key = (id(state.schedule), partition)
+        # The callback runs as the definition is freed, before its id can be anybody else's.
+        alive = weakref.ref(state.schedule, lambda _: self._parts.pop(key, None))
+        parts = self._parts[key] = (alive, shared(before, before), shared(after, after))
+        return parts
 
 
-def _leading(template: _Template, decision: Decision) -> tuple[bytes, int]:
-    """A run's bytes up to its fired instant (header, run id, schedule id, nominal and due
-    instants), and its due ms."""
-    due_ms = _millis(decision.fire_at)
-    head = b"".join(
-        (
-            template[1],
-            _string(decision.run_id),
-            template[2],
-            _long(_millis(decision.nominal)),
-            _long(due_ms),
-        )
+def _run_header(codec: Codec) -> bytes:
+    """What the codec writes before a run's first field (single-object or registry header)."""
+    nominal = _EPOCH
+    sample = ScheduleState(Schedule(id="sample", cron="* * * * *"), 0, nominal)
+    decision = Decision(run_id("sample", nominal), "sample", nominal, nominal, Action.FIRE)
+    record = run_requested_record(
+        decision, sample, fired_at=nominal, partition=0, ticker_instance=""
     )
-    return head, due_ms
+    whole = codec.encode(record)
+    return whole[: whole.index(_string(decision.run_id) + _string("sample"))]
 
 
-def _upcoming(template: _Template, decision: Decision) -> _Template:
-    head, due_ms = _leading(template, decision)
-    return (*template[:6], decision, head, due_ms, template[9])
+def _differing(offset: int) -> int:
+    """An offset whose Avro encoding is as long as `offset`'s and differs from it in every
+    byte: each 7-bit group has its lowest bit flipped (the last its second lowest where the
+    first would leave it zero, which would make the encoding shorter). For offsets within
+    ±2**62 (a Kafka offset past it is 4.6e18 records away); beyond, the lengths differ and
+    `_build_parts` fails loudly rather than cut wrong."""
+    encoded = bytearray(_long(offset))
+    for n in range(len(encoded) - 1):
+        encoded[n] ^= 1
+    encoded[-1] ^= 2 if encoded[-1] == 1 else 1
+    zigzag = sum((byte & 0x7F) << (7 * n) for n, byte in enumerate(encoded))
+    return (zigzag >> 1) ^ -(zigzag & 1)

@@ -1,6 +1,6 @@
 """Keeps the cyclic garbage collector's full passes out of the firing path.
 
-A ticker holds millions of long-lived objects (schedule states, run templates, the due index).
+A ticker holds millions of long-lived objects (schedule states, fires decided ahead, the due index).
 A full collection walks every one of them: 0.6 s per 100,000 schedules, measured, and a herd
 allocates enough to trigger several, each stalling every fire behind it (1.6 s of a 7.6 s herd of
 100,000). So, between two turns of the ticker, the young generations are collected and whatever

@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
+import gc
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kairos.core.definitions import ANONYMOUS_ID
 from kairos.core.firing import Action, Decision, ScheduleState
 from kairos.core.run_id import run_id
 from kairos.core.schedule import Schedule
 from kairos.streams.changelog import progress_record
 from kairos.streams.codec import make_codecs
 from kairos.streams.records import run_requested_record
-from kairos.streams.run_encoder import ProgressEncoder, RunRequestedEncoder
+from kairos.streams.run_encoder import ProgressEncoder, RunRequestedEncoder, _differing, _long
 
 CODEC = make_codecs().run_requested
 instants = st.datetimes(
@@ -152,15 +154,25 @@ def test_a_template_serves_only_the_partition_it_was_built_for() -> None:
         assert encoder.encode(decision, state, fired_at=nominal, partition=partition) == expected
 
 
-def test_schedules_of_one_definition_share_their_templates_bytes() -> None:
+def test_schedules_of_one_definition_share_their_runs_bytes() -> None:
+    """Nothing is kept per schedule: the schedules of one definition (one object, shared by
+    their states) share the bytes of their runs, each run carrying its own id and offset."""
     nominal = datetime(2027, 1, 1, tzinfo=UTC)
     encoder = RunRequestedEncoder(CODEC, "ticker-1")
     job = {"kind": "http", "url": "https://billing.internal/settle"}
-    for n, schedule_id in enumerate(("settle-1", "settle-2")):
-        schedule = Schedule.model_validate({"id": schedule_id, "cron": "* * * * *", "job": job})
-        state = ScheduleState(schedule=schedule, version=1_000 + n, next_nominal=nominal)
+    states = [
+        ScheduleState(
+            schedule=Schedule.model_validate(
+                {"id": f"settle-{n}", "cron": "* * * * *", "job": job}
+            ),
+            version=1_000 + n,
+            next_nominal=nominal,
+        )
+        for n in range(50)
+    ]
+    for state in states:
         decision = Decision(
-            run_id(schedule_id, nominal), schedule_id, nominal, nominal, Action.FIRE
+            run_id(state.schedule_id, nominal), state.schedule_id, nominal, nominal, Action.FIRE
         )
         expected = CODEC.encode(
             run_requested_record(
@@ -168,10 +180,8 @@ def test_schedules_of_one_definition_share_their_templates_bytes() -> None:
             )
         )
         assert encoder.encode(decision, state, fired_at=nominal, partition=3) == expected
-    first, second = (encoder._templates.peek(s) for s in ("settle-1", "settle-2"))
-    assert first is not None and second is not None
-    assert first[3] is second[3] and first[5] is second[5]  # the job's bytes, the labels'
-    assert first[4] != second[4]  # each its own offset
+    assert len({id(state.schedule) for state in states}) == 1
+    assert len(encoder._parts) == 1
 
 
 def test_a_job_parameter_holding_the_bytes_around_the_offset_still_encodes_exactly() -> None:
@@ -190,3 +200,46 @@ def test_a_job_parameter_holding_the_bytes_around_the_offset_still_encodes_exact
             run_requested_record(decision, state, fired_at=at, partition=40, ticker_instance=ticker)
         )
         assert encoder.encode(decision, state, fired_at=at, partition=40) == expected
+
+
+def test_schedules_of_one_definition_whose_job_holds_an_offsets_bytes_encode_exactly() -> None:
+    """The bytes shared by a definition's schedules hold no schedule's offset, even where a
+    job parameter holds the bytes an offset is written in, next to the partition's and the
+    ticker's: offsets 50 and 51 (`d`, `f`) on partition 40 (`P`)."""
+    nominal = datetime(2027, 1, 1, tzinfo=UTC)
+    ticker = "x" * 52
+    encoder = RunRequestedEncoder(CODEC, ticker)
+    job = {"kind": "shell", "command": "Pdh" + ticker}
+    for schedule_id, version in (("odd-1", 50), ("odd-2", 51), ("odd-3", 2**40)):
+        schedule = Schedule.model_validate({"id": schedule_id, "cron": "* * * * *", "job": job})
+        state = ScheduleState(schedule=schedule, version=version, next_nominal=nominal)
+        decision = Decision(
+            run_id(schedule_id, nominal), schedule_id, nominal, nominal, Action.FIRE
+        )
+        expected = CODEC.encode(
+            run_requested_record(
+                decision, state, fired_at=nominal, partition=40, ticker_instance=ticker
+            )
+        )
+        assert encoder.encode(decision, state, fired_at=nominal, partition=40) == expected
+
+
+@given(st.integers(-(2**62), 2**62 - 1))
+def test_the_offset_found_by_difference_is_as_long_and_differs_in_every_byte(offset: int) -> None:
+    encoded, other = _long(offset), _long(_differing(offset))
+    assert len(other) == len(encoded)
+    assert all(a != b for a, b in zip(encoded, other, strict=True))
+
+
+def test_a_definitions_bytes_go_with_it() -> None:
+    """The encoder keeps no definition alive: a state dropped from memory (not due soon, or
+    deleted) takes its definition's bytes with it, where no other state shares them."""
+    nominal = datetime(2027, 1, 1, tzinfo=UTC)
+    encoder = RunRequestedEncoder(CODEC, "ticker-1")
+    definition = Schedule(id="gone", cron="* * * * *").model_copy(update={"id": ANONYMOUS_ID})
+    state = ScheduleState(schedule=definition, version=1, next_nominal=nominal, schedule_id="gone")
+    encoder.prepare(state, 3, None)
+    assert len(encoder._parts) == 1
+    del state, definition
+    gc.collect()
+    assert len(encoder._parts) == 0
