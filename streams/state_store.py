@@ -99,7 +99,10 @@ class DueIndex:
     """Which schedule is due when, in time order: the memory copy of the store's due index.
 
     Schedules due at one instant are kept together, in the order they became due there: a herd
-    is one entry of the sorted map, however many schedules it holds.
+    is one entry of the sorted map, however many schedules it holds. An instant only one
+    schedule is due at holds its id alone, not a one-entry dictionary: schedules spread by
+    jitter or by their crons are mostly alone at their millisecond (a million every-minute
+    schedules over twelve partitions: about 250,000 alone), and the dictionary cost 180 bytes.
     """
 
     def __init__(self) -> None:
@@ -107,7 +110,7 @@ class DueIndex:
         self.due_of: Callable[[str], int | None] = self._due_of.get
         """When a schedule is due (`None`: not due): the dictionary's own lookup, one C call
         (a fair herd asks it of every fire, `services/ticker/fairness.py`)."""
-        self._at: SortedDict[int, dict[str, None]] = SortedDict()
+        self._at: SortedDict[int, str | dict[str, None]] = SortedDict()
 
     def __len__(self) -> int:
         return len(self._due_of)
@@ -116,20 +119,32 @@ class DueIndex:
         """Make `schedule_id` due at `due_ms` (`None`: not due at all)."""
         old = self._due_of.pop(schedule_id, None)
         if old is not None:
-            bucket = self._at[old]
-            del bucket[schedule_id]
-            if not bucket:
-                del self._at[old]
+            self._leave(old, schedule_id)
         if due_ms is not None:
             self._due_of[schedule_id] = due_ms
             at_due = self._at.get(due_ms)
             if at_due is None:
-                at_due = self._at[due_ms] = {}
-            at_due[schedule_id] = None
+                self._at[due_ms] = schedule_id
+            elif isinstance(at_due, str):
+                self._at[due_ms] = {at_due: None, schedule_id: None}
+            else:
+                at_due[schedule_id] = None
+
+    def _leave(self, instant: int, schedule_id: str) -> None:
+        bucket = self._at[instant]
+        if isinstance(bucket, str):
+            del self._at[instant]
+            return
+        del bucket[schedule_id]
+        if len(bucket) == 1:
+            self._at[instant] = next(iter(bucket))
 
     def count(self, from_ms: int, until_ms: int) -> int:
         """How many schedules are due in `[from_ms, until_ms]`."""
-        return sum(len(self._at[instant]) for instant in self._at.irange(from_ms, until_ms))
+        return sum(
+            1 if isinstance(bucket, str) else len(bucket)
+            for bucket in map(self._at.__getitem__, self._at.irange(from_ms, until_ms))
+        )
 
     def first(self) -> int | None:
         """The earliest due instant."""
@@ -142,7 +157,9 @@ class DueIndex:
         """
         for instant in list(self._at.irange(from_ms, until_ms)):
             bucket = self._at.get(instant)
-            if bucket:
+            if isinstance(bucket, str):
+                yield instant, [bucket]
+            elif bucket:
                 yield instant, list(bucket)
 
 
