@@ -44,9 +44,10 @@ recently used are forgotten and read again from the store when asked (bounded RS
 DECODED_AHEAD_MS = 120_000
 """How far ahead of its due instant a schedule is held decoded: idle time prepares the fires due
 within it, and a committed state due later is dropped from memory (the store holds its bytes) and
-decoded again when it comes within it. A decoded state costs about 0.5 KB (its definition and
-its runs' bytes shared, `kairos.core.definitions`, `kairos.streams.run_encoder`) beside the
-0.3 KB of its stored bytes and due-index entry: most schedules of a fleet are due hours away."""
+decoded again when it comes within it. A decoded state costs about 0.3 KB of Python objects
+(its definition and its runs' bytes shared, `kairos.core.definitions`,
+`kairos.streams.run_encoder`) beside its stored bytes and due-index entry: most schedules of a
+fleet are due hours away."""
 _DECODED_AHEAD = timedelta(milliseconds=DECODED_AHEAD_MS)
 _BEHIND_CURSOR_LIMIT = 65_536
 """Committed states kept for idle time to prepare behind its cursor, per partition: past it the
