@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import weakref
 from datetime import UTC, datetime, timedelta
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import Any
 
 from kairos.core.firing import Action, Decision, ScheduleState
@@ -38,11 +38,11 @@ _Ahead = tuple[Decision, bytes, int]
 """(a fire decided ahead, its run's bytes up to the fired instant, its due ms)."""
 
 
-@lru_cache(maxsize=65_536)
-def _long(value: int) -> bytes:
+def _varint(value: int) -> bytes:
     """Avro `long`: zig-zag, then base-128 varint, least significant group first.
 
-    Cached: a herd's runs share their nominal, due and fired instants.
+    Uncached for schedule offsets: each is one schedule's, so at a million schedules a cache
+    would miss on every one and evict the instants it is for.
     """
     encoded = (value << 1) ^ (value >> 63)
     out = bytearray()
@@ -51,6 +51,10 @@ def _long(value: int) -> bytes:
         encoded >>= 7
     out.append(encoded)
     return bytes(out)
+
+
+_long = lru_cache(maxsize=65_536)(_varint)
+"""`_varint`, cached: a herd's runs share their nominal, due and fired instants."""
 
 
 def _string(value: str) -> bytes:
@@ -90,7 +94,7 @@ class ProgressEncoder:
             (
                 self._header,
                 _string(state.schedule_id),
-                _long(state.version),
+                _varint(state.version),
                 _optional_instant(state.last_decided_nominal),
                 _optional_instant(state.next_nominal),
                 _optional_instant(state.settle_before),
@@ -122,7 +126,10 @@ class RunRequestedEncoder:
         if (id(state.schedule), partition) not in self._parts:
             self._build_parts(state, partition)
         if upcoming is None or upcoming.action is not Action.FIRE or upcoming.rerun is not None:
-            return  # a skip runs nothing; a rerun's run is encoded whole (`encode`)
+            # A skip runs nothing; a rerun's run is encoded whole (`encode`). Whatever was
+            # prepared for an earlier decision is stale.
+            self._ahead.pop(state.schedule_id)
+            return
         ahead = self._ahead.peek(state.schedule_id)
         if ahead is None or ahead[0] is not upcoming:
             self._ahead.put(state.schedule_id, (upcoming, *self._leading(upcoming)))
@@ -156,7 +163,7 @@ class RunRequestedEncoder:
                 _long(fired_ms),
                 _long(lateness_ms),
                 parts[1],
-                _long(state.version),
+                _varint(state.version),
                 parts[2],
             )
         )
@@ -194,9 +201,10 @@ class RunRequestedEncoder:
     def _build_parts(self, state: ScheduleState, partition: int) -> _Parts:
         """The definition's run bytes after the leading fields, cut around the offset.
 
-        The run is encoded twice, under two offsets whose encodings are as long and differ in
-        every byte: the encodings differ exactly there, so the cut depends neither on the
-        bytes around it (a job parameter may hold any) nor on this schedule's offset.
+        The run is encoded twice, under its offset and under the offset with its lowest bit
+        flipped, which changes the first byte of its encoding (bit 1 of the zig-zag value) and
+        not its length: the two encodings are equal up to the offset and differ from its first
+        byte on, so the cut depends on no byte around it (a job parameter may hold any).
         """
         nominal = state.next_nominal or _EPOCH
         decision = Decision(
@@ -204,16 +212,27 @@ class RunRequestedEncoder:
         )
         record = self._record(decision, state, nominal, partition)
         one = self._codec.encode(record)
-        other = self._codec.encode({**record, "schedule_offset": _differing(state.version)})
-        at = next(n for n, (a, b) in enumerate(zip(one, other, strict=True)) if a != b)
+        other = self._codec.encode({**record, "schedule_offset": state.version ^ 1})
+        differing = int.from_bytes(one, "big") ^ int.from_bytes(other, "big")
+        at = len(one) - (differing.bit_length() + 7) // 8
         leading = len(self._leading(decision)[0]) + len(_long(_millis(nominal))) + len(_long(0))
-        before, after = one[leading:at], one[at + len(_long(state.version)) :]
+        before, after = one[leading:at], one[at + len(_varint(state.version)) :]
         shared = self._shared_bytes.setdefault
         key = (id(state.schedule), partition)
-        # The callback runs as the definition is freed, before its id can be anybody else's.
-        alive = weakref.ref(state.schedule, lambda _: self._parts.pop(key, None))
+        # The callback runs as the definition is freed, before its id can be anybody else's;
+        # it holds the encoder weakly, so an encoder dropped (a session rebuilt) is freed at
+        # once rather than by the cyclic collector.
+        alive = weakref.ref(state.schedule, partial(_forget_parts, weakref.ref(self), key))
         parts = self._parts[key] = (alive, shared(before, before), shared(after, after))
         return parts
+
+
+def _forget_parts(
+    encoder: weakref.ref[RunRequestedEncoder], key: tuple[int, int], _: object
+) -> None:
+    kept = encoder()
+    if kept is not None:
+        kept._parts.pop(key, None)
 
 
 def _run_header(codec: Codec) -> bytes:
@@ -226,17 +245,3 @@ def _run_header(codec: Codec) -> bytes:
     )
     whole = codec.encode(record)
     return whole[: whole.index(_string(decision.run_id) + _string("sample"))]
-
-
-def _differing(offset: int) -> int:
-    """An offset whose Avro encoding is as long as `offset`'s and differs from it in every
-    byte: each 7-bit group has its lowest bit flipped (the last its second lowest where the
-    first would leave it zero, which would make the encoding shorter). For offsets within
-    ±2**62 (a Kafka offset past it is 4.6e18 records away); beyond, the lengths differ and
-    `_build_parts` fails loudly rather than cut wrong."""
-    encoded = bytearray(_long(offset))
-    for n in range(len(encoded) - 1):
-        encoded[n] ^= 1
-    encoded[-1] ^= 2 if encoded[-1] == 1 else 1
-    zigzag = sum((byte & 0x7F) << (7 * n) for n, byte in enumerate(encoded))
-    return (zigzag >> 1) ^ -(zigzag & 1)

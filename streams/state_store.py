@@ -133,6 +133,8 @@ class DueIndex:
     def _leave(self, instant: int, schedule_id: str) -> None:
         bucket = self._at[instant]
         if isinstance(bucket, str):
+            if bucket != schedule_id:  # as `del` raises for a dictionary: the two maps disagree
+                raise KeyError(schedule_id)
             del self._at[instant]
             return
         del bucket[schedule_id]

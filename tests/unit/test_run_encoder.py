@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import weakref
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -16,7 +17,7 @@ from kairos.core.schedule import Schedule
 from kairos.streams.changelog import progress_record
 from kairos.streams.codec import make_codecs
 from kairos.streams.records import run_requested_record
-from kairos.streams.run_encoder import ProgressEncoder, RunRequestedEncoder, _differing, _long
+from kairos.streams.run_encoder import ProgressEncoder, RunRequestedEncoder, _long
 
 CODEC = make_codecs().run_requested
 instants = st.datetimes(
@@ -95,8 +96,8 @@ def test_progress_encoder_matches_the_codec_byte_for_byte(
     assert ProgressEncoder(codec).encode(state) == codec.encode(progress_record(state))
 
 
-@pytest.mark.parametrize("upcoming", [False, True], ids=["template", "template-and-run"])
-def test_a_prepared_template_serves_the_first_fire(upcoming: bool) -> None:
+@pytest.mark.parametrize("upcoming", [False, True], ids=["definition", "definition-and-run"])
+def test_a_fire_prepared_ahead_encodes_exactly(upcoming: bool) -> None:
     nominal = datetime(2027, 1, 1, tzinfo=UTC)
     state = ScheduleState(
         schedule=Schedule(id="herd-1", cron="* * * * *"), version=7, next_nominal=nominal
@@ -135,9 +136,9 @@ def test_a_run_prepared_ahead_is_reused_only_for_that_very_decision() -> None:
         assert encoder.encode(decision, state, fired_at=fired, partition=3) == expected
 
 
-def test_a_template_serves_only_the_partition_it_was_built_for() -> None:
-    """One template per schedule: a run on another partition (the topic's partition count
-    changed) is encoded for that partition, not from the template of the old one."""
+def test_a_definitions_bytes_serve_only_the_partition_they_were_built_for() -> None:
+    """A run on another partition (the topic's partition count changed) is encoded for that
+    partition, not from the bytes of the old one."""
     nominal = datetime(2027, 1, 1, tzinfo=UTC)
     state = ScheduleState(
         schedule=Schedule(id="herd-1", cron="* * * * *"), version=7, next_nominal=nominal
@@ -224,11 +225,14 @@ def test_schedules_of_one_definition_whose_job_holds_an_offsets_bytes_encode_exa
         assert encoder.encode(decision, state, fired_at=nominal, partition=40) == expected
 
 
-@given(st.integers(-(2**62), 2**62 - 1))
-def test_the_offset_found_by_difference_is_as_long_and_differs_in_every_byte(offset: int) -> None:
-    encoded, other = _long(offset), _long(_differing(offset))
-    assert len(other) == len(encoded)
-    assert all(a != b for a, b in zip(encoded, other, strict=True))
+@given(st.integers(-(2**63), 2**63 - 1))
+def test_an_offset_with_its_lowest_bit_flipped_differs_in_its_first_byte_alone_in_length(
+    offset: int,
+) -> None:
+    """What the encoder finds the offset's place by (`_build_parts`)."""
+    encoded, flipped = _long(offset), _long(offset ^ 1)
+    assert len(flipped) == len(encoded)
+    assert flipped[0] != encoded[0]
 
 
 def test_a_definitions_bytes_go_with_it() -> None:
@@ -243,3 +247,59 @@ def test_a_definitions_bytes_go_with_it() -> None:
     del state, definition
     gc.collect()
     assert len(encoder._parts) == 0
+
+
+def test_a_dropped_encoder_is_freed_at_once() -> None:
+    """Its definitions' callbacks hold it weakly: a session rebuilt after an aborted
+    transaction drops its encoder, and the fires it prepared ahead go with it, not at the
+    cyclic collector's next full pass (which a busy ticker defers for minutes)."""
+    nominal = datetime(2027, 1, 1, tzinfo=UTC)
+    state = ScheduleState(Schedule(id="kept", cron="* * * * *"), 1, nominal)
+    encoder = RunRequestedEncoder(CODEC, "ticker-1")
+    encoder.prepare(state, 3, None)
+    dropped = weakref.ref(encoder)
+    gc.disable()
+    try:
+        del encoder
+        assert dropped() is None
+    finally:
+        gc.enable()
+
+
+labels = st.dictionaries(st.text(max_size=8), st.text(max_size=12), max_size=3)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.text(max_size=30), labels, st.integers(0, 2**62), st.integers(0, 500)),
+        min_size=1,
+        max_size=6,
+    )
+)
+def test_one_encoder_encodes_runs_of_any_definitions_exactly(
+    runs: list[tuple[str, dict[str, str], int, int]],
+) -> None:
+    """Definitions with any job text and labels, several of them equal, through one encoder."""
+    nominal = datetime(2027, 1, 1, tzinfo=UTC)
+    encoder = RunRequestedEncoder(CODEC, "ticker-1")
+    for n, (command, run_labels, version, partition) in enumerate(runs):
+        schedule_id = f"any-{n}"
+        schedule = Schedule.model_validate(
+            {
+                "id": schedule_id,
+                "cron": "* * * * *",
+                "job": {"kind": "shell", "command": command or "x"},
+                "labels": run_labels,
+            }
+        )
+        state = ScheduleState(schedule=schedule, version=version, next_nominal=nominal)
+        decision = Decision(
+            run_id(schedule_id, nominal), schedule_id, nominal, nominal, Action.FIRE
+        )
+        expected = CODEC.encode(
+            run_requested_record(
+                decision, state, fired_at=nominal, partition=partition, ticker_instance="ticker-1"
+            )
+        )
+        assert encoder.encode(decision, state, fired_at=nominal, partition=partition) == expected
