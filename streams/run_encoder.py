@@ -145,16 +145,14 @@ class RunRequestedEncoder:
         if parts is None:
             parts = self._build_parts(state, partition)
         ahead = self._ahead.peek(decision.schedule_id)  # one C call where none was prepared
-        if ahead is None:
-            head, due_ms = self._leading(decision)
-        else:
+        if ahead is not None:
             self._ahead.pop(decision.schedule_id)  # used once, or outdated
-            if ahead[0] is decision:
-                # The very decision prepared ahead (an equal run id is not enough: a calendar
-                # changed since may move its due instant): fired instant and lateness are left.
-                head, due_ms = ahead[1], ahead[2]
-            else:
-                head, due_ms = self._leading(decision)
+        if ahead is not None and ahead[0] is decision:
+            # The very decision prepared ahead (an equal run id is not enough: a calendar
+            # changed since may move its due instant): the fired instant and lateness are left.
+            head, due_ms = ahead[1], ahead[2]
+        else:
+            head, due_ms = self._leading(decision)
         fired_ms = _millis(fired_at)
         lateness_ms = max(0, fired_ms - due_ms)
         return b"".join(
