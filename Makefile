@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: setup run test check bench clean
+.PHONY: setup run test check bench lock image clean
 
 $(BIN)/kairos: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +32,20 @@ check: setup
 bench: setup
 	$(BIN)/pip install --quiet -e ".[dev,bench]"
 	bench/run_all.sh
+
+## Refresh the lock files the image installs from (hashes of every file of each pinned version).
+lock: setup
+	$(BIN)/uv pip compile pyproject.toml --extra postgres --universal --python-version 3.11 \
+	    --generate-hashes --custom-compile-command "make lock" --quiet -o requirements.lock
+	$(BIN)/python -c 'import tomllib; print(*tomllib.load(open("pyproject.toml", "rb"))["build-system"]["requires"], sep="\n")' \
+	    | $(BIN)/uv pip compile - --universal --python-version 3.11 --generate-hashes \
+	    --custom-compile-command "make lock" --quiet -o requirements-build.lock
+
+## The container image, labelled with pyproject.toml's version (needs a Docker engine).
+image: setup
+	docker build -f compose/Dockerfile \
+	    --build-arg KAIROS_VERSION=$$($(BIN)/kairos --version | cut -d' ' -f2) \
+	    -t kairos:$$($(BIN)/kairos --version | cut -d' ' -f2) .
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
