@@ -16,6 +16,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
+from kairos.cli.exit_codes import ExitCode
 from kairos.cli.options import JsonOption, fail, kafka_settings
 from kairos.streams.acls import DeploymentNames, Grant, Pattern, Resource, Role, role_grants
 from kairos.streams.permissions import PermissionCheckError, check_grants
@@ -125,7 +126,8 @@ def _check(settings: KafkaSettings, role: Role, names: DeploymentNames) -> None:
     if checked.missing:
         raise fail(
             f"the {role} lacks {len(checked.missing)} of its ACLs: grant them with "
-            f"`kairos acls {role} --principal User:<name> --apply`"
+            f"`kairos acls {role} --principal User:<name> --apply`",
+            ExitCode.FINDING,
         )
     typer.echo(f"the {role} holds every ACL checked")
 

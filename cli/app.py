@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Annotated
@@ -35,6 +36,7 @@ from kairos.cli.connection import (
     DEFAULT_TOPIC_PREFIX,
     ConnectionFlags,
 )
+from kairos.cli.exit_codes import COULD_NOT_RUN_ERRORS, ExitCode, error_line
 
 DISTRIBUTION = "kairos-scheduler"
 """The distribution's name on PyPI (the import name and the command stay `kairos`)."""
@@ -172,4 +174,10 @@ def main() -> None:
     logging.basicConfig(
         level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    app()
+    try:
+        app()
+    except COULD_NOT_RUN_ERRORS as error:
+        # Commands say how to fix what they expect; whatever else of these escapes is still one
+        # line a script can read, and the could-not-run code, never a traceback.
+        typer.echo(f"error: {error_line(error)}", err=True)
+        sys.exit(ExitCode.COULD_NOT_RUN)

@@ -8,9 +8,9 @@ have. A schedule whose entry does not set `paused` keeps its current paused stat
 never undoes an operator's pause; `paused: true` or `paused: false` is applied like any other
 field.
 
-Exit codes: 0 applied (or, with `--dry-run`, nothing would change); 1 with `--dry-run`, changes
-would be published (drift, for CI), without it, nothing or not everything could be applied; 2 a
-usage error, a refused prune, or with `--dry-run` anything that kept apply from comparing.
+Exit codes (`kairos.cli.exit_codes`): 0 applied (or, with `--dry-run`, nothing would change); 1
+with `--dry-run` only, changes would be published (drift, for CI, as `kubectl diff`'s); 2 it could
+not run: invalid or unreadable files, no broker, a refused prune, a failed publish.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from kairos.cli.apply_report import (
     summary,
     table_lines,
 )
+from kairos.cli.exit_codes import ExitCode
 from kairos.cli.options import fail, kafka_settings, refused
 from kairos.cli.reading import reader_for, warn_rejected
 from kairos.cli.schedule_files import (
@@ -50,10 +51,6 @@ from kairos.streams.schedule_publisher import ChangeKind, ScheduleChange, Schedu
 from kairos.streams.schedule_reader import StoredSchedule
 from kairos.streams.settings import KafkaSettings
 from kairos.streams.topics import TopicRole
-
-DRIFT_EXIT = 1
-"""`--dry-run`'s exit code when the files differ from the topic, as `kubectl diff`'s."""
-CANNOT_COMPARE_EXIT = 2
 
 
 @dataclass(frozen=True)
@@ -150,13 +147,7 @@ def apply(
     reason: ReasonOption = None,
 ) -> None:
     """Publish the schedules of files that differ from the topic (unchanged ones are not)."""
-    try:
-        plan, settings = _planned(context, files, recursive, prune, owner)
-    except typer.Exit as stopped:
-        # With --dry-run, 1 means drift: a failure to compare must not read as drift to CI.
-        if dry_run and stopped.exit_code == 1:
-            raise typer.Exit(CANNOT_COMPARE_EXIT) from None
-        raise
+    plan, settings = _planned(context, files, recursive, prune, owner)
     _show(plan, dry_run, output)
     changes = [_change_of(planned) for planned in plan if planned.action != "unchanged"]
     if dry_run:
@@ -164,7 +155,7 @@ def apply(
         if output == "table":
             typer.echo(f"dry run: {summary(_lines(plan))}; nothing was published")
         if changes:
-            raise typer.Exit(DRIFT_EXIT)
+            raise typer.Exit(ExitCode.FINDING)
         return
     _confirm_owner_emptied(plan, owner, yes, interactive=STDIN not in files)
     if changes:
@@ -177,11 +168,11 @@ def _planned(
     context: typer.Context, files: list[str], recursive: bool, prune: bool, owner: str | None
 ) -> tuple[list[PlannedChange], KafkaSettings]:
     if prune and owner is None:
-        raise fail("--prune deletes one owner's schedules: name it with --owner TEAM", code=2)
+        raise fail("--prune deletes one owner's schedules: name it with --owner TEAM")
     try:
         sourced = load_sources(schedule_files(files, recursive), owner)
     except ApplySourceError as error:
-        raise fail(f"{error}; nothing was published", code=2) from None
+        raise fail(f"{error}; nothing was published") from None
     except SourcesInvalidError as invalid:
         for one in invalid.invalid:
             typer.echo(
@@ -190,7 +181,7 @@ def _planned(
             )
             for problem in one.problems:
                 typer.echo(f"  - {problem}", err=True)
-        raise typer.Exit(1) from None
+        raise typer.Exit(ExitCode.COULD_NOT_RUN) from None
     desired = [one.schedule for one in sourced]
     for schedule in desired:
         if schedule.zone_warning is not None:
@@ -263,11 +254,10 @@ def _confirm_owner_emptied(
     if interactive and sys.stdin.isatty():
         if typer.confirm(f"{deletion}?", default=False, err=True):
             return
-        raise fail("not confirmed; nothing was published", code=2)
+        raise fail("not confirmed; nothing was published")
     raise fail(
         f"refused: this would {deletion}; the files hold none of its schedules. "
-        "If that is meant, add --yes; nothing was published",
-        code=2,
+        "If that is meant, add --yes; nothing was published"
     )
 
 
@@ -299,7 +289,7 @@ def _check_calendars(settings: KafkaSettings, sourced: list[SourcedSchedule]) ->
         typer.echo(f"error: {len(problems)} problem(s); nothing was published:", err=True)
         for line in problems:
             typer.echo(line, err=True)
-        raise typer.Exit(1)
+        raise typer.Exit(ExitCode.COULD_NOT_RUN)
 
 
 def _change_of(planned: PlannedChange) -> ScheduleChange:

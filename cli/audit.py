@@ -1,10 +1,10 @@
 """`kairos audit verify`: prove from the topics that every owed occurrence fired, once, on time.
 
-Exit status: 0 when the promise holds for the window, 1 when the topics show a breach (a run
-lost, committed twice, fired though nothing owed it, fired early, or with `--outcomes` refused
-or never finished by an executor), 2 when the audit could not run (an unusable argument, an
-unreachable broker, a missing topic), 3 when it is inconclusive: no breach seen, but records an
-open transaction holds could still make one (docs/audit.md).
+Exit status (`kairos.cli.exit_codes`): 0 when the promise holds for the window, 1 when the
+topics show a breach (a run lost, committed twice, fired though nothing owed it, fired early, or
+with `--outcomes` refused or never finished by an executor), 2 when the audit could not run (an
+unusable argument, an unreachable broker, a missing topic), 3 when it is inconclusive: no breach
+seen, but records an open transaction holds could still make one (docs/audit.md).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from kairos.cli.exit_codes import ExitCode
 from kairos.cli.options import (
     JsonOption,
     fail,
@@ -64,7 +65,11 @@ app = typer.Typer(
     help="Prove from the topics that no scheduled run was lost.", no_args_is_help=True
 )
 
-EXIT_CODES = {Verdict.HOLDS: 0, Verdict.BREACH: 1, Verdict.INCONCLUSIVE: 3}
+EXIT_CODES = {
+    Verdict.HOLDS: ExitCode.DONE,
+    Verdict.BREACH: ExitCode.FINDING,
+    Verdict.INCONCLUSIVE: ExitCode.INCONCLUSIVE,
+}
 _COUNTS = (
     "expected",
     "fired",
@@ -152,7 +157,7 @@ def verify_command(
     end = instant_option(to, "--to", as_of)
     assert start is not None and end is not None  # both options are required
     if end <= start:
-        raise fail(f"--to {text(end)} is not after --from {text(start)}; swap them", code=2)
+        raise fail(f"--to {text(end)} is not after --from {text(start)}; swap them")
     settle = _duration(grace, "--grace")
     tolerance = _duration(early_tolerance, "--early-tolerance")
     check_grace = _duration(outcome_grace, "--outcome-grace") if outcomes else None
@@ -169,7 +174,7 @@ def verify_command(
             outcome_grace=check_grace,
         )
     except KairosError as error:
-        raise fail(f"{error} (broker {settings.bootstrap_servers})", code=2) from None
+        raise fail(f"{error} (broker {settings.bootstrap_servers})") from None
     if as_json:
         typer.echo(json.dumps(as_document(report, warnings), indent=2))
     else:
@@ -225,7 +230,7 @@ def _duration(value: str, option: str) -> timedelta:
     try:
         return parse_duration(value)
     except DurationError as error:
-        raise fail(f"{option}: {error}", code=2) from None
+        raise fail(f"{option}: {error}") from None
 
 
 def _horizon_warnings(settings: KafkaSettings, start: datetime, as_of: datetime) -> list[str]:

@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal
 import typer
 import yaml
 
+from kairos.cli.exit_codes import ExitCode
 from kairos.cli.options import fail, kafka_settings, refused
 from kairos.cli.output import JsonAliasOption, OutputOption, chosen, render, table_lines
 from kairos.cli.schedules import ChangedByOption, ReasonOption, changed_by_or_default
@@ -126,7 +127,7 @@ def apply(
         )
         for problem in invalid.errors:
             typer.echo(f"  - {problem}", err=True)
-        raise typer.Exit(1) from None
+        raise typer.Exit(ExitCode.COULD_NOT_RUN) from None
     except KairosError as error:
         raise fail(f"{file}: {error}; nothing was published") from None
     settings = kafka_settings(context)
@@ -291,7 +292,7 @@ def seed(
             timezone=timezone,
         )
     except SeedError as error:
-        raise fail(str(error), code=2) from None
+        raise fail(str(error)) from None
     text = yaml.safe_dump(
         calendar_document([calendar]), sort_keys=False, default_flow_style=None, allow_unicode=True
     )
@@ -310,9 +311,9 @@ def _years(text: str) -> range:
     try:
         start, end = int(first), int(last or first)
     except ValueError:
-        raise fail(f"--years {text!r}: write a year or a range such as 2026-2030", 2) from None
+        raise fail(f"--years {text!r}: write a year or a range such as 2026-2030") from None
     if end < start:
-        raise fail(f"--years {text!r}: the last year is before the first", 2)
+        raise fail(f"--years {text!r}: the last year is before the first")
     return range(start, end + 1)
 
 

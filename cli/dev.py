@@ -8,6 +8,8 @@ from typing import Annotated
 import typer
 
 from kairos.cli.dev_up import up
+from kairos.cli.exit_codes import ExitCode
+from kairos.cli.options import fail
 from kairos.devinfra.kafka_broker import DEFAULT_DATA_DIR, LocalKafka, LocalKafkaError
 from kairos.devinfra.kafka_cluster import ClusterStatus, LocalCluster, Security
 from kairos.devinfra.kafka_cluster_users import ADMIN_USER
@@ -30,16 +32,11 @@ DataDirOption = Annotated[
 ]
 
 
-def _fail(error: LocalKafkaError) -> typer.Exit:
-    typer.echo(f"error: {error}", err=True)
-    return typer.Exit(1)
-
-
 def _cluster_at(data_dir: Path) -> LocalCluster | None:
     try:
         return LocalCluster.at(data_dir)
     except LocalKafkaError as error:
-        raise _fail(error) from error
+        raise fail(str(error)) from error
 
 
 def _describe_started(status: ClusterStatus, started: bool) -> None:
@@ -101,7 +98,7 @@ def kafka_start(
             return
         status, started = LocalCluster(data_dir, brokers, security, port).start()
     except LocalKafkaError as error:
-        raise _fail(error) from error
+        raise fail(str(error)) from error
     _describe_started(status, started)
 
 
@@ -124,7 +121,7 @@ def kafka_status(data_dir: DataDirOption = DEFAULT_DATA_DIR) -> None:
         status = LocalKafka(data_dir=data_dir).status()
         if not status.running:
             typer.echo(f"not running (data directory {status.data_dir})")
-            raise typer.Exit(1)
+            raise typer.Exit(ExitCode.FINDING)
         typer.echo(
             f"running at {status.bootstrap_servers} (pid {status.pid}); log {status.log_file}"
         )
@@ -141,7 +138,7 @@ def kafka_status(data_dir: DataDirOption = DEFAULT_DATA_DIR) -> None:
         f"{cluster_status.security}; bootstrap {cluster_status.bootstrap_servers}"
     )
     if not cluster_status.running:
-        raise typer.Exit(1)
+        raise typer.Exit(ExitCode.FINDING)
 
 
 @kafka_app.command("add-user")
@@ -155,16 +152,14 @@ def kafka_add_user(
     """
     cluster = _cluster_at(data_dir)
     if cluster is None:
-        typer.echo(
-            f"error: {data_dir} holds no local cluster; start one with "
-            f"`kairos dev kafka start --brokers 3 --security sasl_ssl --data-dir {data_dir}`",
-            err=True,
+        raise fail(
+            f"{data_dir} holds no local cluster; start one with "
+            f"`kairos dev kafka start --brokers 3 --security sasl_ssl --data-dir {data_dir}`"
         )
-        raise typer.Exit(1)
     try:
         path, created = cluster.add_user(name)
     except LocalKafkaError as error:
-        raise _fail(error) from error
+        raise fail(str(error)) from error
     if not created:
         typer.echo(f"user {name!r} exists already; its password is unchanged", err=True)
     typer.echo(path)

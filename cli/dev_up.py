@@ -27,6 +27,7 @@ from confluent_kafka.admin import AdminClient
 
 from kairos.cli.console import DEFAULT_LISTEN, console_arguments, listen_address
 from kairos.cli.executor import executor_arguments
+from kairos.cli.exit_codes import ExitCode
 from kairos.cli.options import fail
 from kairos.cli.ticker import ticker_arguments
 from kairos.core.errors import KairosError
@@ -113,7 +114,11 @@ _StopAfterOption = Annotated[
 
 _TimeoutSOption = Annotated[
     float | None,
-    typer.Option("--timeout", help="Stop by itself after this many seconds."),
+    typer.Option(
+        "--timeout",
+        help="Stop by itself after this many seconds; with --stop-after, exit 1 if fewer "
+        "runs succeeded by then.",
+    ),
 ]
 _ConsoleListenOption = Annotated[
     str,
@@ -247,7 +252,12 @@ def _follow_runs(
     try:
         while not stop.is_set():
             if deadline is not None and time.monotonic() > deadline:
-                raise fail(f"no {stop_after} succeeded runs within {timeout_s}s")
+                if stop_after is None:
+                    return
+                raise fail(
+                    f"{succeeded} of {stop_after} runs succeeded within {timeout_s:g}s",
+                    ExitCode.FINDING,
+                )
             for child in children:
                 child.check_alive()
             message = consumer.poll(0.5)

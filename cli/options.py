@@ -19,6 +19,7 @@ from kairos.cli.connection import (
     probe,
     resolve,
 )
+from kairos.cli.exit_codes import ExitCode
 from kairos.streams.acls import DeploymentNames, Role
 from kairos.streams.authorization import diagnosed, kafka_error_of
 from kairos.streams.settings import KafkaSettings
@@ -52,9 +53,7 @@ _RESOLVED = "kairos.connection"
 _PROBED = "kairos.connection.probed"
 
 
-def connection(
-    context: typer.Context, *, one_shot: bool = True, failure_code: int = 1
-) -> Connection:
+def connection(context: typer.Context, *, one_shot: bool = True) -> Connection:
     """The deployment's settings, resolved once per invocation.
 
     A one-shot command (`one_shot`) first asks the cluster for its metadata within `--timeout`,
@@ -72,13 +71,13 @@ def connection(
             probe(current)
             root.meta[_PROBED] = True
     except KafkaSettingsError as error:
-        raise fail(str(error), failure_code) from error
+        raise fail(str(error)) from error
     return current
 
 
-def kafka_settings(context: typer.Context, failure_code: int = 1) -> KafkaSettings:
-    """A one-shot command's settings, once the broker answered; else exit `failure_code`."""
-    return connection(context, one_shot=True, failure_code=failure_code).settings
+def kafka_settings(context: typer.Context) -> KafkaSettings:
+    """A one-shot command's settings, once the broker answered; else it could not run."""
+    return connection(context, one_shot=True).settings
 
 
 def service_kafka_settings(context: typer.Context) -> KafkaSettings:
@@ -124,8 +123,9 @@ DedupeUrlOption = Annotated[
 ]
 
 
-def fail(message: str, code: int = 1) -> typer.Exit:
-    """Print an error the way every command does and return the exit to raise."""
+def fail(message: str, code: ExitCode = ExitCode.COULD_NOT_RUN) -> typer.Exit:
+    """Print an error the way every command does and return the exit to raise: the command
+    could not run, unless `code` says the error is its finding."""
     typer.echo(f"error: {message}", err=True)
     return typer.Exit(code)
 

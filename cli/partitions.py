@@ -11,6 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from kairos.cli.exit_codes import ExitCode
 from kairos.cli.options import fail, kafka_settings
 from kairos.cli.output import JsonAliasOption, OutputOption, chosen, render
 from kairos.cli.reading import wide_console
@@ -76,7 +77,7 @@ def partitions(
             entry["team_schedules"] = held[entry["partition"]]
     render(document, chosen_output, lambda: _print(status, wide_console(), held))
     if status.unowned:
-        raise typer.Exit(1)
+        raise typer.Exit(ExitCode.FINDING)
 
 
 def _team_schedules(settings: KafkaSettings, team: str) -> Counter[int]:

@@ -180,20 +180,18 @@ def _check_options(
         raise fail(
             "nothing to preview: give a schedules file (-f FILE) or published schedules "
             "(--id ID, repeatable, and/or --owner TEAM)",
-            code=2,
         )
     if file is not None and published:
         raise fail(
             "give one source: -f reads a file, --id/--owner read the published schedules; "
             "drop one of them",
-            code=2,
         )
     if histogram and count is not None:
-        raise fail("-n/--count is the listing's; --histogram counts every fire in --horizon", 2)
+        raise fail("-n/--count is the listing's; --histogram counts every fire in --horizon")
     if not histogram and (horizon is not None or top is not None):
-        raise fail("--horizon and --top apply to --histogram; add --histogram or drop them", 2)
+        raise fail("--horizon and --top apply to --histogram; add --histogram or drop them")
     if as_json and top is not None:
-        raise fail("--top shortens the text histogram; --json prints every minute: drop one", 2)
+        raise fail("--top shortens the text histogram; --json prints every minute: drop one")
 
 
 def _parse_from(text: str, now: datetime) -> datetime:

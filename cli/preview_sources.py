@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import typer
 
+from kairos.cli.exit_codes import ExitCode
 from kairos.cli.options import fail, kafka_settings
 from kairos.cli.reading import warn_rejected
 from kairos.cli.schedule_files import SourcesInvalidError, load_sources
@@ -29,7 +30,7 @@ class PreviewInputError(KairosError):
 
 def file_schedules(file: str) -> list[Schedule]:
     """The schedules of a file (`-`: stdin), read and checked as `kairos apply` reads them, job
-    parameters included; an invalid file prints each problem and exits 1."""
+    parameters included; an invalid file prints each problem and cannot be previewed."""
     try:
         return [one.schedule for one in load_sources([file], owner=None)]
     except SourcesInvalidError as invalid:
@@ -37,7 +38,7 @@ def file_schedules(file: str) -> list[Schedule]:
             typer.echo(f"error: {one.source}: {len(one.problems)} problem(s):", err=True)
             for problem in one.problems:
                 typer.echo(f"  - {problem}", err=True)
-        raise typer.Exit(1) from None
+        raise typer.Exit(ExitCode.COULD_NOT_RUN) from None
 
 
 def published_schedules(
@@ -45,7 +46,7 @@ def published_schedules(
 ) -> list[Schedule]:
     """The published schedules named by `ids` (in that order), then `owner`'s (by id).
 
-    Exits 1 naming every id the topic does not hold, or the owner when it holds none of theirs.
+    Cannot run when the topic lacks an id (every one is named), or holds none of the owner's.
     """
     reader = ScheduleReader(kafka_settings(context), timeout_s=READ_TIMEOUT_S)
     try:

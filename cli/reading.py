@@ -58,7 +58,7 @@ def instant_option(text: str | None, name: str, now: datetime) -> datetime | Non
         # into the next command as it is.
         return parse_time(text, now.replace(microsecond=0))
     except TimeArgumentError as error:
-        raise fail(f"{name}: {error}", code=2) from None
+        raise fail(f"{name}: {error}") from None
 
 
 def text(instant: datetime | None) -> str | None:

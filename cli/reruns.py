@@ -76,7 +76,6 @@ def trigger(
         raise fail(
             f"--at {format_instant(instant)} is in the future: a trigger runs now or re-runs a "
             "past instant; for a later one-off run, apply a schedule with `at:`",
-            code=2,
         )
     request = _request(
         schedule_id,
@@ -108,12 +107,11 @@ def backfill(
     now = _now()
     first, last = _time(start, now, "--from"), _time(end, now, "--to")
     if last < first:
-        raise fail(f"--to {end} is before --from {start}; swap them", code=2)
+        raise fail(f"--to {end} is before --from {start}; swap them")
     if last > now:
         raise fail(
             f"--to {format_instant(last)} is in the future: a backfill re-runs occurrences "
             "that are due already; future ones fire on schedule",
-            code=2,
         )
     request = _request(
         schedule_id,
@@ -135,7 +133,7 @@ def _time(text: str, now: datetime, option: str) -> datetime:
     try:
         return parse_time(text, now)
     except KairosError as error:
-        raise fail(f"{option}: {error}", code=2) from None
+        raise fail(f"{option}: {error}") from None
 
 
 def _request(
@@ -159,7 +157,7 @@ def _request(
             requested=requested,
         )
     except KairosError as error:
-        raise fail(f"--request-id: {error}", code=2) from None
+        raise fail(f"--request-id: {error}") from None
 
 
 def _publish(
@@ -205,4 +203,4 @@ def _runs(schedule: Schedule, request: RerunRequest, limit: int | None) -> list[
     try:
         return planned_rerun_ids(schedule, request, limit)
     except RerunRangeError as error:
-        raise fail(str(error), code=2) from None
+        raise fail(str(error)) from None

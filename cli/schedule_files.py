@@ -101,7 +101,10 @@ def _files_of(name: str, recursive: bool) -> list[str]:
 
 
 def load_sources(files: list[str], owner: str | None) -> list[SourcedSchedule]:
-    """Every schedule of every file, validated; `SourcesInvalidError` lists each file's problems."""
+    """Every schedule of every file, validated; `SourcesInvalidError` lists each file's problems.
+
+    A file that cannot be read at all raises `ApplySourceError` at once: one line, not a list.
+    """
     loaded: list[SourcedSchedule] = []
     invalid: list[SourceProblems] = []
     for source in files:
@@ -116,6 +119,8 @@ def load_sources(files: list[str], owner: str | None) -> list[SourcedSchedule]:
         except SchedulesInvalidError as error:
             invalid.append(SourceProblems(source, tuple(str(p) for p in error.errors)))
             continue
+        except ApplySourceError:
+            raise
         except KairosError as error:
             invalid.append(SourceProblems(source, (str(error),)))
             continue

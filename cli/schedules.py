@@ -84,7 +84,7 @@ def list_(
     try:
         wanted = None if selector is None else parse_selector(selector)
     except LabelSelectorError as error:
-        raise fail(str(error), code=2) from None
+        raise fail(str(error)) from None
     reader = reader_for(kafka_settings(context))
     try:
         snapshot = reader.read_all()

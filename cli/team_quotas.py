@@ -72,7 +72,7 @@ def set_quota(
     """Limit a registered team's schedules and fires a minute (its keys are kept). A change
     over the quota is refused by the tickers from then on; what is held already stays."""
     if max_schedules is None and max_fires_per_minute is None:
-        raise fail("give --max-schedules, --max-fires-per-minute or both (`none`: no limit)", 2)
+        raise fail("give --max-schedules, --max-fires-per-minute or both (`none`: no limit)")
     settings = kafka_settings(context)
     current = registered_team(settings, team, Role.OPERATOR)
     if current is None:

@@ -10,6 +10,7 @@ import typer
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
+from kairos.cli.exit_codes import ExitCode
 from kairos.cli.options import JsonOption, fail, kafka_settings
 from kairos.streams.topic_check import check_topics
 from kairos.streams.topics import (
@@ -45,7 +46,6 @@ MinInsyncReplicasOption = Annotated[
         show_default=False,
     ),
 ]
-COULD_NOT_CHECK = 2
 
 
 def _layout(
@@ -97,17 +97,17 @@ def check(
 ) -> None:
     """Say what is wrong with the deployment's topics and how to fix it: exit 0 when healthy,
     1 with one line per problem, 2 when the check could not run."""
-    settings = kafka_settings(context, COULD_NOT_CHECK)
+    settings = kafka_settings(context)
     admin = AdminClient(settings.consumer_config())
     layout = _layout(settings.layout, replication_factor, min_insync_replicas)
     try:
         view = read_cluster(admin, layout)
         replication = resolve_replication(layout, view.cluster_size)
     except ReplicationError as error:
-        raise fail(str(error), COULD_NOT_CHECK) from error
+        raise fail(str(error)) from error
     except KafkaException as error:
         message = f"could not check topics at {settings.bootstrap_servers}: {error}"
-        raise fail(message, COULD_NOT_CHECK) from error
+        raise fail(message) from error
     problems = check_topics(view, layout, replication)
     if as_json:
         report = {
@@ -136,7 +136,7 @@ def check(
             f"{replication.min_insync_replicas}, {replication.brokers} broker(s)"
         )
     if problems:
-        raise typer.Exit(1)
+        raise typer.Exit(ExitCode.FINDING)
 
 
 @app.command("describe")
@@ -174,4 +174,4 @@ def describe(
             for line in state.drift:
                 typer.echo(f"      {line}")
     if any(state.drift for state in states):
-        raise typer.Exit(1)
+        raise typer.Exit(ExitCode.FINDING)

@@ -61,7 +61,7 @@ def test_one_invalid_schedule_publishes_nothing_and_names_it(
 """
     )
     result = apply(kafka_settings, tmp_path, text)
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "nothing was published" in result.stderr
     assert "schedule 'billing.broken' (schedules[2]): field 'cron'" in result.stderr
     assert "schedule schedules[3]: field 'id': is required" in result.stderr
@@ -196,7 +196,7 @@ def test_owner_must_match_every_schedule_of_the_file(
     kafka_settings: KafkaSettings, tmp_path: Path
 ) -> None:
     result = apply(kafka_settings, tmp_path, BILLING, "--prune", "--owner", "ops")
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "schedule 'billing.nightly' (schedules[0]): field 'owner'" in result.stderr
     assert records(kafka_settings) == []
 
@@ -230,5 +230,5 @@ def test_json_files_are_read_by_extension_or_content(
     assert "applied: 0 create, 0 update, 0 delete, 1 unchanged" in by_content.stdout
 
     broken = apply(kafka_settings, tmp_path, '{"schedules": [', name="s.json")
-    assert broken.exit_code == 1
+    assert broken.exit_code == 2
     assert "not a valid JSON schedules file" in broken.stderr

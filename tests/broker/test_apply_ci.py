@@ -92,7 +92,7 @@ def test_an_id_in_two_files_names_both_and_publishes_nothing(
     first = write(tmp_path / "a.yaml", NIGHTLY)
     second = write(tmp_path / "b.yaml", POLL + NIGHTLY.replace("schedules:\n", ""))
     result = kairos(kafka_settings, "-f", first, "-f", second)
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert f"error: {second}: 1 problem(s); nothing was published:" in result.stderr
     assert (
         f"schedule 'billing.nightly' (schedules[1]): field 'id': also defined in {first} "
@@ -152,11 +152,11 @@ def test_dry_run_json_and_yaml_carry_the_whole_plan(
     assert "'xml' is not one of" in bad.stderr
 
 
-def test_dry_run_exits_2_not_1_when_it_cannot_compare(
+def test_an_invalid_file_exits_2_with_or_without_dry_run_never_1_for_drift(
     kafka_settings: KafkaSettings, tmp_path: Path
 ) -> None:
     broken = write(tmp_path / "broken.yaml", NIGHTLY.replace("0 2 * * *", "0 25 * * *"))
-    assert kairos(kafka_settings, "-f", broken).exit_code == 1
+    assert kairos(kafka_settings, "-f", broken).exit_code == 2
     assert kairos(kafka_settings, "-f", broken, "--dry-run").exit_code == 2
 
 
@@ -176,7 +176,7 @@ schedules:
     job: {kind: shel, command: "echo"}
 """
     result = kairos(kafka_settings, "-f", write(tmp_path / "jobs.yaml", text))
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "3 problem(s); nothing was published" in result.stderr
     assert "schedule 'no-command' (schedules[0]): field 'job.command': is required" in (
         result.stderr

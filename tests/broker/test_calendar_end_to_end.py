@@ -152,7 +152,7 @@ def test_apply_refuses_a_schedule_naming_an_unpublished_calendar(
         )
     )
     refused = kairos(kafka_settings, "apply", "-f", str(schedules))
-    assert refused.exit_code == 1
+    assert refused.exit_code == 2
     assert "calendar 'nobody' is not published" in refused.stderr
     assert "kairos calendars apply" in refused.stderr
     listed = kairos(kafka_settings, "schedules", "list", "--json")

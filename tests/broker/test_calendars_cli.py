@@ -159,9 +159,9 @@ def test_delete_and_the_readers_book_and_history(
     ]
 
     missing = kairos(kafka_settings, "calendars", "delete", "nyse")
-    assert missing.exit_code == 1
+    assert missing.exit_code == 2
     assert "no calendar 'nyse'" in missing.output
-    assert kairos(kafka_settings, "calendars", "show", "nyse").exit_code == 1
+    assert kairos(kafka_settings, "calendars", "show", "nyse").exit_code == 2
 
 
 def test_a_feed_folds_in_only_what_was_published_since_its_last_refresh(
@@ -195,14 +195,14 @@ def test_an_invalid_file_publishes_nothing_and_names_each_problem(
 
     refused = kairos(kafka_settings, "calendars", "apply", "-f", str(path))
 
-    assert refused.exit_code == 1
+    assert refused.exit_code == 2
     assert "2 problem(s); nothing was published" in refused.output
     assert "calendar 'nyse' (calendars[1]): field 'business_days': is empty" in refused.output
     assert calendar_records(kafka_settings) == []
     unreadable = tmp_path / "broken.yaml"
     unreadable.write_text("calendars: [", encoding="utf-8")
     broken = kairos(kafka_settings, "calendars", "apply", "-f", str(unreadable))
-    assert broken.exit_code == 1
+    assert broken.exit_code == 2
     assert "not a valid YAML calendars file" in broken.output
     assert calendar_records(kafka_settings) == []
 
@@ -250,7 +250,7 @@ def test_a_calendars_topic_grown_past_one_partition_is_refused_with_the_fix(
 
     def refused() -> Result:
         listed = kairos(kafka_settings, "calendars", "list")
-        assert listed.exit_code == 1, listed.output
+        assert listed.exit_code == 2, listed.output
         return listed
 
     # The new partition reaches the broker's metadata asynchronously.

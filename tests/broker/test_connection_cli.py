@@ -47,7 +47,7 @@ def test_a_broker_that_does_not_answer_is_one_line_within_the_timeout() -> None:
         started = time.monotonic()
         result = kairos("--bootstrap-servers", CLOSED, "--timeout", "2", *command)
         elapsed = time.monotonic() - started
-        assert result.returncode == 1, result
+        assert result.returncode == 2, result
         lines = result.stderr.splitlines()
         assert lines == [lines[0]], f"{command}: more than one line:\n{result.stderr}"
         assert lines[0].startswith(
@@ -78,7 +78,7 @@ def test_secrets_never_show_in_output_help_or_a_services_log(
     failing = kairos(
         *connection, "--bootstrap-servers", CLOSED, "--timeout", "1", "schedules", "list", env=env
     )
-    assert failing.returncode == 1
+    assert failing.returncode == 2
     assert_no_secret(failing.stdout + failing.stderr)
     succeeding = kairos(
         *connection,

@@ -126,18 +126,18 @@ def test_describe_notes_the_dst_gap_of_a_next_fire(published: KafkaSettings) -> 
 
 def test_an_unknown_id_suggests_the_close_one(published: KafkaSettings) -> None:
     result = kairos(published, "schedules", "describe", "billing.nightyl")
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "no schedule 'billing.nightyl'" in result.stderr
     assert "did you mean 'billing.nightly'?" in result.stderr
     assert "Traceback" not in result.output
     far = kairos(published, "schedules", "describe", "zzz")
-    assert far.exit_code == 1 and "did you mean" not in far.stderr
+    assert far.exit_code == 2 and "did you mean" not in far.stderr
     assert "never published" in far.stderr
 
     with SchedulesClient(published, changed_by="dave") as client:
         client.delete(REPORT.id, reason="replaced by ops.weekly")
     gone = kairos(published, "schedules", "describe", REPORT.id)
-    assert gone.exit_code == 1
+    assert gone.exit_code == 2
     assert "deleted at " in gone.stderr
     assert "by dave: replaced by ops.weekly" in gone.stderr
 

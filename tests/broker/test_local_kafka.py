@@ -84,7 +84,7 @@ def test_missing_java_says_what_to_install(tmp_path: Path) -> None:
         str(tmp_path / "kafka"),
         path=str(Path(sys.executable).parent),
     )
-    assert result.returncode == 1
+    assert result.returncode == 2
     assert "`java` was not found" in result.stderr
     assert "Install a Java 17+ runtime" in result.stderr
     assert "Traceback" not in result.stderr

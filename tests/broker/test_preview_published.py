@@ -93,7 +93,7 @@ def test_unknown_and_deleted_ids_are_named(published: KafkaSettings) -> None:
     for ids in (["billing.retired"], ["billing.settle", "billing.nope", "billing.retired"]):
         arguments = [argument for schedule_id in ids for argument in ("--id", schedule_id)]
         result = kairos(published, "preview", *arguments)
-        assert result.exit_code == 1
+        assert result.exit_code == 2
         assert result.stdout == ""
         unknown = ", ".join(repr(i) for i in ids if i != "billing.settle")
         assert f"error: no schedule {unknown} on {published.topic_prefix}schedules" in (
@@ -104,7 +104,7 @@ def test_unknown_and_deleted_ids_are_named(published: KafkaSettings) -> None:
 
 def test_an_owner_without_schedules_is_named(published: KafkaSettings) -> None:
     result = kairos(published, "preview", "--owner", "payments")
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "has owner 'payments'" in result.stderr
 
 
@@ -139,7 +139,7 @@ def test_published_schedules_need_a_broker_that_answers() -> None:
     result = CliRunner().invoke(
         app, ["--bootstrap-servers", "127.0.0.1:1", "--timeout", "0.5", "preview", "--id", "a"]
     )
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert result.stderr.startswith("error: ")
     assert "127.0.0.1:1" in result.stderr
     assert "Traceback" not in result.output

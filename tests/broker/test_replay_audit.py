@@ -260,10 +260,10 @@ def test_runs_get_tells_one_runs_story_and_runs_list_the_schedules_runs(
     assert "started" in told.stdout and "mallory" in told.stdout
 
     never = kairos(settings, "runs", "get", run_id(sweep.id, now - 10 * SECOND))
-    assert never.exit_code == 1
+    assert never.exit_code == 2
     assert "audit verify --schedule billing.sweep" in never.stderr
     garbled = kairos(settings, "runs", "get", "not-a-run-id")
-    assert garbled.exit_code == 1 and "run ids look like" in garbled.stderr
+    assert garbled.exit_code == 2 and "run ids look like" in garbled.stderr
 
     listed = as_json(kairos(settings, "runs", "list", "--schedule", sweep.id, "--json"))
     statuses = {entry["run_id"]: entry["status"] for entry in listed}

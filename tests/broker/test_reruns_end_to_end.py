@@ -144,7 +144,7 @@ def test_a_rerun_of_a_schedule_that_does_not_exist_is_refused(
     kafka_settings: KafkaSettings,
 ) -> None:
     refused = kairos(kafka_settings, "schedules", "trigger", "nobody.here")
-    assert refused.exit_code == 1
+    assert refused.exit_code == 2
     assert "no schedule 'nobody.here'" in refused.stderr
     future = kairos(
         kafka_settings, "schedules", "trigger", SCHEDULE, "--at", "2999-01-01T00:00:00Z"

@@ -105,7 +105,7 @@ def test_pause_resume_and_delete_are_audited(published: KafkaSettings) -> None:
 @pytest.mark.parametrize("command", ["get", "delete", "pause", "resume"])
 def test_an_unknown_id_is_a_clear_error(published: KafkaSettings, command: str) -> None:
     result = kairos(published, "schedules", command, "no.such.schedule")
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "no schedule 'no.such.schedule'" in result.stderr
     assert "Traceback" not in result.output
 
@@ -113,7 +113,7 @@ def test_an_unknown_id_is_a_clear_error(published: KafkaSettings, command: str) 
 def test_a_missing_topic_is_a_clear_error(kafka_bootstrap: str) -> None:
     settings = KafkaSettings(bootstrap_servers=kafka_bootstrap, topic_prefix="never-created.")
     result = kairos(settings, "schedules", "list")
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "kairos topics create" in result.stderr
 
 
@@ -143,7 +143,7 @@ def test_list_skips_unreadable_records_and_writes_nothing(published: KafkaSettin
     assert listed == [NIGHTLY.id, REPORT.id, "x.ok"]
     assert "skipped 4 unreadable record(s)" in first.stderr
     assert "as the ticker does" in first.stderr
-    assert kairos(published, "schedules", "get", "x.cron").exit_code == 1
+    assert kairos(published, "schedules", "get", "x.cron").exit_code == 2
 
     dead_letters_topic = published.layout.name(TopicRole.DEAD_LETTERS)
     assert read_topic(published.bootstrap_servers, dead_letters_topic) == []

@@ -136,7 +136,7 @@ def test_schedules_over_a_partitions_share_are_refused_the_same_after_a_cold_res
     # The refused schedule's own page says why it is not there.
     missing = sorted(set(ids) - set(expected))[0]
     described = _cli(settings, growth_key, "schedules", "describe", missing)
-    assert described.returncode == 1
+    assert described.returncode == 2
     assert "its last change was refused" in described.stderr
     assert "over the quota of team 'growth'" in described.stderr
     shown = _cli(settings, growth_key, "teams", "quota", "growth", "-o", "json")

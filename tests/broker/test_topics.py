@@ -81,9 +81,9 @@ def test_create_is_idempotent_and_describe_flags_drift(
 def test_unreachable_broker_is_a_clear_error() -> None:
     unreachable = ["--bootstrap-servers", "127.0.0.1:1", "--timeout", "2"]
     result = CliRunner().invoke(app, [*unreachable, "topics", "describe"], catch_exceptions=False)
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "no Kafka broker answered at 127.0.0.1:1 (from --bootstrap-servers)" in result.output
-    # `check` tells "could not check" (2) from "found problems" (1).
+    # Could not check (2), never "found problems" (1).
     checked = CliRunner().invoke(app, [*unreachable, "topics", "check"])
     assert checked.exit_code == 2
     assert "no Kafka broker answered at 127.0.0.1:1" in checked.output
@@ -177,10 +177,10 @@ def test_create_refuses_replication_the_cluster_cannot_hold(
     prefix = unique_name("replication") + "."
     args = ["--bootstrap-servers", kafka_bootstrap, "--topic-prefix", prefix, "topics", "create"]
     too_many = CliRunner().invoke(app, [*args, "--replication-factor", "2"])
-    assert too_many.exit_code == 1
+    assert too_many.exit_code == 2
     assert "replication factor 2 needs at least 2 brokers and the cluster has 1" in too_many.output
     impossible_isr = CliRunner().invoke(app, [*args, "--min-insync-replicas", "2"])
-    assert impossible_isr.exit_code == 1
+    assert impossible_isr.exit_code == 2
     assert "min.insync.replicas 2 exceeds the replication factor 1" in impossible_isr.output
     assert not any(name.startswith(prefix) for name in admin.list_topics(timeout=10).topics)
 
@@ -207,7 +207,7 @@ def test_ticker_refuses_a_grown_schedules_topic(
     ticker = start_ticker(settings, "t1", tmp_path / "state", tmp_path)
     code = ticker.process.wait(timeout=60)
     ticker.stop()
-    assert code == 1, ticker.log()
+    assert code == 2, ticker.log()
     assert (
         f"refusing to fire: {schedules}: 6 partitions, the deployment's setting is 4; fix: "
         in ticker.log()

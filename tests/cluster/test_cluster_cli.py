@@ -118,12 +118,12 @@ def test_a_data_dir_keeps_its_topology(tmp_path: Path) -> None:
     (data_dir / "broker.json").write_text("{}")
 
     refused = _kairos("start", "--data-dir", str(data_dir), "--brokers", "3")
-    assert refused.returncode == 1
+    assert refused.returncode == 2
     assert "holds a single local broker, not a cluster; pass another --data-dir" in refused.stderr
     assert "Traceback" not in refused.stderr
 
     no_cluster = _kairos("add-user", "billing", "--data-dir", str(data_dir))
-    assert no_cluster.returncode == 1
+    assert no_cluster.returncode == 2
     assert "holds no local cluster" in no_cluster.stderr
 
 
@@ -132,14 +132,14 @@ def test_a_damaged_data_dir_is_named_not_used(tmp_path: Path) -> None:
     corrupt.mkdir()
     (corrupt / "cluster.json").write_text("{not json")
     status = _kairos("status", "--data-dir", str(corrupt))
-    assert status.returncode == 1
+    assert status.returncode == 2
     assert f"{corrupt}/cluster.json is not a local cluster's state" in status.stderr
     assert "Traceback" not in status.stderr
 
     interrupted = tmp_path / "interrupted"
     (interrupted / "node-1" / "log").mkdir(parents=True)
     started = _kairos("start", "--data-dir", str(interrupted), "--brokers", "3")
-    assert started.returncode == 1
+    assert started.returncode == 2
     assert "an interrupted creation; delete the directory and start again" in started.stderr
     assert _node_pids(interrupted) == []
 
@@ -151,6 +151,6 @@ def test_a_bad_user_name_is_refused_before_anything_else(tmp_path: Path) -> None
         '{"security": "sasl_ssl", "ports": [[1, 2, 3], [4, 5, 6], [7, 8, 9]]}'
     )
     refused = _kairos("add-user", "../evil", "--data-dir", str(data_dir))
-    assert refused.returncode == 1
+    assert refused.returncode == 2
     assert "user name '../evil' is not allowed: use 1-64 letters, digits" in refused.stderr
     assert list(tmp_path.rglob("*evil*")) == []

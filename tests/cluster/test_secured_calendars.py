@@ -89,7 +89,7 @@ def test_a_producer_without_write_on_the_calendars_topic_is_told_which_acl(
         producer, "calendars", "apply", "-f", str(_seeded(tmp_path / "c.yaml"))
     )
 
-    assert refused.exit_code == 1
+    assert refused.exit_code == 2
     calendars = deployment.settings.layout.name(TopicRole.CALENDARS)
     assert f"it needs WRITE on topic {calendars}." in refused.output, refused.output
     assert read_calendar_history(_as(deployment, Role.AUDITOR)) == []

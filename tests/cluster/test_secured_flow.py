@@ -194,7 +194,7 @@ def test_a_role_missing_one_acl_is_told_which_and_does_nothing(
         "-f",
         str(_schedules_file(tmp_path / "s.yaml", datetime.now(UTC))),
     )
-    assert applied.exit_code == 1
+    assert applied.exit_code == 2
     schedules = layout.name(TopicRole.SCHEDULES)
     assert f"it needs WRITE on topic {schedules}." in applied.output, applied.output
     assert "kairos acls producer --principal User:<name> --apply" in applied.output
@@ -210,7 +210,7 @@ def test_a_role_missing_one_acl_is_told_which_and_does_nothing(
     finally:
         for service in (ticker, executor):
             service.stop()
-    assert codes == [1, 1], [ticker.log()[-3000:], executor.log()[-3000:]]
+    assert codes == [2, 2], [ticker.log()[-3000:], executor.log()[-3000:]]
     runs = layout.name(TopicRole.RUNS)
     assert "the ticker is not authorized" in ticker.log()
     assert f"it needs WRITE on topic {runs}." in ticker.log(), ticker.log()[-3000:]
@@ -241,7 +241,7 @@ def test_a_refusal_the_start_up_check_cannot_foresee_is_named_when_it_happens(
     finally:
         ticker.stop()
     log = ticker.log()
-    assert code == 1, log[-3000:]
+    assert code == 2, log[-3000:]
     prefix = DeploymentNames.of(deployment.settings).transactional_id_prefix
     assert "(TRANSACTIONAL_ID_AUTHORIZATION_FAILED)" in log, log[-3000:]
     assert f"it needs WRITE on transactional-id {prefix} (prefixed)." in log, log[-3000:]

@@ -37,17 +37,17 @@ def test_limits_are_set_listed_and_removed_in_the_executors_store(tmp_path: Path
     ]
     assert concurrency(tmp_path, "remove", "label:warehouse=eu").exit_code == 0
     again = concurrency(tmp_path, "remove", "label:warehouse=eu")
-    assert again.exit_code == 1 and "has no limit" in again.output
+    assert again.exit_code == 2 and "has no limit" in again.output
 
 
 def test_bad_input_is_refused_with_what_to_do(tmp_path: Path) -> None:
     missing = concurrency(tmp_path / "typo", "set", "owner:payments", "3")
-    assert missing.exit_code == 1
+    assert missing.exit_code == 2
     assert "no dedupe store at" in missing.output and "--state-dir" in missing.output
     assert not (tmp_path / "typo").exists()
     open_dedupe_store(dedupe_store_url(tmp_path, None)).close()
     bad = concurrency(tmp_path, "set", "payments", "3")
-    assert bad.exit_code == 1 and "write owner:OWNER or label:KEY=VALUE" in bad.output
+    assert bad.exit_code == 2 and "write owner:OWNER or label:KEY=VALUE" in bad.output
     zero = concurrency(tmp_path, "set", "owner:payments", "0")
-    assert zero.exit_code == 1 and "give at least 1" in zero.output
+    assert zero.exit_code == 2 and "give at least 1" in zero.output
     assert "no group is limited" in concurrency(tmp_path, "list").stdout

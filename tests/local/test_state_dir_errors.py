@@ -39,7 +39,7 @@ def test_the_ticker_refuses_a_state_dir_it_cannot_create(under_a_file: Path) -> 
 
 
 @pytest.mark.parametrize("service", ["ticker", "executor"])
-def test_the_service_exits_1_with_one_error_line(under_a_file: Path, service: str) -> None:
+def test_the_service_exits_2_with_one_error_line(under_a_file: Path, service: str) -> None:
     # A closed port: the state directory is checked before any broker is needed.
     done = subprocess.run(
         [
@@ -59,7 +59,7 @@ def test_the_service_exits_1_with_one_error_line(under_a_file: Path, service: st
         timeout=120,
         check=False,
     )
-    assert done.returncode == 1, done.stderr[-2000:]
+    assert done.returncode == 2, done.stderr[-2000:]
     assert "Traceback" not in done.stderr
     errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "cannot create" in errors[0] and str(under_a_file) in errors[0]

@@ -139,7 +139,7 @@ def test_invalid_input_is_reported_without_traceback(
     tmp_path: Path, text: str, expected: str
 ) -> None:
     result = run(tmp_path, text, "--from", "2027-01-01T00:00:00Z")
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert expected in result.stderr
     assert "Traceback" not in result.output
     assert result.exception is None or isinstance(result.exception, SystemExit)
@@ -169,14 +169,14 @@ def test_invalid_input_is_reported_without_traceback(
 )
 def test_bad_from(tmp_path: Path, args: list[str], expected: str) -> None:
     result = run(tmp_path, SCHEDULES, *args)
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert expected in result.stderr
     assert "Traceback" not in result.output
 
 
 def test_missing_file(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["preview", "-f", str(tmp_path / "absent.yaml")])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "cannot read schedules file" in result.stderr
     assert "Traceback" not in result.output
 
@@ -185,7 +185,7 @@ def test_non_utf8_file(tmp_path: Path) -> None:
     path = tmp_path / "latin1.yaml"
     path.write_bytes(b"schedules: []\n# caf\xe9\n")
     result = CliRunner().invoke(app, ["preview", "-f", str(path)])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "cannot read schedules file" in result.stderr
 
 
@@ -218,7 +218,7 @@ schedules:
 @pytest.mark.parametrize("zone", ["localtime", "posixrules", "Factory"])
 def test_a_zone_that_means_the_hosts_own_is_refused(tmp_path: Path, zone: str) -> None:
     result = run(tmp_path, f"schedules:\n  - id: a\n    cron: '@daily'\n    timezone: {zone}\n")
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert f"schedule 'a' (schedules[0]): field 'timezone': '{zone}'" in result.stderr
     assert "name the zone, such as 'UTC'" in result.stderr
     assert result.stdout == ""

@@ -197,6 +197,6 @@ def test_a_selection_beyond_the_budget_is_refused_naming_the_way_out() -> None:
 )
 def test_a_bad_horizon_is_refused(tmp_path: Path, args: list[str], expected: str) -> None:
     result = histogram(tmp_path, herd(1), *args)
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert expected in result.stderr
     assert result.stdout == ""

@@ -55,7 +55,7 @@ def test_relative_from_counts_from_now(relative: str, back: timedelta) -> None:
 def test_a_job_that_does_not_fit_its_kind_is_refused() -> None:
     text = HOURLY + "    job: {kind: http, url: 'billing.internal/settle'}\n"
     result = CliRunner().invoke(app, ["preview", "-f", "-"], input=text)
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert (
         "schedule 'hourly' (schedules[0]): field 'job.url': must start with http:// or https://"
     ) in result.stderr
