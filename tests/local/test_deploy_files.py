@@ -5,7 +5,10 @@ check-jsonschema), the Kubernetes manifests against the Kubernetes API's JSON sc
 kubernetes-validate, strict: unknown fields fail), the systemd units with `systemd-analyze
 verify` and `security`. The schemas cannot see what only Kairos knows, so the tests also check
 that: every KAIROS_* variable is one `kairos --help` names, a ticker keeps its instance name and
-its own state volume, and every grace period outlasts a clean handover.
+its own state volume, every grace period outlasts a clean handover, each role connects as its
+own principal and the administrator's steps grant that principal the role's ACLs, tickers run
+with ownership `signed`, and the probes call `/readyz` and `/livez` where they can reach them.
+(tests/cluster/test_deploy_roles.py runs the Kubernetes files' processes on a secured cluster.)
 """
 
 from __future__ import annotations
@@ -18,7 +21,6 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import click
 import jsonschema
@@ -29,12 +31,28 @@ import yaml
 from kairos.cli.app import app
 from kairos.services.executor.settings import ExecutorSettings
 from kairos.services.ticker.settings import TickerSettings
+from tests.deploy_files import (
+    COMPOSE,
+    DOCKERFILE,
+    KUBERNETES,
+    ROLE_OF_COMMAND,
+    SYSTEMD,
+    by_kind,
+    client_properties,
+    compose,
+    compose_admin_steps,
+    compose_principals,
+    containers,
+    grants,
+    kubernetes_environment,
+    manifests,
+    mounted_properties,
+    pod_templates,
+    secret_names,
+    systemd_credential,
+    systemd_environment,
+)
 
-REPOSITORY = Path(__file__).resolve().parents[2]
-COMPOSE = REPOSITORY / "compose" / "docker-compose.yml"
-DOCKERFILE = REPOSITORY / "compose" / "Dockerfile"
-KUBERNETES = REPOSITORY / "deploy" / "kubernetes"
-SYSTEMD = REPOSITORY / "deploy" / "systemd"
 # The oldest Kubernetes release the manifests claim (docs/deploy.md), and the newest bundled.
 KUBERNETES_VERSIONS = ("1.27.0", kubernetes_validate.utils.latest_version())
 # Variables in this namespace are librdkafka client properties and the properties file
@@ -56,26 +74,6 @@ def _seconds(duration: str) -> float:
     match = re.fullmatch(r"(\d+)(s|m)", duration)
     assert match, f"write durations as <n>s or <n>m, not {duration!r}"
     return int(match[1]) * (60 if match[2] == "m" else 1)
-
-
-def _compose() -> dict[str, Any]:
-    loaded: dict[str, Any] = yaml.safe_load(COMPOSE.read_text())
-    return loaded
-
-
-def _manifests() -> list[tuple[str, dict[str, Any]]]:
-    """Every Kubernetes object with the file it is in (kustomization.yaml is not one)."""
-    return [
-        (path.name, document)
-        for path in sorted(KUBERNETES.glob("*.yaml"))
-        if path.name != "kustomization.yaml"
-        for document in yaml.safe_load_all(path.read_text())
-        if document
-    ]
-
-
-def _by_kind(kind: str) -> dict[str, dict[str, Any]]:
-    return {d["metadata"]["name"]: d for _, d in _manifests() if d["kind"] == kind}
 
 
 def _cli_environment_variables() -> set[str]:
@@ -107,30 +105,30 @@ def test_the_compose_file_follows_the_compose_specification() -> None:
         importlib.resources.files("check_jsonschema.builtin_schemas.vendor") / "compose-spec.json"
     )
     validator = jsonschema.Draft202012Validator(json.loads(schema_file.read_text()))
-    problems = [f"{e.json_path}: {e.message}" for e in validator.iter_errors(_compose())]
+    problems = [f"{e.json_path}: {e.message}" for e in validator.iter_errors(compose())]
     assert not problems, "\n".join(problems)
 
 
 def test_compose_references_resolve_and_the_kairos_image_is_built_once() -> None:
-    compose = _compose()
-    services = compose["services"]
+    declared = compose()
+    services = declared["services"]
     for name, service in services.items():
         for needed in service.get("depends_on", {}):
             assert needed in services, f"{name} depends on {needed}, which is no service"
         for volume in service.get("volumes", []):
             source = volume.split(":")[0]
             if not source.startswith((".", "/")):
-                assert source in compose["volumes"], f"{name}: volume {source} is not declared"
+                assert source in declared["volumes"], f"{name}: volume {source} is not declared"
     kairos = [name for name, s in services.items() if s.get("image") == "kairos:0.1.0"]
     builders = [name for name in kairos if "build" in services[name]]
-    assert builders == ["topics"], "the first Kairos service to start builds the image, once"
+    assert builders == ["admin"], "the first Kairos service to start builds the image, once"
     for name in kairos:
-        if name != "topics":
-            assert "topics" in services[name]["depends_on"], f"{name} starts before the topics"
+        if name != "admin":
+            assert "admin" in services[name]["depends_on"], f"{name} starts before the topics"
 
 
 def test_compose_kafka_nodes_form_one_replicated_quorum_that_kairos_reaches() -> None:
-    services = _compose()["services"]
+    services = compose()["services"]
     nodes = {name: s["environment"] for name, s in services.items() if name.startswith("kafka-")}
     assert len(nodes) == 3
     voters = {f"{env['KAFKA_NODE_ID']}@{name}:9093" for name, env in nodes.items()}
@@ -143,12 +141,20 @@ def test_compose_kafka_nodes_form_one_replicated_quorum_that_kairos_reaches() ->
         external_ports.add(env["KAFKA_ADVERTISED_LISTENERS"].rsplit(":", 1)[1])
     assert len({env["CLUSTER_ID"] for env in nodes.values()}) == 1
     assert len(external_ports) == 3, "each node needs its own host port"
+    for name, env in nodes.items():
+        protocols = dict(
+            pair.split(":") for pair in env["KAFKA_LISTENER_SECURITY_PROTOCOL_MAP"].split(",")
+        )
+        assert set(protocols.values()) == {"SASL_PLAINTEXT"}, (
+            f"{name}: a listener without principals"
+        )
+        assert env["KAFKA_ALLOW_EVERYONE_IF_NO_ACL_FOUND"] == "false", name
     bootstrap = services["ticker-a"]["environment"]["KAIROS_BOOTSTRAP_SERVERS"].split(",")
     assert sorted(bootstrap) == sorted(f"{name}:9092" for name in nodes)
 
 
 def test_compose_tickers_keep_their_names_and_their_own_state_volume() -> None:
-    services = _compose()["services"]
+    services = compose()["services"]
     state_dir = _image_environment()["KAIROS_STATE_DIR"]
     tickers = {n: s for n, s in services.items() if s.get("command") == ["ticker"]}
     assert len(tickers) == 2
@@ -163,12 +169,65 @@ def test_compose_tickers_keep_their_names_and_their_own_state_volume() -> None:
     assert _seconds(executor["stop_grace_period"]) > _executor_shutdown_s()
 
 
+def test_compose_roles_connect_as_their_own_principals_granted_by_the_administrator() -> None:
+    services = compose()["services"]
+    principals = compose_principals()
+    admin = services["admin"]["environment"]["KAIROS_KAFKA_SASL_USERNAME"]
+    granted = grants(compose_admin_steps())
+    users = {user for _, user in principals.values()}
+    assert len(users) == len({role for role, _ in principals.values()}), "one principal per role"
+    assert admin not in users
+    for name, (role, user) in principals.items():
+        assert (role, user) in granted, f"{name}: the admin never grants {user} the {role} ACLs"
+    console = services["console"]["environment"]
+    assert "KAIROS_CONSOLE_USERS_FILE" in console and "KAIROS_SIGNING_KEY" in console
+    assert ("producer", console["KAIROS_KAFKA_SASL_USERNAME"]) in granted, "its actions write"
+    # Each principal's password is the one the brokers hold for it, from compose/.env.
+    node = services["kafka-1"]["environment"]
+    jaas = node["KAFKA_LISTENER_NAME_INTERNAL_PLAIN_SASL_JAAS_CONFIG"]
+    passwords = dict(re.findall(r'user_(\S+)="([^"]+)"', jaas))
+    assert f"User:{admin}" in node["KAFKA_SUPER_USERS"].split(";")
+    for name in [*principals, "admin"]:
+        environment = services[name]["environment"]
+        user = environment["KAIROS_KAFKA_SASL_USERNAME"]
+        assert passwords[user] == environment["KAIROS_KAFKA_SASL_PASSWORD"], name
+
+
+def test_compose_tickers_are_signed_and_the_demo_team_signs_with_its_registered_key() -> None:
+    services = compose()["services"]
+    for name, (role, _) in compose_principals().items():
+        if role == "ticker":
+            assert services[name]["environment"]["KAIROS_OWNERSHIP"] == "signed", name
+    steps = [" ".join(step) for step in compose_admin_steps()]
+    demo = services["schedules"]["environment"]
+    team = Path(demo["KAIROS_SIGNING_KEY"]).stem
+    assert any(step.startswith(f"teams put {team} --public-key") for step in steps), team
+
+
+def test_compose_health_checks_ask_each_service_whether_it_is_ready() -> None:
+    services = compose()["services"]
+    for name, (role, _) in compose_principals().items():
+        if role == "producer":
+            continue
+        environment = services[name]["environment"]
+        listen = environment.get("KAIROS_CONSOLE_LISTEN")
+        port = listen.rsplit(":", 1)[1] if listen else str(environment["KAIROS_METRICS_PORT"])
+        assert f"'http://127.0.0.1:{port}/readyz'" in " ".join(
+            services[name]["healthcheck"]["test"]
+        )
+        host = listen.rsplit(":", 1)[0] if listen else environment["KAIROS_METRICS_HOST"]
+        # A host port mapping reaches the container's interface, never its loopback.
+        assert host == "0.0.0.0", (
+            f"{name}: the mapped port {services[name]['ports']} reaches nothing"
+        )
+
+
 # -- Kubernetes -----------------------------------------------------------------------------------
 
 
 def test_kubernetes_manifests_follow_the_kubernetes_api_schemas() -> None:
     problems = []
-    for file_name, document in _manifests():
+    for file_name, document in manifests():
         for version in KUBERNETES_VERSIONS:
             try:
                 kubernetes_validate.validate(document, version, strict=True)
@@ -182,54 +241,132 @@ def test_the_kustomization_lists_every_manifest_but_the_example_secrets() -> Non
     files = {p.name for p in KUBERNETES.glob("*.yaml")} - {"kustomization.yaml"}
     examples = {name for name in files if name.endswith(".example.yaml")}
     # Applying the kustomization must never overwrite a real Secret with a placeholder.
-    assert {d["kind"] for name, d in _manifests() if name in examples} == {"Secret"}
+    assert {d["kind"] for name, d in manifests() if name in examples} == {"Secret"}
     assert sorted(kustomization["resources"]) == sorted(files - examples)
 
 
-def _pod_templates() -> Iterator[tuple[str, dict[str, Any]]]:
-    for _, document in _manifests():
-        if document["kind"] in {"StatefulSet", "Deployment", "Job"}:
-            yield document["metadata"]["name"], document["spec"]["template"]["spec"]
-
-
 def test_kubernetes_references_resolve() -> None:
-    config_maps, secrets = _by_kind("ConfigMap"), _by_kind("Secret")
-    for name, pod in _pod_templates():
+    config_maps, secrets = by_kind("ConfigMap"), by_kind("Secret")
+    for name, pod in pod_templates().items():
         for volume in pod.get("volumes", []):
-            if "secret" in volume:
-                assert volume["secret"]["secretName"] in secrets, f"{name}: {volume}"
-        for container in pod["containers"]:
+            for secret in secret_names(volume):
+                assert secret in secrets, f"{name}: {volume}"
+        claims = (
+            by_kind("StatefulSet").get(name, {}).get("spec", {}).get("volumeClaimTemplates", [])
+        )
+        volumes = {v["name"] for v in pod.get("volumes", [])} | {
+            c["metadata"]["name"] for c in claims
+        }
+        for container in containers(pod):
             for source in container.get("envFrom", []):
                 if "configMapRef" in source:
                     assert source["configMapRef"]["name"] in config_maps, name
                 if "secretRef" in source:
                     assert source["secretRef"]["name"] in secrets, name
-            ports = {p["name"]: p["containerPort"] for p in container.get("ports", [])}
-            env = {e["name"]: e.get("value") for e in container.get("env", [])}
-            for probe in ("readinessProbe", "livenessProbe"):
-                if probe in container:
-                    port = ports[container[probe]["httpGet"]["port"]]
-                    assert env["KAIROS_METRICS_PORT"] == str(port), f"{name} {probe}"
-    services = _by_kind("Service")
-    for name, stateful_set in _by_kind("StatefulSet").items():
+            for mount in container.get("volumeMounts", []):
+                assert mount["name"] in volumes, f"{name}: {mount}"
+    services = by_kind("Service")
+    for name, stateful_set in by_kind("StatefulSet").items():
         governing = services[stateful_set["spec"]["serviceName"]]
         assert governing["spec"]["clusterIP"] == "None", f"{name} needs a headless Service"
 
 
+def test_kubernetes_probes_ask_for_readiness_and_liveness_where_the_kubelet_reaches() -> None:
+    probed = set()
+    for name, pod in pod_templates().items():
+        for container in pod["containers"]:
+            if "readinessProbe" not in container:
+                continue
+            probed.add(container["args"][0])
+            ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+            env = kubernetes_environment(container)
+            listen = env.get("KAIROS_CONSOLE_LISTEN")
+            # The kubelet probes the pod's IP: the default 127.0.0.1 would fail every probe.
+            host, port = (
+                listen.rsplit(":", 1)
+                if listen
+                else (env["KAIROS_METRICS_HOST"], env["KAIROS_METRICS_PORT"])
+            )
+            assert host == "0.0.0.0", name
+            for probe, path in (("readinessProbe", "/readyz"), ("livenessProbe", "/livez")):
+                assert container[probe]["httpGet"]["path"] == path, f"{name} {probe}"
+                assert str(ports[container[probe]["httpGet"]["port"]]) == port, f"{name} {probe}"
+    assert probed == {"ticker", "executor", "console"}
+
+
 def test_kubernetes_pods_can_read_the_secret_and_write_their_state_as_a_non_root_user() -> None:
-    for name, pod in _pod_templates():
+    for name, pod in pod_templates().items():
         security = pod["securityContext"]
         assert security["runAsNonRoot"] and security["runAsUser"] != 0, name
         # Secret files belong to root and the fsGroup: the user reads them through the group.
         assert security["fsGroup"] == security["runAsGroup"], name
         for volume in pod.get("volumes", []):
-            if "secret" in volume:
-                mode = volume["secret"]["defaultMode"]
+            if secret_names(volume):
+                mode = (volume.get("secret") or volume["projected"])["defaultMode"]
                 assert mode & 0o040 and not mode & 0o007, f"{name}: mode {mode:o}"
 
 
+# Files Kairos refuses when its group may read them: a Secret's files always are.
+_PRIVATE_FILES = ("KAIROS_SIGNING_KEY", "KAIROS_CONSOLE_USERS_FILE")
+
+
+def test_kubernetes_keys_and_users_reach_kairos_as_private_copies() -> None:
+    for name, pod in pod_templates().items():
+        volumes = {v["name"]: v for v in pod.get("volumes", [])}
+        for container in pod["containers"]:
+            env = kubernetes_environment(container)
+            mounts = {m["mountPath"]: m["name"] for m in container.get("volumeMounts", [])}
+            for variable in (v for v in _PRIVATE_FILES if v in env):
+                path = Path(env[variable])
+                volume = mounts[str(path.parent)]
+                assert not secret_names(volumes[volume]), f"{name}: {variable} is group-readable"
+                copied = [
+                    c["command"]
+                    for c in pod["initContainers"]
+                    if any(m["name"] == volume for m in c["volumeMounts"])
+                ]
+                assert [c[:3] for c in copied] == [["install", "-m", "0600"]], name
+                assert any(Path(source).name == path.name for source in copied[0][3:-1]), name
+
+
+def _kubernetes_principals() -> dict[str, str]:
+    """The SASL user each workload's role connects as, by role."""
+    (job,) = by_kind("Job")
+    return {
+        ROLE_OF_COMMAND[pod["containers"][0]["args"][0]]: mounted_properties(
+            pod, pod["containers"][0]
+        )["sasl.username"]
+        for name, pod in pod_templates().items()
+        if name != job
+    }
+
+
+def test_kubernetes_roles_connect_as_their_own_principals_granted_by_the_topics_job() -> None:
+    (job_name,) = by_kind("Job")
+    job = pod_templates()[job_name]
+    granted = grants(c["args"] for c in containers(job))
+    admins = {mounted_properties(job, c)["sasl.username"] for c in containers(job)}
+    assert len(admins) == 1, "every step of the Job runs as the administrator"
+    principals = _kubernetes_principals()
+    for role, principal in principals.items():
+        assert (role, principal) in granted, f"the {role}'s {principal} is not granted"
+    assert len(set(principals.values())) == len(principals), "one principal per role"
+    assert not admins & set(principals.values())
+    assert ("producer", principals["console"]) in granted, "the console's actions write"
+    teams = (
+        {
+            client_properties(s["stringData"]["client.properties"])["sasl.username"]
+            for s in by_kind("Secret").values()
+            if "client.properties" in s.get("stringData", {})
+        }
+        - admins
+        - set(principals.values())
+    )
+    assert teams and all(("producer", team) in granted for team in teams), teams
+
+
 def test_the_ticker_statefulset_names_each_ticker_after_its_pod_with_its_own_volume() -> None:
-    (ticker,) = _by_kind("StatefulSet").values()
+    (ticker,) = by_kind("StatefulSet").values()
     pod = ticker["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     assert container["args"] == ["ticker"]
@@ -238,10 +375,11 @@ def test_the_ticker_statefulset_names_each_ticker_after_its_pod_with_its_own_vol
     claims = {c["metadata"]["name"] for c in ticker["spec"]["volumeClaimTemplates"]}
     mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
     assert mounts[env["KAIROS_STATE_DIR"]["value"]] in claims, "the state dir must be a PVC"
+    assert env["KAIROS_OWNERSHIP"]["value"] == "signed"
     assert pod["terminationGracePeriodSeconds"] >= _ticker_handover_s()
     assert pod["securityContext"]["fsGroup"] == pod["securityContext"]["runAsUser"]
 
-    (executor,) = _by_kind("Deployment").values()
+    executor = by_kind("Deployment")["kairos-executor"]
     assert executor["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] > (
         _executor_shutdown_s()
     )
@@ -285,6 +423,24 @@ def test_systemd_units_verify_and_are_hardened(tmp_path: Path) -> None:
         assert _seconds(settings["TimeoutStopSec"]) >= limit, unit
 
 
+def test_systemd_units_connect_as_their_roles_principals_and_tickers_are_signed(
+    tmp_path: Path,
+) -> None:
+    kubernetes = _kubernetes_principals()
+    for unit in ("kairos-ticker@.service", "kairos-executor@.service"):
+        role = dict(_unit_settings(SYSTEMD / unit))["ExecStart"].split()[-1]
+        properties = client_properties(systemd_credential(unit).read_text())
+        # One name per role in every form: the ACLs granted to it are the same.
+        assert properties["sasl.username"] == kubernetes[role], unit
+        environment = systemd_environment(unit, "t1", tmp_path, tmp_path)
+        assert environment.get("KAIROS_OWNERSHIP") == ("signed" if role == "ticker" else None)
+        # Metrics and probes stay on 127.0.0.1, the default: no systemd file moves them.
+        assert "KAIROS_METRICS_HOST" not in environment, unit
+    for name, (role, principal) in compose_principals().items():
+        if role in kubernetes:
+            assert principal == kubernetes[role], name
+
+
 # -- every file -----------------------------------------------------------------------------------
 
 
@@ -301,9 +457,13 @@ def _kairos_variables() -> Iterator[tuple[str, str]]:
 def test_every_kairos_variable_the_deploy_files_set_is_one_the_cli_documents() -> None:
     known = _cli_environment_variables()
     assert "KAIROS_TICKER_INSTANCE" in known, "the CLI's variables could not be collected"
+    # The image's build arguments are the build's, not the process's.
+    build_arguments = re.findall(r"^ARG (\w+)", DOCKERFILE.read_text(), flags=re.MULTILINE)
     unknown = {
         f"{file_name}: {name}"
         for file_name, name in _kairos_variables()
-        if name not in known and not name.startswith(KAFKA_PROPERTY_NAMESPACE)
+        if name not in known
+        and not name.startswith(KAFKA_PROPERTY_NAMESPACE)
+        and not (file_name == DOCKERFILE.name and name in build_arguments)
     }
     assert not unknown, f"named by no `kairos --help`: {sorted(unknown)}"
