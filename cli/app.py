@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import sys
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Annotated
 
@@ -37,24 +36,13 @@ from kairos.cli.connection import (
     ConnectionFlags,
 )
 from kairos.cli.exit_codes import COULD_NOT_RUN_ERRORS, ExitCode, error_line
-
-DISTRIBUTION = "kairos-scheduler"
-"""The distribution's name on PyPI (the import name and the command stay `kairos`)."""
+from kairos.services.build import installed_version
 
 app = typer.Typer(
     name="kairos",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
-
-
-def installed_version() -> str:
-    """The version pip installed, read from the package metadata (one source: pyproject.toml)."""
-    try:
-        return version(DISTRIBUTION)
-    except PackageNotFoundError:
-        # Run from a source tree that was never installed: say so rather than guess a number.
-        return "unknown (not installed; `pip install -e .` records the version)"
 
 
 def _print_version(asked: bool) -> None:

@@ -14,6 +14,7 @@ from kairos.cli.options import (
     DedupeUrlOption,
     ExecutorStateDirOption,
     LogLevelOption,
+    MetricsHostOption,
     MetricsPortOption,
     fail,
     service_arguments,
@@ -23,6 +24,7 @@ from kairos.core.durations import parse_duration
 from kairos.core.errors import KairosError
 from kairos.services.executor import ExecutorSettings, Handlers, run_executor
 from kairos.services.executor.settings import BUILT_IN_KINDS
+from kairos.services.probes import DEFAULT_METRICS_HOST
 from kairos.streams.settings import KafkaSettings
 
 
@@ -123,6 +125,7 @@ def executor(
     poll_interval: _PollIntervalOption = "200ms",
     session_timeout_ms: _SessionTimeoutMsOption = 10_000,
     metrics_port: MetricsPortOption = None,
+    metrics_host: MetricsHostOption = DEFAULT_METRICS_HOST,
     log_level: LogLevelOption = "INFO",
 ) -> None:
     """Run fired jobs at least once, deduplicated by run id: retries, overlap, dead letters."""
@@ -147,6 +150,7 @@ def executor(
             poll_interval=parse_duration(poll_interval),
             session_timeout_ms=session_timeout_ms,
             metrics_port=metrics_port,
+            metrics_host=metrics_host,
         )
     except ValidationError as invalid:
         problems = "; ".join(
@@ -179,6 +183,7 @@ def executor_arguments(
     poll_interval: str | None = None,
     session_timeout_ms: int | None = None,
     metrics_port: int | None = None,
+    metrics_host: str | None = None,
     log_level: str | None = None,
 ) -> list[str]:
     """The `kairos` arguments of an executor of this deployment (`None`: the flag's default).
@@ -203,6 +208,7 @@ def executor_arguments(
             ("--poll-interval", poll_interval),
             ("--session-timeout-ms", session_timeout_ms),
             ("--metrics-port", metrics_port),
+            ("--metrics-host", metrics_host),
             ("--log-level", log_level),
         ),
     )

@@ -13,6 +13,7 @@ import typer
 
 from kairos.cli.options import (
     LogLevelOption,
+    MetricsHostOption,
     MetricsPortOption,
     fail,
     service_arguments,
@@ -20,6 +21,7 @@ from kairos.cli.options import (
 )
 from kairos.core.clock import DEFAULT_MAX_CLOCK_AHEAD_MS
 from kairos.core.errors import KairosError
+from kairos.services.probes import DEFAULT_METRICS_HOST
 from kairos.services.ticker.service import Ticker
 from kairos.services.ticker.settings import Ownership, TickerSettings
 from kairos.streams.settings import KafkaSettings
@@ -100,6 +102,7 @@ def ticker(
     max_clock_ahead_ms: _MaxClockAheadMsOption = DEFAULT_MAX_CLOCK_AHEAD_MS,
     state_store_memory_mb: _StateStoreMemoryOption = DEFAULT_STORE_MEMORY_MB,
     metrics_port: MetricsPortOption = None,
+    metrics_host: MetricsHostOption = DEFAULT_METRICS_HOST,
     ownership: _OwnershipOption = Ownership.OPEN,
     signature_max_age_s: _SignatureMaxAgeOption = 300,
     log_level: LogLevelOption = "INFO",
@@ -115,6 +118,7 @@ def ticker(
             max_clock_ahead_ms=max_clock_ahead_ms,
             state_store_memory_mb=state_store_memory_mb,
             metrics_port=metrics_port,
+            metrics_host=metrics_host,
             ownership=ownership,
             signature_max_age_s=signature_max_age_s,
         )
@@ -142,6 +146,7 @@ def ticker_arguments(
     *,
     session_timeout_ms: int | None = None,
     metrics_port: int | None = None,
+    metrics_host: str | None = None,
     log_level: str | None = None,
     group_id: str | None = None,
     ownership: Ownership | None = None,
@@ -160,6 +165,7 @@ def ticker_arguments(
             ("--group-id", group_id),
             ("--session-timeout-ms", session_timeout_ms),
             ("--metrics-port", metrics_port),
+            ("--metrics-host", metrics_host),
             ("--log-level", log_level),
             ("--ownership", None if ownership is None else ownership.value),
             ("--signature-max-age-s", signature_max_age_s),

@@ -14,13 +14,15 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, RedirectResponse, Response
+from starlette.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
 from starlette.templating import Jinja2Templates
 
 from kairos.core.audit import TimeArgumentError, parse_time
+from kairos.services.build import register_build_info
 from kairos.services.console import audits, documents, queries
 from kairos.services.console.acting import Acting, ActionDoor
 from kairos.services.console.audits import AuditJobs, AuditsBusyError
@@ -72,7 +74,7 @@ def build_app(console: Console) -> Starlette:
         Route("/audit", pages.audits, methods=["GET", "POST"]),
         Route("/audit/{audit_id:int}", pages.audit),
         Route("/dead-letters", pages.dead_letters),
-        Route("/healthz", lambda _r: JSONResponse({"ok": True})),
+        *probe_routes(),
         Route(f"{API}/status", api.status),
         Route(f"{API}/schedules", api.schedules),
         Route(f"{API}/schedules/{{schedule_id:path}}", api.schedule),
@@ -84,6 +86,21 @@ def build_app(console: Console) -> Starlette:
         Route(f"{API}/dead-letters", api.dead_letters),
     ]
     return Starlette(routes=routes)
+
+
+def probe_routes() -> list[Route]:
+    """`/metrics` (the build's `kairos_build_info`), `/livez` and `/readyz`: the console serves
+    its view whatever the follower's state (shown on every page), so answering is being ready."""
+    registry = CollectorRegistry()
+    register_build_info(registry)
+
+    def metrics(_request: Request) -> Response:
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    def answering(_request: Request) -> Response:
+        return PlainTextResponse("ok\n")
+
+    return [Route("/metrics", metrics), Route("/livez", answering), Route("/readyz", answering)]
 
 
 def schedule_filter(request: Request) -> queries.ScheduleFilter:

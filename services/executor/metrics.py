@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from kairos.core.concurrency import GroupStatus
+from kairos.services.build import register_build_info
 
 _LATENESS_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
 _DURATION_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600)
@@ -16,6 +17,7 @@ class ExecutorMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
+        register_build_info(r)
         self.admitted = Counter(
             "kairos_executor_runs_admitted",
             "Deliveries of runs by what the dedupe store made of them (ready, queued, skipped, "
@@ -116,9 +118,6 @@ class ExecutorMetrics:
             self.group_limit.labels(status.group).set(status.max_running)
             self.group_running.labels(status.group).set(status.running)
             self.group_waiting.labels(status.group).set(status.waiting)
-
-    def serve(self, port: int) -> None:
-        start_http_server(port, registry=self.registry)
 
 
 def _groups_of(gauge: Gauge) -> set[str]:

@@ -18,9 +18,12 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import FrameType
+
+from confluent_kafka import TopicPartition
 
 from kairos.core.errors import KairosError
 from kairos.services.executor.admission import ServedJobs
@@ -35,9 +38,11 @@ from kairos.services.executor.settings import ExecutorSettings
 from kairos.services.executor.shutdown import shut_down
 from kairos.services.executor.turn import ExecutorTurn
 from kairos.services.executor.workers import AttemptWorkers
+from kairos.services.probes import LoopHealth, group_readiness, probe_server, stall_limit_s
 from kairos.streams.acls import DeploymentNames, Role
 from kairos.streams.authorization import RoleAccess
 from kairos.streams.codec import Codecs, make_codecs
+from kairos.streams.ports import GroupMember
 from kairos.streams.settings import KafkaSettings
 
 logger = logging.getLogger(__name__)
@@ -97,17 +102,22 @@ class Executor:
         self._clients = clients or ConfluentExecutorClients(kafka, self._access)
         self._connected: _Connected | None = None
         """The session and what runs on it; none before `connect` and after `disconnect`."""
+        self.health = LoopHealth(stall_limit_s(kafka), time.monotonic())
+        self._assigned = False
+        """Whether the group gave this member its partitions (none, perhaps) since `connect`."""
 
     def run(self, stop: threading.Event) -> None:
         """Execute runs until `stop` is set; then shut down gracefully (`shutdown`)."""
-        if self.settings.metrics_port is not None:
-            self.metrics.serve(self.settings.metrics_port)
-        self.connect()
-        try:
-            while not stop.is_set():
-                self.turn()
-        finally:
-            self.disconnect()
+        s = self.settings
+        with probe_server(s.metrics_host, s.metrics_port, self.metrics.registry, self.health):
+            self.connect()
+            try:
+                while not stop.is_set():
+                    connected = self._connected is not None
+                    self.health.turned(time.monotonic(), group_readiness(connected, self._assigned))
+                    self.turn()
+            finally:
+                self.disconnect()
 
     def connect(self) -> None:
         """Open the session (the store, the fleet checks, the clients), start the workers and
@@ -158,8 +168,15 @@ class Executor:
         """Subscribe with guarded rebalance callbacks; the turn raises what they kept."""
         failures = CallbackFailures(self.settings.instance)
         rebalance = ExecutorRebalance(session.guard, marks, self.settings.instance)
+        self._assigned = False
+
+        def on_assign(consumer: GroupMember, partitions: list[TopicPartition]) -> None:
+            rebalance.on_assign(consumer, partitions)
+            # librdkafka serves the first assignment even when it is empty (a standby).
+            self._assigned = True
+
         session.join(
-            on_assign=failures.guarded(rebalance.on_assign),
+            on_assign=failures.guarded(on_assign),
             on_revoke=failures.guarded(rebalance.on_revoke),
             on_lost=failures.guarded(rebalance.on_lost),
         )

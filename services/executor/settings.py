@@ -8,6 +8,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from kairos.services.executor.jobs import JOB_KINDS
+from kairos.services.probes import DEFAULT_METRICS_HOST
 from kairos.streams.dedupe import sqlite_url
 from kairos.streams.settings import EXECUTOR_GROUP, KafkaSettings
 
@@ -52,7 +53,10 @@ class ExecutorSettings(BaseModel):
     retention: timedelta = Field(default=timedelta(days=90), gt=timedelta(0))
     """How long finished runs are remembered as duplicates: at least the runs topic's retention,
     which the executor checks at start (`fleet.check_retention`)."""
-    metrics_port: int | None = None
+    metrics_host: str = Field(default=DEFAULT_METRICS_HOST, min_length=1)
+    metrics_port: int | None = Field(default=None, ge=0, le=65535)
+    """Where `/metrics`, `/livez` and `/readyz` are served (`kairos.services.probes`); port 0:
+    a free one, logged; `None`: no server."""
 
     @model_validator(mode="after")
     def _known_kinds(self) -> ExecutorSettings:

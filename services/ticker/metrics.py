@@ -6,10 +6,12 @@ import threading
 from bisect import bisect_left
 from collections.abc import Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import HistogramMetricFamily
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
+
+from kairos.services.build import register_build_info
 
 _LATENESS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 3600)
 
@@ -54,6 +56,7 @@ class TickerMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
+        register_build_info(r)
         self.lateness = CountedHistogram(
             "kairos_ticker_fire_lateness_seconds",
             "From an occurrence's due instant to the commit of its RunRequested.",
@@ -120,6 +123,3 @@ class TickerMetrics:
             ["mode"],
             registry=r,
         )
-
-    def serve(self, port: int) -> None:
-        start_http_server(port, registry=self.registry)

@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 
 from confluent_kafka import Message, TopicPartition
 
+from kairos.services.probes import LoopHealth, group_readiness, probe_server, stall_limit_s
 from kairos.services.ticker.calendar_feed import TickerCalendars
 from kairos.services.ticker.changes import ScheduleChanges
 from kairos.services.ticker.clients import ConfluentTickerClients, TickerClients
@@ -86,6 +88,7 @@ class Ticker:
         self.clock = clock
         self.codecs = codecs or make_codecs()
         self.metrics = TickerMetrics()
+        self.health = LoopHealth(stall_limit_s(kafka), time.monotonic())
         layout = kafka.layout
         self.topics = Topics(
             schedules=layout.name(TopicRole.SCHEDULES),
@@ -141,8 +144,11 @@ class Ticker:
 
     def run(self, stop: threading.Event) -> None:
         """Fire until `stop` is set; then leave the group and close the stores cleanly."""
-        if self.settings.metrics_port is not None:
-            self.metrics.serve(self.settings.metrics_port)
+        s = self.settings
+        with probe_server(s.metrics_host, s.metrics_port, self.metrics.registry, self.health):
+            self._run(stop)
+
+    def _run(self, stop: threading.Event) -> None:
         limit_s = 2 * self.settings.transaction_timeout_ms / 1000 + 30
         watchdog = TransactionWatchdog(
             self.settings.instance,
@@ -154,6 +160,7 @@ class Ticker:
         room = StateRoom(self.settings.state_dir, self.settings.instance)
         try:
             while not stop.is_set():
+                self.health.turned(time.monotonic(), self._readiness())
                 try:
                     if self._session is None:
                         if not room.enough():
@@ -180,6 +187,10 @@ class Ticker:
                     stop.wait(backoff.next())
         finally:
             self.disconnect()
+
+    def _readiness(self) -> str | None:
+        session = self._session
+        return group_readiness(session is not None, session is not None and session.assigned)
 
     def connect(self) -> None:
         """Open a session: the ticker's grants checked (first time), calendars read to their

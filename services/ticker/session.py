@@ -60,6 +60,9 @@ class TickerSession:
         self._callback_failure: Exception | None = None
         self._leaving = False
         """Set while the member closes: an assignment served by `close()` is not taken up."""
+        self.assigned = False
+        """Whether the group gave this member its partitions, none perhaps (a standby): set by
+        the first assignment, which librdkafka serves even when it is empty."""
 
     @classmethod
     def open(cls, clients: TickerClients, parts: SessionParts) -> TickerSession:
@@ -107,6 +110,7 @@ class TickerSession:
             # Paused until taken over (`TakeOver.settle`): waiting here, inside the callback,
             # for a previous owner's pending transaction would hold up every owned partition.
             self.take_over.assign(self.member, partitions)
+            self.assigned = True
 
         def on_revoke(_: Any, partitions: list[TopicPartition]) -> None:
             # Callbacks run between transactions, so nothing is in flight to commit here.

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from kairos.core.clock import DEFAULT_MAX_CLOCK_AHEAD_MS
 from kairos.core.errors import KairosError
+from kairos.services.probes import DEFAULT_METRICS_HOST
 from kairos.streams.settings import TICKER_GROUP, KafkaSettings
 from kairos.streams.state_store import DEFAULT_STORE_MEMORY_MB
 
@@ -40,7 +41,10 @@ class TickerSettings(BaseModel):
     state_store_memory_mb: int = Field(default=DEFAULT_STORE_MEMORY_MB, ge=8)
     """What RocksDB may hold in memory for all the ticker's partition stores together
     (`StoreMemory`): their block cache, with the memtables charged to it."""
-    metrics_port: int | None = None
+    metrics_host: str = Field(default=DEFAULT_METRICS_HOST, min_length=1)
+    metrics_port: int | None = Field(default=None, ge=0, le=65535)
+    """Where `/metrics`, `/livez` and `/readyz` are served (`kairos.services.probes`); port 0:
+    a free one, logged; `None`: no server."""
     ownership: Ownership = Ownership.OPEN
     signature_max_age_s: float = Field(default=300, gt=0)
     """How far apart a signed change's signing instant and the broker's append time may be:

@@ -7,7 +7,8 @@ from importlib.metadata import version
 import pytest
 from typer.testing import CliRunner
 
-from kairos.cli.app import DISTRIBUTION, app
+from kairos.cli.app import app
+from kairos.services.build import DISTRIBUTION
 
 pytestmark = pytest.mark.unit
 
