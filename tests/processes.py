@@ -76,12 +76,14 @@ def start_ticker(
     env: dict[str, str] | None = None,
     ownership: Ownership | None = None,
     signature_max_age_s: float | None = None,
+    metrics_port: int | None = None,
 ) -> ServiceProcess:
     arguments = ticker_arguments(
         settings,
         instance,
         state_dir,
         session_timeout_ms=session_timeout_ms,
+        metrics_port=metrics_port,
         log_level=log_level,
         group_id=group_id,
         ownership=ownership,
