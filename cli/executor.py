@@ -17,6 +17,7 @@ from kairos.cli.options import (
     MetricsHostOption,
     MetricsPortOption,
     fail,
+    invalid_settings,
     service_arguments,
     service_kafka_settings,
 )
@@ -153,11 +154,7 @@ def executor(
             metrics_host=metrics_host,
         )
     except ValidationError as invalid:
-        problems = "; ".join(
-            f"{'.'.join(str(part) for part in error['loc']) or 'settings'}: {error['msg']}"
-            for error in invalid.errors(include_url=False)
-        )
-        raise fail(problems) from invalid
+        raise invalid_settings(invalid) from invalid
     except (ValueError, KairosError) as error:
         raise fail(str(error)) from error
     try:

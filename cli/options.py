@@ -10,6 +10,7 @@ from typing import Annotated
 
 import typer
 from confluent_kafka.admin import AdminClient
+from pydantic import ValidationError
 
 from kairos.cli.connection import (
     Connection,
@@ -136,6 +137,15 @@ DedupeUrlOption = Annotated[
         "sqlite:////path (shared on one host).",
     ),
 ]
+
+
+def invalid_settings(invalid: ValidationError) -> typer.Exit:
+    """`fail` with a service's settings' problems on one line, each named by its field."""
+    problems = "; ".join(
+        f"{'.'.join(str(part) for part in error['loc']) or 'settings'}: {error['msg']}"
+        for error in invalid.errors(include_url=False)
+    )
+    return fail(problems)
 
 
 def fail(message: str, code: ExitCode = ExitCode.COULD_NOT_RUN) -> typer.Exit:

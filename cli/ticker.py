@@ -10,12 +10,14 @@ from types import FrameType
 from typing import Annotated
 
 import typer
+from pydantic import ValidationError
 
 from kairos.cli.options import (
     LogLevelOption,
     MetricsHostOption,
     MetricsPortOption,
     fail,
+    invalid_settings,
     service_arguments,
     service_kafka_settings,
 )
@@ -123,6 +125,8 @@ def ticker(
             signature_max_age_s=signature_max_age_s,
         )
         service = Ticker(service_kafka_settings(context), settings)
+    except ValidationError as invalid:
+        raise invalid_settings(invalid) from invalid
     except (ValueError, KairosError) as error:
         raise fail(str(error)) from error
     stop = threading.Event()
