@@ -68,7 +68,7 @@ app = typer.Typer(
 EXIT_CODES = {
     Verdict.HOLDS: ExitCode.DONE,
     Verdict.BREACH: ExitCode.FINDING,
-    Verdict.INCONCLUSIVE: ExitCode.INCONCLUSIVE,
+    Verdict.INCONCLUSIVE: ExitCode.COULD_NOT_RUN,
 }
 _COUNTS = (
     "expected",

@@ -2,8 +2,9 @@
 
 A script reads them the same way whatever the command (docs/operations.md, "Exit codes"): 0 the
 command did what it was asked and what it checks holds; 1 it ran and found what it exists to
-report; 2 it could not run, so nothing was decided. Usage errors caught by the option parser
-exit 2 as well (typer's own code). The ticker's watchdog keeps its supervisor code, 75
+report; 2 it could not run, so nothing was decided. Three codes, no more: a fourth would make
+every script learn one command. Usage errors caught by the option parser exit 2 as well (typer's
+own code). The ticker's watchdog keeps its supervisor code, 75
 (`kairos.services.ticker.watchdog.EXIT_STUCK`).
 """
 
@@ -25,10 +26,8 @@ class ExitCode(IntEnum):
     kafka status`)."""
     COULD_NOT_RUN = 2
     """Could not run: bad arguments, an unreadable or invalid input file, an unknown id, no
-    broker, a refused grant, an unusable state directory. Nothing was decided."""
-    INCONCLUSIVE = 3
-    """`audit verify` only: no breach seen, but an open transaction holds records that decide
-    it."""
+    broker, a refused grant, an unusable state directory; or `audit verify` inconclusive (no
+    breach seen, but an open transaction holds records that decide it). Nothing was decided."""
 
 
 COULD_NOT_RUN_ERRORS = (KairosError, KafkaException, OSError)

@@ -41,13 +41,15 @@ SERVICE_RUN_S = 20.0
 """A service still running after this long accepted its arguments (and waits for its broker).
 Generous: on this shared machine a refusal took 4 s of start-up at a load average of 11."""
 VERDICT_EXITS = {
+    "apply": {1},
+    "acls": {1},
     "partitions": {1},
-    "audit verify": {1, 3},
+    "audit verify": {1, 2},
     "topics describe": {1},
-    "topics check": {1, 2},
-    "runs get": {1},
+    "topics check": {1},
 }
-"""Exit codes some commands give as a verdict, with a report on stdout rather than an error."""
+"""Exit codes some commands give as a verdict, with a report on stdout rather than an error
+(docs/operations.md, "Exit codes"; `audit verify` reports an inconclusive verdict with 2)."""
 
 
 @dataclass(frozen=True)
