@@ -97,13 +97,15 @@ def secret_names(volume: dict[str, Any]) -> list[str]:
 
 
 def kubernetes_environment(container: dict[str, Any], pod_name: str = "") -> dict[str, str]:
-    """The container's environment as the kubelet resolves it: its ConfigMaps, then its own
-    variables (`metadata.name` is `pod_name`)."""
-    config_maps = by_kind("ConfigMap")
+    """The container's environment as the kubelet resolves it: its ConfigMaps and Secrets (the
+    examples'), then its own variables (`metadata.name` is `pod_name`)."""
+    config_maps, secrets = by_kind("ConfigMap"), by_kind("Secret")
     environment: dict[str, str] = {}
     for source in container.get("envFrom", []):
         if "configMapRef" in source:
             environment.update(config_maps[source["configMapRef"]["name"]]["data"])
+        if "secretRef" in source:
+            environment.update(secrets[source["secretRef"]["name"]]["stringData"])
     for variable in container.get("env", []):
         if "value" in variable:
             environment[variable["name"]] = variable["value"]

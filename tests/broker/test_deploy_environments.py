@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import re
 import signal
-import socket
 import time
-import urllib.request
 from pathlib import Path
 
 from confluent_kafka.admin import AdminClient
@@ -27,6 +25,7 @@ from confluent_kafka.admin import AdminClient
 from kairos.streams.settings import KafkaSettings
 from tests.deploy_files import SYSTEMD, compose, systemd_environment
 from tests.helpers import eventually
+from tests.probe_client import free_port, get
 from tests.processes import ServiceProcess
 
 # Tests share one broker: each deployment's processes get a group of their own.
@@ -34,17 +33,10 @@ GROUP_VARIABLES = {"KAIROS_TICKER_GROUP": "tickers", "KAIROS_EXECUTOR_GROUP": "e
 KAFKA_PROPERTIES = "KAIROS_KAFKA_"
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
 def _on_this_machine(
     environment: dict[str, str], settings: KafkaSettings, tmp_path: Path, group_variable: str
 ) -> tuple[dict[str, str], int]:
-    port = _free_port()
+    port = free_port()
     local = {
         **environment,
         "KAIROS_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
@@ -61,22 +53,11 @@ def _on_this_machine(
     return local, port
 
 
-def _get(port: int, path: str) -> tuple[int, str] | None:
-    """A health check's request; `None` while nothing listens (retried, as a platform would)."""
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=3) as response:
-            return response.status, response.read().decode()
-    except urllib.error.HTTPError as error:
-        return error.code, error.read().decode()
-    except OSError:
-        return None
-
-
 def _metric(port: int, name: str) -> float | None:
-    answer = _get(port, "/metrics")
-    if answer is None:
-        return None
-    match = re.search(rf"^{name} (\S+)$", answer[1], flags=re.MULTILINE)
+    status, text = get(port, "/metrics")
+    if status != 200:
+        return None  # not listening yet: retried, as the platform would
+    match = re.search(rf"^{name} (\S+)$", text, flags=re.MULTILINE)
     return float(match[1]) if match else None
 
 
@@ -112,7 +93,7 @@ def _run_ticker(
             message="the ticker took no partitions (or its metrics do not answer)",
         )
         # What compose's health check asks; a standby with no partitions would be ready too.
-        assert eventually(lambda: (_get(port, "/readyz") or (0, ""))[0] == 200, timeout_s=10)
+        assert eventually(lambda: get(port, "/readyz")[0] == 200, timeout_s=10)
         members = _group_members(kafka_settings.bootstrap_servers, local["KAIROS_TICKER_GROUP"])
         assert members == {instance}
         stores = Path(local["KAIROS_STATE_DIR"]) / f"{kafka_settings.topic_prefix}schedules"
