@@ -42,7 +42,8 @@ from kairos.core.durations import parse_duration
 from kairos.core.errors import KairosError
 from kairos.core.firing import Decision, ScheduleState, deleted, upserted
 from kairos.core.rerun_request import RerunRequest
-from kairos.core.reruns import take_rerun
+from kairos.core.reruns import completed, judge_rerun, rerun_occurrences
+from kairos.core.run_id import rerun_id
 from kairos.core.schedule import Schedule
 
 _JUST_BEFORE = timedelta(microseconds=1)
@@ -106,11 +107,13 @@ class HistoryEvent:
 
 @dataclass(frozen=True, slots=True)
 class RequestedRerun:
-    """A re-run request read from the schedules topic, at `offset` of its schedule's partition."""
+    """A re-run request read from the schedules topic, at `offset` of its schedule's partition,
+    appended by the broker at `appended_at` (the record's timestamp)."""
 
     partition: int
     offset: int
     request: RerunRequest
+    appended_at: datetime
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,9 +191,11 @@ def expected_occurrences(
     the schedules that name some: which business days count, where rolls and deferrals move an
     occurrence. What they skip is owed as a decision like any other (the skip record says why).
 
-    `reruns` are the re-run requests the schedules topic holds: each owes the runs
+    `reruns` are the re-run requests the schedules topic holds: each the ticker takes
+    (`kairos.core.reruns.judge_rerun`, judged here as the ticker judges it) owes the runs
     `kairos.core.reruns.take_rerun` names under the definition in force at its offset (pauses
-    and deletes after it do not cancel them), listed after the schedule's occurrences.
+    and deletes after it do not cancel them), listed after the schedule's occurrences. Only
+    those in the window are built, so memory follows the window, not the requests' ranges.
     """
     events: dict[str, list[HistoryEvent]] = {}
     for event in history:
@@ -209,9 +214,7 @@ def expected_occurrences(
         requests.setdefault(rerun.request.schedule_id, []).append(rerun)
     for sid, asked in requests.items():
         owed.setdefault(sid, []).extend(
-            occurrence
-            for occurrence in _rerun_owed(events.get(sid, []), asked, calendars)
-            if start <= occurrence.nominal < end
+            _rerun_owed(events.get(sid, []), asked, calendars, (start, end))
         )
     return owed
 
@@ -220,9 +223,11 @@ def _rerun_owed(
     events: Sequence[HistoryEvent],
     reruns: Sequence[RequestedRerun],
     calendars: CalendarLookup | None,
+    window: tuple[datetime, datetime],
 ) -> list[ExpectedOccurrence]:
-    """The runs each request owes, replayed as the ticker takes them: in topic order, under the
-    definition in force, a retry of a request the schedule completed owing nothing."""
+    """The runs each request owes with a nominal instant in `window` (start included, end
+    not), replayed as the ticker takes them: in topic order, under the definition in force, a
+    retry of a request the schedule completed owing nothing, a request over the bounds none."""
     ordered: list[HistoryEvent | RequestedRerun] = sorted(
         [*events, *reruns], key=lambda record: record.offset
     )
@@ -240,20 +245,34 @@ def _rerun_owed(
             continue
         if state is None:
             continue  # the ticker dead-letters a request for a schedule it does not hold
-        request = record.request
-        taken = take_rerun(state, request, request.requested_at, limit=None)
-        owed += [
+        verdict = judge_rerun(state, record.request, record.appended_at)
+        if verdict is None or verdict.refusal is not None:
+            continue  # a retry of a completed request, or one the ticker refuses
+        owed += _rerun_runs(state, record.request, window)
+        state = completed(state, record.request)
+    return owed
+
+
+def _rerun_runs(
+    state: ScheduleState, request: RerunRequest, window: tuple[datetime, datetime]
+) -> list[ExpectedOccurrence]:
+    """The runs `request` owes under `state` with a nominal instant in `window`."""
+    start, end = window
+    runs = []
+    after = start - _JUST_BEFORE
+    for nominal in rerun_occurrences(state.schedule, request, after, state.calendars):
+        if nominal >= end:
+            break
+        runs.append(
             ExpectedOccurrence(
-                run_id=decision.run_id,
-                schedule_id=decision.schedule_id,
-                nominal=decision.nominal,
+                run_id=rerun_id(state.schedule_id, nominal, request.request_id),
+                schedule_id=state.schedule_id,
+                nominal=nominal,
                 due_at=request.requested_at,
                 version=state.version,
             )
-            for decision in taken.decisions
-        ]
-        state = taken.state
-    return owed
+        )
+    return runs
 
 
 def fired_through(fired: Iterable[FiredRun]) -> dict[tuple[str, int], datetime]:

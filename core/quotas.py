@@ -15,6 +15,11 @@ whether the change keeps the team within its quota. docs/teams.md states the rul
   multiple of the partitions, and one partition filling first refuses before the whole is used.
 - A change that does not raise the team's use (a delete, a pause, a redefinition as frequent
   as before) is taken even over the quota, so a team over a lowered quota can always shrink.
+- Re-runs count against the fires a minute: a request is fired at once, so its runs must fit,
+  beside the re-runs of the team the partition fired in the last minute, in what the team's
+  schedules there leave of the partition's share (`rerun_quota_refusal`). Its verdict depends on
+  what the ticker fired in the last minute, which a ticker taking the partition over does not
+  know: docs/teams.md states what holds.
 """
 
 from __future__ import annotations
@@ -136,3 +141,32 @@ def quota_refusal(
                 f"{team}` shows each partition's use"
             )
     return None
+
+
+def rerun_quota_refusal(
+    team: str,
+    quota: Quota,
+    held: Use,
+    runs: tuple[int, int],
+    *,
+    partition: int,
+    partitions: int,
+) -> str | None:
+    """Why a request of `runs[1]` runs of `team`'s schedule exceeds `quota`'s fires a minute on
+    `partition`, or `None`: `held` is what the team's schedules there take, `runs[0]` the
+    re-runs of the team fired there in the last minute."""
+    limit = quota.max_fires_per_minute
+    if limit is None:
+        return None
+    recent, asked = runs
+    share = partition_share(limit, partitions)
+    spare = share - held.fires_per_minute - recent
+    if asked <= spare:
+        return None
+    return (
+        f"over the quota of team {team!r}, {limit} fires a minute: the re-run asks for {asked} "
+        f"runs at once, and schedules partition {partition}'s share of {share} leaves "
+        f"{max(0, spare)} (the team's schedules there take {held.fires_per_minute}, its re-runs "
+        f"fired there in the last minute {recent}); split the backfill, ask again in a minute, "
+        "or ask an administrator to raise the quota (`kairos teams set-quota`)"
+    )

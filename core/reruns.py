@@ -15,6 +15,10 @@ on every run a request made. Rules (docs/defaults.md states them for users):
   (`ScheduleState.rerun`), and the next call goes on after it.
 - A request id the schedule already completed is a no-op (`ScheduleState.reruns_done` keeps the
   last `REMEMBERED_REQUESTS`); beyond that, executors' deduplication still runs each run once.
+- A request is bounded where it is taken (`judge_rerun`), whoever published it: at most
+  `MAX_BACKFILL_RUNS` runs under the definition in force, none before `EARLIEST_INSTANT`, and
+  none past the instant the broker appended the request plus `CLOCK_GRACE`. The appended
+  instant, not the ticker's clock, so the audit judges every request as the ticker did.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from datetime import datetime, timedelta
 from kairos.core.calendar_rules import CalendarLookup, next_occurrence
 from kairos.core.errors import KairosError
 from kairos.core.firing import Action, Decision, ScheduleState
+from kairos.core.limits import EARLIEST_INSTANT
 from kairos.core.rerun_request import RerunKind, RerunProgress, RerunRequest
 from kairos.core.run_id import check_request_id, format_instant, rerun_id
 from kairos.core.schedule import OverlapPolicy, Schedule
@@ -34,8 +39,15 @@ REMEMBERED_REQUESTS = 64
 """Completed request ids a schedule remembers, so that a retried request fires nothing."""
 
 MAX_BACKFILL_RUNS = 10_000
-"""The most runs one backfill may ask for: `kairos schedules backfill` refuses more (split the
-range), so that no request holds its partition's later changes for long."""
+"""The most runs one request may ask for: `kairos schedules backfill` and the console refuse
+more (split the range), and the ticker refuses a request over it whoever published it, so that
+one request fits the re-runs a transaction carries and never holds its partition's later
+changes past that transaction."""
+
+CLOCK_GRACE = timedelta(minutes=5)
+"""How far past the instant the broker appended a request its end may reach: the clock of the
+host that asked "now" may run ahead of the broker's, by as much as a signature's default age
+(`--signature-max-age-s`, 300 s) tolerates."""
 
 _JUST_BEFORE = timedelta(microseconds=1)
 
@@ -62,7 +74,9 @@ def rerun_occurrences(
         if after is None or request.start > after:
             yield request.start
         return
-    cursor = request.start - _JUST_BEFORE if after is None else max(after, request.start)
+    cursor = (
+        request.start - _JUST_BEFORE if after is None else max(after, request.start - _JUST_BEFORE)
+    )
     while True:
         fire = next_occurrence(schedule, cursor, calendars)
         if fire is None or fire.nominal > request.end:
@@ -100,8 +114,65 @@ def take_rerun(
                 rerun=request,
             )
         )
+    return RerunOutcome(completed(state, request), decisions, done=True)
+
+
+def completed(state: ScheduleState, request: RerunRequest) -> ScheduleState:
+    """`state` once every run of `request` is fired: the request remembered as done."""
     remembered = (*state.reruns_done, request.request_id)[-REMEMBERED_REQUESTS:]
-    return RerunOutcome(replace(state, rerun=None, reruns_done=remembered), decisions, done=True)
+    return replace(state, rerun=None, reruns_done=remembered)
+
+
+@dataclass(frozen=True, slots=True)
+class RerunVerdict:
+    """What a request asks of the definition in force, and why it is refused (`None`: taken)."""
+
+    runs: int
+    """How many runs it names, counted up to one more than `MAX_BACKFILL_RUNS`."""
+    refusal: str | None
+
+
+def judge_rerun(
+    state: ScheduleState, request: RerunRequest, appended_at: datetime
+) -> RerunVerdict | None:
+    """The verdict on `request`, appended by the broker at `appended_at`, under `state`.
+
+    `None` when it is not judged: a retry of a request the schedule completed (a no-op), or the
+    request the schedule is part-way through (judged when first taken). Costs at most
+    `MAX_BACKFILL_RUNS` + 1 occurrences, however long the range.
+    """
+    progress = state.rerun
+    in_progress = progress is not None and progress.request_id == request.request_id
+    if in_progress or request.request_id in state.reruns_done:
+        return None
+    named = f"re-run request {request.request_id!r} of {state.schedule_id!r}"
+    if request.start < EARLIEST_INSTANT:
+        return RerunVerdict(
+            0,
+            f"{named} starts at {request.start.isoformat()}, before "
+            f"{format_instant(EARLIEST_INSTANT)}: no schedule has an occurrence that early; "
+            "request a range that starts later",
+        )
+    latest = appended_at + CLOCK_GRACE
+    if request.end > latest:
+        return RerunVerdict(
+            0,
+            f"{named} reaches {request.end.isoformat()}, past when it was appended "
+            f"({format_instant(appended_at)}) by more than {CLOCK_GRACE}: a re-run runs "
+            "occurrences that are due already, future ones fire on schedule; request a range "
+            "that ends by now",
+        )
+    runs = 0
+    for _ in rerun_occurrences(state.schedule, request, calendars=state.calendars):
+        runs += 1
+        if runs > MAX_BACKFILL_RUNS:
+            return RerunVerdict(
+                runs,
+                f"{named} names more than {MAX_BACKFILL_RUNS} occurrences from "
+                f"{request.start.isoformat()} through {request.end.isoformat()}; split it "
+                f"into backfills of at most {MAX_BACKFILL_RUNS} runs each",
+            )
+    return RerunVerdict(runs, None)
 
 
 def rerun_request(

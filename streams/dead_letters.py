@@ -26,7 +26,10 @@ OWNERSHIP_REFUSED = "OwnershipRefusedError"
 """The `error_class` of a schedule change refused by the ownership rules (docs/teams.md)."""
 QUOTA_EXCEEDED = "QuotaExceededError"
 """The `error_class` of a schedule change refused because it exceeds its team's quota."""
-REFUSED_CHANGES = frozenset({OWNERSHIP_REFUSED, QUOTA_EXCEEDED})
+RERUN_OUT_OF_BOUNDS = "RerunOutOfBoundsError"
+"""The `error_class` of a re-run request over the bounds every request keeps (too many runs, or
+reaching past now: `kairos.core.reruns.judge_rerun`)."""
+REFUSED_CHANGES = frozenset({OWNERSHIP_REFUSED, QUOTA_EXCEEDED, RERUN_OUT_OF_BOUNDS})
 """The error classes of schedule changes a ticker refused and restored the key after: every
 reader of the schedules topic skips them as the ticker did."""
 

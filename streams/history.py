@@ -161,7 +161,11 @@ class HistoryReader:
             ):
                 continue
             elif isinstance(change, RerunRequested):
-                self.reruns.append(RequestedRerun(change.partition, change.offset, change.request))
+                self.reruns.append(
+                    RequestedRerun(
+                        change.partition, change.offset, change.request, change.appended_at
+                    )
+                )
             elif not isinstance(change, RerunRemoved):
                 found.append(history_event(change))
                 held[change.schedule_id] = (

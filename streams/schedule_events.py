@@ -150,6 +150,9 @@ class RerunRequested:
     partition: int
     offset: int
     request: RerunRequest
+    appended_at: datetime
+    """The record's timestamp: the broker's append time on a schedules topic that stamps it
+    (docs/teams.md), the instant the ticker and the audit bound the request's end by."""
 
     @property
     def schedule_id(self) -> str:
@@ -200,7 +203,8 @@ def read_schedule_event(
         if request_id is not None:
             if value is None:
                 return RerunRemoved(schedule_id, partition, offset)
-            return _rerun(codec, schedule_id, request_id, value, partition=partition, offset=offset)
+            place = (partition, offset, timestamp)
+            return _rerun(codec, schedule_id, request_id, value, place)
         if value is None:
             return ScheduleDeleted(
                 schedule_id, partition, offset, TOMBSTONE, timestamp, None, None, 0, None
@@ -303,8 +307,13 @@ def _schedule_id(key: bytes | None, partition: int, partitions: int) -> tuple[st
 
 
 def _rerun(
-    codec: Codec, schedule_id: str, request_id: str, value: bytes, *, partition: int, offset: int
+    codec: Codec,
+    schedule_id: str,
+    request_id: str,
+    value: bytes,
+    place: tuple[int, int, datetime],
 ) -> RerunRequested:
+    """The request a record carries; `place` is its partition, offset and timestamp."""
     check_event_size(schedule_id, value)
     event = codec.decode(value)
     rerun = event["rerun"]
@@ -330,7 +339,8 @@ def _rerun(
         )
     if rerun["overlap"] == "unknown":
         raise InvalidScheduleEventError("the re-run's overlap policy is newer than this reader")
-    return RerunRequested(partition, offset, rerun_from_event(event))
+    partition, offset, appended_at = place
+    return RerunRequested(partition, offset, rerun_from_event(event), appended_at)
 
 
 def _schedule_of(definition: dict[str, Any]) -> Schedule:

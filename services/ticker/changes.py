@@ -16,14 +16,19 @@ from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
 from kairos.core.errors import KairosError
 from kairos.core.firing import Outcome, ScheduleState, deleted, upserted
-from kairos.core.quotas import quota_refusal, schedule_use
-from kairos.core.reruns import take_rerun
+from kairos.core.quotas import quota_refusal, rerun_quota_refusal, schedule_use
+from kairos.core.reruns import judge_rerun, take_rerun
 from kairos.services.ticker.ownership import TickerOwnership, restoring_event
 from kairos.services.ticker.partition import OwnedPartition
-from kairos.services.ticker.quotas import state_use
+from kairos.services.ticker.quotas import RecentReruns, state_use
 from kairos.services.ticker.work import TransactionWork
 from kairos.streams.codec import Codecs
-from kairos.streams.dead_letters import OWNERSHIP_REFUSED, QUOTA_EXCEEDED, dead_letter_record
+from kairos.streams.dead_letters import (
+    OWNERSHIP_REFUSED,
+    QUOTA_EXCEEDED,
+    RERUN_OUT_OF_BOUNDS,
+    dead_letter_record,
+)
 from kairos.streams.ports import GroupMember
 from kairos.streams.schedule_events import (
     RejectedEvent,
@@ -93,6 +98,7 @@ class ScheduleChanges:
         """The ownership rules changes must pass (`--ownership signed`); `None`: open."""
         self.partitions: int | None = None
         """The schedules topic's partition count, which decides each record's rightful place."""
+        self.recent_reruns = RecentReruns()
 
     def learn_partitions(
         self, consumer: GroupMember, layout: TopicLayout, timeout_s: float = 30
@@ -156,6 +162,11 @@ class ScheduleChanges:
             held = state.schedule_with_id() if restores and state is not None else None
             if is_restoration(restores, change, held):
                 return True
+            if isinstance(change, RerunRequested) and work.rerun_room <= 0:
+                # Judged in the transaction that fires it, so that a verdict counted against a
+                # quota is never made twice (a request part-way through is not judged again).
+                work.held.add(owned.partition)
+                return False
             if self._refused(owned, message, change, state=state, now=now, work=work):
                 return True
             if isinstance(change, RerunRequested):
@@ -197,7 +208,7 @@ class ScheduleChanges:
         work: TransactionWork,
     ) -> bool:
         """Refuse `change` if the ownership rules or its owner's quota say so (`_refuse`)."""
-        refusal = self._refusal(owned, message, change, state, work)
+        refusal = self._refusal(owned, message, change, state, work, now=now)
         if refusal is None:
             return False
         self._refuse(
@@ -212,14 +223,22 @@ class ScheduleChanges:
         change: ScheduleChange | RerunRequested,
         state: ScheduleState | None,
         work: TransactionWork,
+        *,
+        now: datetime,
     ) -> tuple[Refused, str] | None:
-        """Why the ownership rules or the owner's quota refuse `change`, with the dead letter's
-        error class; `None` when it is taken (always, without `--ownership signed`)."""
+        """Why the ownership rules, a re-run's bounds or the owner's quota refuse `change`, with
+        the dead letter's error class; `None` when it is taken. Without `--ownership signed`,
+        only the bounds of a re-run refuse."""
+        if self.ownership is not None:
+            refused = self.ownership.refused(message, change, state)
+            if refused is not None:
+                return refused, OWNERSHIP_REFUSED
+        if isinstance(change, RerunRequested):
+            if state is None:
+                return None  # dead-lettered by _rerun: there is nothing to re-run
+            return self._rerun_refusal(owned, message, change, (state, work), now)
         if self.ownership is None:
             return None
-        refused = self.ownership.refused(message, change, state)
-        if refused is not None:
-            return refused, OWNERSHIP_REFUSED
         if not isinstance(change, ScheduleUpserted) or change.schedule.owner is None:
             return None
         if state is not None and state.settling:
@@ -240,6 +259,46 @@ class ScheduleChanges:
             team, quota, used, after, partition=owned.partition, partitions=self.partitions
         )
         return None if reason is None else (Refused(reason, team), QUOTA_EXCEEDED)
+
+    def _rerun_refusal(
+        self,
+        owned: OwnedPartition,
+        message: Message,
+        rerun: RerunRequested,
+        held: tuple[ScheduleState, TransactionWork],
+        now: datetime,
+    ) -> tuple[Refused, str] | None:
+        """Why a request is refused, reported to the team that signed it: over the bounds every
+        request keeps, whoever publishes it (judged as the audit judges it, `judge_rerun`), or
+        over its owner's fires a minute. Counted against that quota when it is taken."""
+        state, work = held
+        verdict = judge_rerun(state, rerun.request, rerun.appended_at)
+        if verdict is None:
+            return None  # a retry of a completed request, or the rest of one taken before
+        signer = None if self.ownership is None else self.ownership.signer(message)
+        if verdict.refusal is not None:
+            return Refused(verdict.refusal, signer), RERUN_OUT_OF_BOUNDS
+        team = state.schedule.owner
+        if self.ownership is None or team is None:
+            return None  # quotas are the registered teams' (see _refusal)
+        quota = self.ownership.quota_of(team)
+        if quota.max_fires_per_minute is None:
+            return None
+        assert self.partitions is not None, "learn_partitions comes with every connection"
+        partition = owned.partition
+        recent = self.recent_reruns.fired(partition, team, now)
+        reason = rerun_quota_refusal(
+            team,
+            quota,
+            work.use_of(owned, team),
+            (recent, verdict.runs),
+            partition=partition,
+            partitions=self.partitions,
+        )
+        if reason is not None:
+            return Refused(reason, signer), QUOTA_EXCEEDED
+        self.recent_reruns.add(partition, team, now, verdict.runs)
+        return None
 
     def _refuse(
         self,
@@ -313,7 +372,10 @@ class ScheduleChanges:
         """Fire what room is left of a re-run request; hold the partition until it is done.
 
         Held, the partition takes nothing after the request, so every run it fires is of the
-        definition in force when it was taken (`kairos.core.reruns`).
+        definition in force when it was taken (`kairos.core.reruns`). The room is the re-runs'
+        own (`TransactionWork.rerun_room`), never the catch-up budget, and holds a whole request
+        (at most `MAX_BACKFILL_RUNS`): a request is held past its transaction only when requests
+        taken before it in that transaction used the room.
         """
         request = rerun.request
         state = work.current(owned, request.schedule_id)
@@ -337,7 +399,7 @@ class ScheduleChanges:
             )
             self._dead_letter(str(message.topic()), refused, now, work)
             return True
-        taken = take_rerun(state, request, now, max(0, work.settle_room))
+        taken = take_rerun(state, request, now, work.rerun_room)
         if taken.already_done:
             logger.info(
                 "re-run request %s of %s is a retry: done before",
@@ -346,7 +408,7 @@ class ScheduleChanges:
             )
             return True
         outcome = Outcome(taken.state, taken.decisions)
-        work.settle_room -= len(taken.decisions)
+        work.rerun_room -= len(taken.decisions)
         # Its definition record holds the request's progress: written like a redefinition.
         work.record(owned.partition, request.schedule_id, outcome, state, redefined=True)
         if taken.done:

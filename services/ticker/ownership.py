@@ -109,6 +109,17 @@ class TickerOwnership:
         reason = refusal(self._teams[signer], change.schedule_id, kind, held, new_owner)
         return None if reason is None else Refused(reason, signer)
 
+    def signer(self, message: Message) -> str | None:
+        """The registered team whose key signed `message`, verified again; `None` if none."""
+        signer = self._verifier.signer(
+            str(message.topic()),
+            message.key(),
+            message.value(),
+            message.headers(),
+            message.timestamp(),
+        )
+        return None if isinstance(signer, Refused) else signer
+
     @property
     def limits_any(self) -> bool:
         """Whether a registered team has a quota (the tickers then count each partition's use)."""

@@ -16,6 +16,7 @@ from datetime import datetime
 from confluent_kafka import Message
 
 from kairos.core.firing import MISFIRE_GRACE, ScheduleState, decide_due, holds_at
+from kairos.core.reruns import MAX_BACKFILL_RUNS
 from kairos.services.ticker.changes import ScheduleChanges
 from kairos.services.ticker.fairness import merged_by_rank
 from kairos.services.ticker.partition import OwnedPartition, to_ms
@@ -36,6 +37,9 @@ class Budgets:
     """Occurrences decided in all (runs and skips)."""
     catchup: int
     """Of them, occurrences due before the misfire grace (a backlog), and those changes settle."""
+    reruns: int = MAX_BACKFILL_RUNS
+    """Of them, re-runs: a budget of their own, so re-run requests never take the catch-up's,
+    and large enough for the largest request, which a transaction then fires whole."""
 
 
 class TurnPlanner:
@@ -54,7 +58,7 @@ class TurnPlanner:
         held (`TransactionWork.settle`) holds everything after it on its partition. Each owned
         partition's `next_offset` moves past the changes taken.
         """
-        work = TransactionWork(settle_room=self._budgets.catchup)
+        work = TransactionWork(settle_room=self._budgets.catchup, rerun_room=self._budgets.reruns)
         for message in messages:
             self._take_change(message, owned, now, work)
         self._decide_changed(owned, now, work)

@@ -17,8 +17,10 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 
 from kairos.core.firing import ScheduleState
 from kairos.core.quotas import NO_USE, Use, schedule_use
@@ -30,6 +32,9 @@ logger = logging.getLogger(__name__)
 
 COUNT_SLICE = 256
 """Definitions counted between two looks at the clock (about 5 ms at 18 us each)."""
+
+RERUN_WINDOW = timedelta(minutes=1)
+"""The re-runs a team's fires-a-minute quota counts: those fired in the last minute."""
 
 
 def state_use(state: ScheduleState | None) -> tuple[str, Use] | None:
@@ -168,3 +173,31 @@ def count_quota_use(uses: Iterable[PartitionUse], budget_s: float) -> float:
             break
         use.count_for(left_s)
     return time.monotonic() - started
+
+
+class RecentReruns:
+    """The re-runs this ticker fired in the last minute, per partition and team: what a request
+    judged against its owner's fires a minute finds already used (`rerun_quota_refusal`).
+
+    Counted when a request is taken, before its transaction commits: a transaction aborted
+    leaves them counted, which refuses more, never less. Kept in memory: a ticker taking a
+    partition over starts from none (docs/teams.md says what holds then).
+    """
+
+    def __init__(self) -> None:
+        self._fired: dict[tuple[int, str], deque[tuple[datetime, int]]] = {}
+
+    def fired(self, partition: int, team: str, now: datetime) -> int:
+        """The team's re-runs fired on the partition in the minute up to `now`."""
+        window = self._fired.get((partition, team))
+        if window is None:
+            return 0
+        while window and window[0][0] <= now - RERUN_WINDOW:
+            window.popleft()
+        if not window:
+            del self._fired[(partition, team)]
+            return 0
+        return sum(runs for _, runs in window)
+
+    def add(self, partition: int, team: str, now: datetime, runs: int) -> None:
+        self._fired.setdefault((partition, team), deque()).append((now, runs))

@@ -34,6 +34,8 @@ class TransactionWork:
     was deleted under and its last decided nominal instant, kept for a re-creation."""
     settle_room: int = 0
     """How many more occurrences changes may settle in this transaction (the catch-up budget)."""
+    rerun_room: int = 0
+    """How many more re-runs this transaction may fire (`Budgets.reruns`)."""
     held: set[int] = field(default_factory=set)
     """Partitions whose next change waits for its schedule's old definition to settle: nothing
     after it is taken in this transaction, and the consumer reads it again (see `settle`)."""

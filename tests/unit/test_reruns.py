@@ -142,7 +142,7 @@ def test_a_backfill_of_a_window_with_losses_turns_it_green_without_a_duplicate()
     scheduled = [fire(run_id("report", at(h)), at(h), n) for n, h in enumerate((1, 4, 5))]
     lossy = audit(scheduled, [])
     assert lossy.verdict is Verdict.BREACH and lossy.total("lost") == 2  # 02:00, 03:00
-    backfill = RequestedRerun(0, 1, request())
+    backfill = RequestedRerun(0, 1, request(), at(12))
     reruns = [fire(rerun_id("report", at(h), "incident-1"), at(h), 10 + h) for h in (1, 2, 3, 4)]
     healed = audit([*scheduled, *reruns], [backfill])
     assert healed.verdict is Verdict.HOLDS, healed.findings
@@ -153,7 +153,7 @@ def test_a_backfill_of_a_window_with_losses_turns_it_green_without_a_duplicate()
 
 def test_a_requested_rerun_never_fired_is_lost_and_an_unrequested_one_is_unexpected() -> None:
     scheduled = [fire(run_id("report", at(h)), at(h), h) for h in range(1, 6)]
-    unfired = audit(scheduled, [RequestedRerun(0, 1, request())])
+    unfired = audit(scheduled, [RequestedRerun(0, 1, request(), at(12))])
     assert unfired.total("lost") == 4
     forged = fire(rerun_id("report", at(2), "nobody-asked"), at(2), 20)
     unasked = audit([*scheduled, forged], [])
@@ -161,7 +161,7 @@ def test_a_requested_rerun_never_fired_is_lost_and_an_unrequested_one_is_unexpec
 
 
 def test_a_rerun_request_before_the_schedule_existed_owes_nothing() -> None:
-    early = RequestedRerun(0, 0, request())
+    early = RequestedRerun(0, 0, request(), at(12))
     history = [HistoryEvent("report", 0, 1, "upserted", SCHEDULE, at(0, 30))]
     owed = expected_occurrences(history, at(0), at(6), reruns=[early])
     assert all(rerun_request_of(o.run_id) is None for o in owed["report"])
