@@ -9,6 +9,10 @@ the ticker holds for the schedule. docs/teams.md states them for users:
 - A schedule created before ownership was enforced, with no owner, belongs to no team: only an
   administrators' team may change it (and give it to a team by naming one as owner).
 - An administrators' team may change any schedule, which is how a schedule moves between teams.
+- An id outlives its schedule: once deleted (or quarantined), only its last owner or an
+  administrators' team creates it again. An administrators' team creating it with another owner
+  hands it on; a team cannot take another team's id by creating it between a delete and a
+  re-creation.
 """
 
 from __future__ import annotations
@@ -89,14 +93,29 @@ def upsert_change(held: Held | None, paused: bool) -> Change:
 
 
 def refusal(
-    signer: Team, schedule_id: str, change: Change, held: Held | None, new_owner: str | None
+    signer: Team,
+    schedule_id: str,
+    change: Change,
+    held: Held | None,
+    new_owner: str | None,
+    *,
+    last_owner: str | None = None,
 ) -> str | None:
     """Why `signer` may not make `change` to `schedule_id`, or `None` when it may.
 
     `new_owner` is the owner the change's definition names (`None` for a delete or re-run).
+    `last_owner` is the team that owned the id when it was last deleted or quarantined, kept
+    with its floor, when the ticker holds no schedule under it (`None`: none, or no owner).
     """
     if signer.admin:
         return None
+    if change is Change.CREATE and last_owner not in (None, signer.name):
+        return (
+            f"schedule id {schedule_id!r} was team {last_owner!r}'s until it was deleted or "
+            "quarantined: only that team or an administrators' team may create it again; team "
+            f"{signer.name!r} may not create it (choose another id, or ask an administrator to "
+            "hand it on)"
+        )
     if held is not None and held.owner != signer.name:
         whose = (
             f"belongs to team {held.owner!r}"

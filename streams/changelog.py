@@ -4,9 +4,10 @@ Each changelog partition holds, per schedule id `<id>`:
 
 - the key `<id>` with its `TickerStateRecord` (written when the definition changes; a tombstone
   when the schedule is deleted);
-- the key `<id>#progress` with its `TickerProgress` (written on every decision; a deleted
-  schedule keeps one with `next_nominal_at` null as its floor), whose header `kairos.due_ms`
-  carries the be64 due instant, so a restore copies bytes into the store without decoding them.
+- the key `<id>#progress` with its `TickerProgress` (written on every decision; a deleted or
+  quarantined schedule keeps one with `next_nominal_at` null as its floor, `Floor`), whose header
+  `kairos.due_ms` carries the be64 due instant, so a restore copies bytes into the store without
+  decoding them.
 
 Besides, the key `#checkpoint` (no schedule id contains `#`) holds the be64 of the next
 schedules-topic offset the partition's state reflects, written in every transaction that moved
@@ -50,6 +51,24 @@ _BE64 = struct.Struct(">q")
 Headers = list[tuple[str, str | bytes | None]]
 ChangelogRecord = tuple[str, bytes | None, Headers | None, bool]
 """(key, value, headers, is_last): one record to produce, `is_last` on a partition's last."""
+
+
+@dataclass(frozen=True, slots=True)
+class Floor:
+    """What a deleted or quarantined schedule leaves of its id: its progress, kept."""
+
+    version: int
+    """The schedules-topic offset of the definition it was removed under."""
+    last_decided: datetime | None
+    """Its last decided occurrence: the id created again decides none at or before it."""
+    last_owner: str | None
+    """The team that owned it: only that team or an administrators' team creates the id again
+    (`kairos.core.ownership.refusal`)."""
+
+    @property
+    def keeps_anything(self) -> bool:
+        """Whether it is worth a record: without either, a deletion leaves nothing behind."""
+        return self.last_decided is not None or self.last_owner is not None
 
 
 class RestoreError(KairosError):
@@ -216,9 +235,9 @@ class StateWriteEncoder:
         definition = self._state_codec.encode(state_record(state)) if redefined else None
         return StateWrite(schedule_id, definition, self._progress.encode(state), due_ms(state))
 
-    def floor_write(self, schedule_id: str, version: int, floor: datetime) -> StateWrite:
-        """A deletion that keeps the last decided occurrence as the floor of the id."""
-        progress = self._progress_codec.encode(floor_record(schedule_id, version, floor))
+    def floor_write(self, schedule_id: str, floor: Floor) -> StateWrite:
+        """A deletion that keeps the id's floor: its last decided occurrence and last owner."""
+        progress = self._progress_codec.encode(floor_record(schedule_id, floor))
         return StateWrite(schedule_id, None, progress, None, deleted=True)
 
 
@@ -244,10 +263,17 @@ def quota_use_from_stored(codecs: Codecs, definition: bytes) -> tuple[str, Use] 
     return held["owner"], schedule_use(every)
 
 
-def floor_from_stored(codecs: Codecs, progress: bytes) -> datetime | None:
-    """The floor a stored progress keeps: no occurrence at or before it is decided again."""
-    floor: datetime | None = codecs.ticker_progress.decode(progress)["last_decided_nominal_at"]
-    return floor
+def floor_from_stored(codecs: Codecs, progress: bytes) -> Floor:
+    """The floor a deleted schedule's stored progress keeps."""
+    record = codecs.ticker_progress.decode(progress)
+    return Floor(record["schedule_offset"], record["last_decided_nominal_at"], record["last_owner"])
+
+
+def owner_from_stored(codecs: Codecs, definition: bytes) -> str | None:
+    """The owner a store's definition bytes name, read from the record alone: it answers for a
+    definition the schedule model no longer accepts (a quarantine after bounds tightened)."""
+    held = codecs.ticker_state.decode(definition)["definition"]
+    return None if held is None else held["owner"]
 
 
 def state_record(state: ScheduleState) -> dict[str, Any]:
@@ -279,18 +305,21 @@ def progress_record(state: ScheduleState) -> dict[str, Any]:
         "next_nominal_at": state.next_nominal,
         "settle_before_at": state.settle_before,
         "runs_fired": state.runs_fired,
+        "last_owner": None,
     }
 
 
-def floor_record(schedule_id: str, version: int, floor: datetime) -> dict[str, Any]:
-    """The progress a deleted schedule leaves: its last decided occurrence, nothing next."""
+def floor_record(schedule_id: str, floor: Floor) -> dict[str, Any]:
+    """The progress a deleted schedule leaves: its last decided occurrence and last owner,
+    nothing next."""
     return {
         "schedule_id": schedule_id,
-        "schedule_offset": version,
-        "last_decided_nominal_at": floor,
+        "schedule_offset": floor.version,
+        "last_decided_nominal_at": floor.last_decided,
         "next_nominal_at": None,
         "settle_before_at": None,
         "runs_fired": 0,
+        "last_owner": floor.last_owner,
     }
 
 

@@ -73,6 +73,10 @@ def _optional_instant(instant: datetime | None) -> bytes:
     return b"\x00" if instant is None else b"\x02" + _long(_millis(instant))
 
 
+_NO_LAST_OWNER = b"\x00"
+"""A live schedule's progress has no `last_owner` (only a floor does): the null branch."""
+
+
 class ProgressEncoder:
     def __init__(self, codec: Codec) -> None:
         sample = {
@@ -82,9 +86,10 @@ class ProgressEncoder:
             "next_nominal_at": None,
             "settle_before_at": None,
             "runs_fired": 0,
+            "last_owner": None,
         }
         # Everything before the first field is the codec's header (single-object or registry):
-        # the sample's six fields are one zero byte each.
+        # the sample's seven fields are one zero byte each.
         whole = codec.encode(sample)
         self._header = whole[: len(whole) - len(sample)]
 
@@ -99,6 +104,7 @@ class ProgressEncoder:
                 _optional_instant(state.next_nominal),
                 _optional_instant(state.settle_before),
                 _long(state.runs_fired),
+                _NO_LAST_OWNER,
             )
         )
 

@@ -230,7 +230,8 @@ class ScheduleChanges:
         the dead letter's error class; `None` when it is taken. Without `--ownership signed`,
         only the bounds of a re-run refuse."""
         if self.ownership is not None:
-            refused = self.ownership.refused(message, change, state)
+            left = None if state is not None else work.floor(owned, change.schedule_id)
+            refused = self.ownership.refused(message, change, state, left)
             if refused is not None:
                 return refused, OWNERSHIP_REFUSED
         if isinstance(change, RerunRequested):
@@ -344,7 +345,7 @@ class ScheduleChanges:
             outcome = deleted(state, change.changed_at, now, limit=work.settle_room)
         else:
             # Created, edited, paused or resumed: the definition says which.
-            floor = work.floor(owned, schedule_id) if state is None else None
+            left = work.floor(owned, schedule_id) if state is None else None
             outcome = upserted(
                 state,
                 change.schedule,
@@ -352,7 +353,7 @@ class ScheduleChanges:
                 change.changed_at,
                 now,
                 limit=work.settle_room,
-                floor=floor,
+                floor=None if left is None else left.last_decided,
                 calendars=owned.calendars,
             )
         taken = work.settle(owned, schedule_id, outcome, state)

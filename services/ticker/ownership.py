@@ -29,6 +29,7 @@ from kairos.core.ownership import Change, Held, Team, refusal, upsert_change
 from kairos.core.quotas import UNLIMITED, Quota
 from kairos.core.schedule_lifecycle import AfterLastRun
 from kairos.services.ticker.clients import TeamSource
+from kairos.streams.changelog import Floor
 from kairos.streams.codec import Codecs
 from kairos.streams.records import schedule_event_record
 from kairos.streams.schedule_events import (
@@ -87,9 +88,12 @@ class TickerOwnership:
             self._feed = None
 
     def refused(
-        self, message: Message, change: Taken, state: ScheduleState | None
+        self, message: Message, change: Taken, state: ScheduleState | None, left: Floor | None
     ) -> Refused | None:
-        """Why `change` (consumed as `message`) may not be taken, or `None` when it may."""
+        """Why `change` (consumed as `message`) may not be taken, or `None` when it may.
+
+        `left` is what a deletion or quarantine left of the id when `state` is `None`: its
+        last owner keeps it (`kairos.core.ownership.refusal`)."""
         held = None if state is None else Held(state.schedule.owner, state.paused)
         kind = _kind(change, held)
         if state is None and kind in (Change.DELETE, Change.TOMBSTONE):
@@ -106,7 +110,9 @@ class TickerOwnership:
         if isinstance(signer, Refused):
             return signer
         new_owner = change.schedule.owner if isinstance(change, ScheduleUpserted) else None
-        reason = refusal(self._teams[signer], change.schedule_id, kind, held, new_owner)
+        last_owner = None if left is None else left.last_owner
+        team = self._teams[signer]
+        reason = refusal(team, change.schedule_id, kind, held, new_owner, last_owner=last_owner)
         return None if reason is None else Refused(reason, signer)
 
     def signer(self, message: Message) -> str | None:

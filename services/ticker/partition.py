@@ -29,6 +29,7 @@ from kairos.services.ticker.fairness import (
 )
 from kairos.services.ticker.quotas import PartitionUse
 from kairos.streams.changelog import (
+    Floor,
     floor_from_stored,
     state_from_stored,
 )
@@ -170,8 +171,9 @@ class OwnedPartition:
         due = store.due_instants(from_ms, until_ms)
         return ranked_due(due, self.fair_orders, store.due_ms_of, position)
 
-    def floor(self, schedule_id: str) -> datetime | None:
-        """The last occurrence decided under the id, kept by the progress a deletion leaves."""
+    def floor(self, schedule_id: str) -> Floor | None:
+        """What a deletion (or quarantine) of the id left: its last decided occurrence and last
+        owner, kept by its progress."""
         progress = self.store.progress(schedule_id)
         if progress is None:
             return None

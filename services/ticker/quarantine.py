@@ -20,6 +20,7 @@ from kairos.core.errors import KairosError
 from kairos.core.firing import Outcome
 from kairos.services.ticker.partition import OwnedPartition
 from kairos.services.ticker.work import TransactionWork
+from kairos.streams.changelog import Floor, owner_from_stored
 from kairos.streams.codec import Codecs
 from kairos.streams.dead_letters import dead_letter_record
 from kairos.streams.state_store import StateWrite
@@ -68,24 +69,27 @@ class Quarantine:
         """Drop what `work` holds of the schedule, delete its state, dead-letter the reason.
 
         `version` is the schedules-topic offset of the definition that was in force (-1 when
-        unknown): the dead letter points at it. The schedule's floor (its last committed
-        decision, read from its progress, which decodes apart from the definition) is kept, so
-        a corrected re-creation never fires an occurrence already decided.
+        unknown): the dead letter points at it. The schedule's floor is kept: its last committed
+        decision (read from its progress, which decodes apart from the definition), so a
+        corrected re-creation never fires an occurrence already decided, and its owner, so only
+        that team (or an administrators') re-creates the id.
         """
         logger.error("quarantining %s", poisoned)
         schedule_id = poisoned.schedule_id
-        floor = self._committed_floor(owned, schedule_id)
+        committed = self._committed_floor(owned, schedule_id)
         try:
             held = work.current(owned, schedule_id)
         except Exception:
             held = None  # undecodable: counted again from the store after the commit
+        owner = held.schedule.owner if held is not None else self._stored_owner(owned, schedule_id)
+        floor = Floor(version, None if committed is None else committed.last_decided, owner)
         # Later verdicts of this transaction no longer count it; the commit counts again.
         work.count_use(poisoned.partition, held, None)
         work.forget(poisoned.partition, schedule_id)
         work.recount_use.add(poisoned.partition)
         work.record(poisoned.partition, schedule_id, Outcome(None, []), None, redefined=True)
-        if floor is not None:
-            work.floors.setdefault(poisoned.partition, {})[schedule_id] = (version, floor)
+        if floor.keeps_anything:
+            work.floors.setdefault(poisoned.partition, {})[schedule_id] = floor
         record = dead_letter_record(
             source_topic=self.schedules_topic,
             source_partition=poisoned.partition,
@@ -116,10 +120,20 @@ class Quarantine:
                 self.take(work, poisoned, owned[poisoned.partition], -1, fired_at)
 
     @staticmethod
-    def _committed_floor(owned: OwnedPartition, schedule_id: str) -> datetime | None:
+    def _committed_floor(owned: OwnedPartition, schedule_id: str) -> Floor | None:
         try:
             return owned.floor(schedule_id)
         except Exception:
             # The progress is unreadable too: nothing is known to keep.
             logger.warning("schedule %s: no readable floor to keep", schedule_id, exc_info=True)
+            return None
+
+    def _stored_owner(self, owned: OwnedPartition, schedule_id: str) -> str | None:
+        """The owner the stored definition names, when the schedule itself cannot be built."""
+        try:
+            stored = owned.store.get(schedule_id)
+            return None if stored is None else owner_from_stored(self.codecs, stored[0])
+        except Exception:
+            # Not even the record decodes: the id keeps no owner (any team may create it).
+            logger.warning("schedule %s: no readable owner to keep", schedule_id, exc_info=True)
             return None

@@ -116,7 +116,7 @@ class FiringTransactions:
                 if write is None:
                     try:
                         if sid in floors:
-                            write = self._state_writes.floor_write(sid, *floors[sid])
+                            write = self._state_writes.floor_write(sid, floors[sid])
                         else:
                             write = self._state_writes.state_write(sid, state, sid in redefined)
                     except Exception as failure:

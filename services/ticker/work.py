@@ -13,6 +13,7 @@ from kairos.core.firing import Action, Decision, Outcome, ScheduleState
 from kairos.core.quotas import NO_USE, Use
 from kairos.services.ticker.partition import OwnedPartition
 from kairos.services.ticker.quotas import state_use
+from kairos.streams.changelog import Floor
 from kairos.streams.state_store import StateWrite
 
 
@@ -29,9 +30,9 @@ class TransactionWork:
     """Schedules whose definition changed in this transaction (not only their progress)."""
     written_ahead: dict[int, dict[str, StateWrite]] = field(default_factory=dict)
     """The state writes, prepared in idle time, of schedules whose new state was decided ahead."""
-    floors: dict[int, dict[str, tuple[int, datetime]]] = field(default_factory=dict)
-    """Of each schedule deleted in this transaction that decided occurrences: the version it
-    was deleted under and its last decided nominal instant, kept for a re-creation."""
+    floors: dict[int, dict[str, Floor]] = field(default_factory=dict)
+    """Of each schedule deleted in this transaction that decided occurrences or had an owner:
+    the floor its id keeps for a re-creation."""
     settle_room: int = 0
     """How many more occurrences changes may settle in this transaction (the catch-up budget)."""
     rerun_room: int = 0
@@ -82,11 +83,11 @@ class TransactionWork:
         if taken is not None:
             changes[taken[0]] = changes.get(taken[0], NO_USE) + taken[1]
 
-    def floor(self, owned: OwnedPartition, schedule_id: str) -> datetime | None:
-        """Where a deleted schedule's decisions stopped, including this transaction's deletes."""
+    def floor(self, owned: OwnedPartition, schedule_id: str) -> Floor | None:
+        """What a deleted schedule left of its id, including this transaction's deletes."""
         pending = self.floors.get(owned.partition, {})
         if schedule_id in pending:
-            return pending[schedule_id][1]
+            return pending[schedule_id]
         return owned.floor(schedule_id)
 
     def settle(
@@ -104,9 +105,12 @@ class TransactionWork:
         self.settle_room -= len(outcome.decisions)
         self.record(owned.partition, schedule_id, outcome, owed_by, redefined=not outcome.settling)
         floors = self.floors.setdefault(owned.partition, {})
-        if outcome.state is None and outcome.floor is not None:
-            assert owed_by is not None, "only an existing schedule leaves a floor"
-            floors[schedule_id] = (owed_by.version, outcome.floor)
+        floor = None
+        if outcome.state is None:
+            assert owed_by is not None, "only an existing schedule is deleted"
+            floor = Floor(owed_by.version, outcome.floor, owed_by.schedule.owner)
+        if floor is not None and floor.keeps_anything:
+            floors[schedule_id] = floor
         else:
             floors.pop(schedule_id, None)
         if outcome.settling:

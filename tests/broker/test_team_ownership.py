@@ -31,7 +31,7 @@ from kairos.streams.codec import make_codecs
 from kairos.streams.dead_letters import OWNERSHIP_REFUSED
 from kairos.streams.partitioner import partition_for
 from kairos.streams.records import definition_record
-from kairos.streams.schedule_publisher import SchedulesClient
+from kairos.streams.schedule_publisher import ScheduleNotFoundError, SchedulesClient
 from kairos.streams.settings import KafkaSettings
 from kairos.streams.signing import Signer, new_signing_key
 from kairos.streams.team_events import publish_team_change
@@ -301,3 +301,38 @@ def test_a_teams_own_changes_and_the_tickers_own_ending_are_taken(
     assert resumed.returncode == 0, resumed.stderr
     time.sleep(2)
     assert _refusals(settings) == []
+
+
+def test_a_deleted_id_stays_its_last_owners(deployment: dict[str, Any]) -> None:
+    """H2: `growth` creates `payments`' id between `payments`' delete and its re-creation. The
+    ticker keeps the id's last owner with its floor: growth's creation is refused (reported to
+    growth), payments' re-creation is taken."""
+    settings: KafkaSettings = deployment["settings"]
+    payments_key, _ = deployment["keys"]["payments"]
+    growth_key, _ = deployment["keys"]["growth"]
+    settle = Schedule(id="payments-nightly", cron="0 3 * * *", start_at=_now(), owner="payments")
+    with SchedulesClient(_as(settings, payments_key), changed_by="payments-ci") as payments:
+        payments.upsert(settle)
+        payments.delete(settle.id)
+        with SchedulesClient(_as(settings, growth_key), changed_by="growth-ci") as growth:
+            growth.upsert(settle.model_copy(update={"owner": "growth"}))
+        payments.upsert(settle)
+
+    def reported() -> list[dict[str, Any]] | None:
+        # To a team: growth's creation (or, unguarded, payments' re-creation). A restoration
+        # appended after payments' re-creation, when the two are taken in separate
+        # transactions, is refused too, unsigned: reported to no one.
+        return [r for r in _refusals(settings) if r["reported_to"] is not None] or None
+
+    refused = eventually(reported, timeout_s=30, message="nothing was refused")
+    assert [(r["key"], r["reported_to"]) for r in refused] == [(settle.id.encode(), "growth")]
+    assert "was team 'payments''s until it was deleted" in refused[0]["reason"]
+    with SchedulesClient(settings, "reader") as reader:
+
+        def latest() -> bool:
+            try:
+                return reader.get(settle.id).schedule == settle
+            except ScheduleNotFoundError:
+                return False
+
+        eventually(latest, timeout_s=30, message="the key's latest record is not payments'")

@@ -15,9 +15,11 @@ from kairos.core.schedule import Schedule
 from kairos.streams.changelog import (
     CHECKPOINT_KEY,
     ChangelogRecord,
+    Floor,
     RestoreError,
     StateWriteEncoder,
     changelog_records,
+    floor_from_stored,
     read_changelog,
     state_from_stored,
 )
@@ -69,8 +71,10 @@ def _writes() -> tuple[list[StateWrite], dict[str, ScheduleState]]:
         encoder.state_write("ended", ended, redefined=True),
         encoder.state_write("gone", _state("gone", 1, NOMINAL), redefined=True),
         encoder.state_write("gone", None, redefined=False),
+        encoder.state_write("owned-gone", _state("owned-gone", 4, NOMINAL), redefined=True),
+        encoder.floor_write("owned-gone", Floor(4, None, "growth")),
         encoder.state_write("floored", _state("floored", 2, NOMINAL), redefined=True),
-        encoder.floor_write("floored", 2, NOMINAL),
+        encoder.floor_write("floored", Floor(2, NOMINAL, "payments")),
     ]
     return writes, {"created": created, "fired": fired, "ended": ended}
 
@@ -96,6 +100,12 @@ def test_written_records_read_back_into_a_store_hold_what_the_writes_hold(tmp_pa
     assert restored.get("gone") is None and restored.progress("gone") is None
     assert restored.get("floored") is None
     assert restored.progress("floored") == written.progress("floored") is not None
+    # A floor keeps the id's owner, even of a schedule deleted before it decided anything.
+    kept = {sid: restored.progress(sid) for sid in ("floored", "owned-gone")}
+    assert {sid: floor_from_stored(CODECS, progress or b"") for sid, progress in kept.items()} == {
+        "floored": Floor(2, NOMINAL, "payments"),
+        "owned-gone": Floor(4, None, "growth"),
+    }
     assert restored.count == written.count == 3
     due = int(NOMINAL.timestamp() * 1000)
     assert restored.due(0, 2**62, 10) == written.due(0, 2**62, 10)

@@ -45,6 +45,21 @@ def test_a_schedule_without_owner_is_only_an_administrators() -> None:
     assert refusal(OPS, "s", Change.TOMBSTONE, OWNED, None) is None
 
 
+def test_a_deleted_id_stays_its_last_owners_until_an_administrator_hands_it_on() -> None:
+    taken = refusal(GROWTH, "s", Change.CREATE, None, "growth", last_owner="payments")
+    assert taken is not None
+    assert "was team 'payments''s until it was deleted or quarantined" in taken
+    assert "team 'growth' may not create it" in taken
+    # Its last owner creates it again, and an administrators' team creates it for anyone.
+    assert refusal(PAYMENTS, "s", Change.CREATE, None, "payments", last_owner="payments") is None
+    assert refusal(OPS, "s", Change.CREATE, None, "growth", last_owner="payments") is None
+    # An id deleted without an owner (or before owners were kept) is any team's to create.
+    assert refusal(GROWTH, "s", Change.CREATE, None, "growth", last_owner=None) is None
+    # Deleting an id nobody holds changes nothing, whoever it was.
+    for change in (Change.DELETE, Change.TOMBSTONE):
+        assert refusal(GROWTH, "s", change, None, None, last_owner="payments") is None
+
+
 def test_what_a_definition_does_depends_on_what_is_held() -> None:
     assert upsert_change(None, paused=True) is Change.CREATE
     assert upsert_change(OWNED, paused=True) is Change.PAUSE
