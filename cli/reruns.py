@@ -2,11 +2,13 @@
 
 Both publish a re-run request on the schedule's own partition; the ticker owning it fires the
 runs, fenced like every fire, and the audit replays them (`kairos.core.reruns`). The request id
-names the runs, so asking again with the same id fires nothing new.
+names the runs, so asking again with the same id fires nothing new; the default id is made of
+the instants and the offset of the definition read, so it is new once the schedule changed.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
@@ -30,7 +32,7 @@ from kairos.core.reruns import (
     planned_rerun_ids,
     rerun_request,
 )
-from kairos.core.run_id import format_instant
+from kairos.core.run_id import check_request_id, format_instant
 from kairos.core.schedule import OverlapPolicy, Schedule
 from kairos.streams.schedule_publisher import SchedulesClient
 
@@ -39,8 +41,8 @@ RequestIdOption = Annotated[
     typer.Option(
         "--request-id",
         help="Names the request and its runs (letters, digits, . _ -); the same id again fires "
-        "nothing new. Default: made from the schedule and the instants, so a retried command "
-        "is a no-op.",
+        "nothing new. Default: made from the instants and the schedule's current definition, "
+        "so a retried command is a no-op until the schedule changes.",
         show_default=False,
     ),
 ]
@@ -77,16 +79,16 @@ def trigger(
             f"--at {format_instant(instant)} is in the future: a trigger runs now or re-runs a "
             "past instant; for a later one-off run, apply a schedule with `at:`",
         )
-    request = _request(
+    ask = _Ask(
         schedule_id,
         RerunKind.TRIGGER,
         (instant, instant),
-        request_id=request_id,
-        overlap=overlap,
-        reason=reason,
-        requested=(changed_by_or_default(changed_by), now),
+        _checked(request_id),
+        overlap,
+        reason,
+        (changed_by_or_default(changed_by), now),
     )
-    _publish(context, request, output, counted=None)
+    _publish(context, ask, output, counted=None)
 
 
 def backfill(
@@ -113,16 +115,16 @@ def backfill(
             f"--to {format_instant(last)} is in the future: a backfill re-runs occurrences "
             "that are due already; future ones fire on schedule",
         )
-    request = _request(
+    ask = _Ask(
         schedule_id,
         RerunKind.BACKFILL,
         (first, last),
-        request_id=request_id,
-        overlap=overlap,
-        reason=reason,
-        requested=(changed_by_or_default(changed_by), now),
+        _checked(request_id),
+        overlap,
+        reason,
+        (changed_by_or_default(changed_by), now),
     )
-    _publish(context, request, output, counted=MAX_BACKFILL_RUNS)
+    _publish(context, ask, output, counted=MAX_BACKFILL_RUNS)
 
 
 def _now() -> datetime:
@@ -136,42 +138,54 @@ def _time(text: str, now: datetime, option: str) -> datetime:
         raise fail(f"{option}: {error}") from None
 
 
-def _request(
-    schedule_id: str,
-    kind: RerunKind,
-    instants: tuple[datetime, datetime],
-    *,
-    request_id: str | None,
-    overlap: OverlapPolicy | None,
-    reason: str | None,
-    requested: tuple[str, datetime],
-) -> RerunRequest:
+def _checked(request_id: str | None) -> str | None:
+    """The `--request-id` given, checked before anything is read."""
     try:
-        return rerun_request(
-            schedule_id,
-            kind,
-            instants,
-            request_id=request_id,
-            overlap=overlap,
-            reason=reason,
-            requested=requested,
-        )
+        return None if request_id is None else check_request_id(request_id)
     except KairosError as error:
         raise fail(f"--request-id: {error}") from None
 
 
+@dataclass(frozen=True)
+class _Ask:
+    """What the command asks, before the definition it asks it of is read."""
+
+    schedule_id: str
+    kind: RerunKind
+    instants: tuple[datetime, datetime]
+    request_id: str | None
+    overlap: OverlapPolicy | None
+    reason: str | None
+    requested: tuple[str, datetime]
+
+    def of(self, definition_offset: int) -> RerunRequest:
+        """The request of the definition read at `definition_offset` (its default id's)."""
+        return rerun_request(
+            self.schedule_id,
+            self.kind,
+            self.instants,
+            request_id=self.request_id,
+            overlap=self.overlap,
+            reason=self.reason,
+            requested=self.requested,
+            definition_offset=definition_offset,
+        )
+
+
 def _publish(
     context: typer.Context,
-    request: RerunRequest,
+    ask: _Ask,
     output: Format | None,
     *,
     counted: int | None,
 ) -> None:
+    """Read the schedule, then publish the request `ask` makes of the definition read."""
     settings = kafka_settings(context)
     try:
-        with SchedulesClient(settings, request.requested_by) as client:
-            schedule = client.get(request.schedule_id).schedule
-            runs = _runs(schedule, request, counted)
+        with SchedulesClient(settings, ask.requested[0]) as client:
+            stored = client.get(ask.schedule_id)
+            request = ask.of(stored.offset)
+            runs = _runs(stored.schedule, request, counted)
             partition = client.request_rerun(request)
     except KairosError as error:
         raise fail(str(error)) from None

@@ -184,16 +184,22 @@ def rerun_request(
     overlap: OverlapPolicy | None,
     reason: str | None,
     requested: tuple[str, datetime],
+    definition_offset: int,
 ) -> RerunRequest:
     """The request for the occurrences from `instants[0]` through `instants[1]`, asked by
-    `requested` (who, when). Without a `request_id`, it is named after its kind and instants, so
-    that asking twice for the same runs is one request; raises `KairosError` for an invalid id."""
+    `requested` (who, when) of the definition read at `definition_offset`.
+
+    Without a `request_id`, it is named after its kind, its instants and that offset, so that
+    asking twice for the same runs of one definition is one request, and asking again after the
+    schedule changed (deleted and created again above all, which remembers no request) is a new
+    one whose runs have new ids. Raises `KairosError` for an invalid id."""
     start, end = instants
     requested_by, requested_at = requested
     stamp = [format_instant(start).replace("-", "").replace(":", "")]
     if kind is RerunKind.BACKFILL:
         stamp.append(format_instant(end).replace("-", "").replace(":", ""))
-    chosen_id = check_request_id(request_id or "-".join([kind.value, *stamp]))
+    default_id = "-".join([kind.value, *stamp, f"v{definition_offset}"])
+    chosen_id = check_request_id(request_id or default_id)
     return RerunRequest(
         request_id=chosen_id,
         schedule_id=schedule_id,

@@ -110,6 +110,7 @@ def act(
         kind, window = (RerunKind.TRIGGER, (now, now))
         if action == "backfill":
             kind, window = RerunKind.BACKFILL, _backfill_window(fields, now)
+        stored = client.get(schedule_id)
         request = rerun_request(
             schedule_id,
             kind,
@@ -118,9 +119,10 @@ def act(
             overlap=None,
             reason=reason,
             requested=(changed_by, now),
+            definition_offset=stored.offset,
         )
         limit = MAX_BACKFILL_RUNS if kind is RerunKind.BACKFILL else None
-        runs = planned_rerun_ids(client.get(schedule_id).schedule, request, limit)
+        runs = planned_rerun_ids(stored.schedule, request, limit)
         partition = client.request_rerun(request)
     return (
         f"requested {kind.value} {request.request_id} of {schedule_id}: {len(runs)} run(s), "

@@ -1,5 +1,5 @@
 """Re-run requests bounded where they are taken, whoever publishes them, and judged the same by
-the audit; re-runs against the fires-a-minute quota."""
+the audit; re-runs against the fires-a-minute quota; default request ids new after a re-create."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ from kairos.core.reruns import (
     CLOCK_GRACE,
     MAX_BACKFILL_RUNS,
     judge_rerun,
+    rerun_request,
     take_rerun,
 )
 from kairos.core.run_id import rerun_request_of
@@ -145,6 +146,43 @@ def test_a_refused_request_fired_anyway_is_a_breach() -> None:
         stops=stopped_spans([CREATED]),
     )
     assert report.verdict is Verdict.BREACH and report.total("unexpected") == 1
+
+
+# -- ids after a delete and re-create -------------------------------------------------------------
+
+
+def _ask(definition_offset: int, request_id: str | None = None) -> RerunRequest:
+    return rerun_request(
+        "g",
+        RerunKind.BACKFILL,
+        (NOW - timedelta(hours=1), NOW),
+        request_id=request_id,
+        overlap=None,
+        reason=None,
+        requested=("ops", NOW),
+        definition_offset=definition_offset,
+    )
+
+
+def test_the_default_request_id_is_the_same_for_one_definition_and_new_after_a_change() -> None:
+    first = _ask(41)
+    assert first.request_id == "backfill-20270314T110000Z-20270314T120000Z-v41"
+    assert _ask(41).request_id == first.request_id, "a retried command is one request"
+    assert _ask(57).request_id != first.request_id, "re-created: its runs need new ids"
+    assert _ask(57, "incident-1").request_id == "incident-1"
+    longest = _ask(2**63 - 1)
+    assert len(longest.request_id) <= 64
+
+
+def test_the_same_backfill_after_a_delete_and_re_create_is_owed_again_without_duplicates() -> None:
+    deleted = HistoryEvent("g", 0, 2, "deleted", None, NOW - timedelta(minutes=30))
+    again = HistoryEvent("g", 0, 3, "upserted", EVERY_SECOND, NOW - timedelta(minutes=20))
+    window = (NOW - timedelta(hours=1), NOW - timedelta(minutes=59, seconds=58))
+    before, after = _ask(0), _ask(3)
+    reruns = [RequestedRerun(0, 1, before, NOW), RequestedRerun(0, 4, after, NOW)]
+    owed = expected_occurrences([CREATED, deleted, again], *window, reruns=reruns)
+    ids = [o.run_id for o in owed["g"] if rerun_request_of(o.run_id) is not None]
+    assert len(ids) == 4 and len(set(ids)) == 4, ids
 
 
 # -- re-runs against the fires-a-minute quota -------------------------------------------------
