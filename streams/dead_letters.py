@@ -29,7 +29,10 @@ QUOTA_EXCEEDED = "QuotaExceededError"
 RERUN_OUT_OF_BOUNDS = "RerunOutOfBoundsError"
 """The `error_class` of a re-run request over the bounds every request keeps (too many runs, or
 reaching past now: `kairos.core.reruns.judge_rerun`)."""
-REFUSED_CHANGES = frozenset({OWNERSHIP_REFUSED, QUOTA_EXCEEDED, RERUN_OUT_OF_BOUNDS})
+STALE_CHANGE = "StaleChangeError"
+"""The `error_class` of a change marked for a version of its schedule (`kairos-if-version`, the
+ticker's own `after_last_run`) that the schedule had left when the change was read."""
+REFUSED_CHANGES = frozenset({OWNERSHIP_REFUSED, QUOTA_EXCEEDED, RERUN_OUT_OF_BOUNDS, STALE_CHANGE})
 """The error classes of schedule changes a ticker refused and restored the key after: every
 reader of the schedules topic skips them as the ticker did."""
 

@@ -60,6 +60,12 @@ RESTORES_HEADER = "kairos-restores"
 """Marks a record the ticker published to restore a key after refusing the change at the offset
 the header holds (ASCII digits)."""
 
+IF_VERSION_HEADER = "kairos-if-version"
+"""Marks a change that holds only while the schedule is at the version the header names (the
+schedules-topic offset of its definition, ASCII digits): the ticker's own `after_last_run` change
+(`services/ticker/lifecycle.py`). Once the schedule changed since, the ticker refuses it (a dead
+letter every reader skips) and restores the key, so it never overwrites a newer edit."""
+
 TOMBSTONE = "tombstone"
 """The `change` of a delete that came as a tombstone (a null value), not as an event."""
 
@@ -363,6 +369,19 @@ def restores_mark(headers: object) -> bool:
     return isinstance(headers, list) and any(
         pair[0] == RESTORES_HEADER for pair in headers if isinstance(pair, tuple)
     )
+
+
+def if_version_mark(headers: object) -> int | None:
+    """The version a record's `IF_VERSION_HEADER` names; `None` without one. A value that is
+    not a version names none (-1): the change holds at no version."""
+    if not isinstance(headers, list):
+        return None
+    for pair in headers:
+        if isinstance(pair, tuple) and pair[0] == IF_VERSION_HEADER:
+            value = pair[1]
+            digits = value.decode("ascii", errors="replace") if isinstance(value, bytes) else ""
+            return int(digits) if digits.isdigit() and len(digits) <= 19 else -1
+    return None
 
 
 def is_restoration(restores: bool, change: SchedulesRecord, held: Schedule | None) -> bool:

@@ -18,6 +18,7 @@ from kairos.core.errors import KairosError
 from kairos.core.firing import Outcome, ScheduleState, deleted, upserted
 from kairos.core.quotas import quota_refusal, rerun_quota_refusal, schedule_use
 from kairos.core.reruns import judge_rerun, take_rerun
+from kairos.services.ticker.lifecycle import stale_reason
 from kairos.services.ticker.ownership import TickerOwnership, restoring_event
 from kairos.services.ticker.partition import OwnedPartition
 from kairos.services.ticker.quotas import RecentReruns, state_use
@@ -27,6 +28,7 @@ from kairos.streams.dead_letters import (
     OWNERSHIP_REFUSED,
     QUOTA_EXCEEDED,
     RERUN_OUT_OF_BOUNDS,
+    STALE_CHANGE,
     dead_letter_record,
 )
 from kairos.streams.ports import GroupMember
@@ -37,6 +39,7 @@ from kairos.streams.schedule_events import (
     ScheduleChange,
     ScheduleDeleted,
     ScheduleUpserted,
+    if_version_mark,
     is_restoration,
     read_schedule_message,
     restores_mark,
@@ -228,7 +231,11 @@ class ScheduleChanges:
     ) -> tuple[Refused, str] | None:
         """Why the ownership rules, a re-run's bounds or the owner's quota refuse `change`, with
         the dead letter's error class; `None` when it is taken. Without `--ownership signed`,
-        only the bounds of a re-run refuse."""
+        only the bounds of a re-run, and a change marked for a version left since, refuse."""
+        if not isinstance(change, RerunRequested):
+            stale = stale_reason(if_version_mark(message.headers()), change, state)
+            if stale is not None:
+                return Refused(stale, None), STALE_CHANGE
         if self.ownership is not None:
             left = None if state is not None else work.floor(owned, change.schedule_id)
             refused = self.ownership.refused(message, change, state, left)

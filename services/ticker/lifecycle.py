@@ -6,6 +6,11 @@ the schedules topic (`paused` with the whole definition, or `deleted` and a tomb
 reader, the audit replays the change like any other, and the ticker itself applies it when it
 reads it back. A ticker fenced before committing publishes nothing; its successor fires the
 last run again and publishes the change then.
+
+The change is conditional on the version it ended: its records carry `kairos-if-version` with
+the state's version (`IF_VERSION_HEADER`). An owner's edit appended between what the ticker had
+read and its change is read first; the change then no longer holds (`stale_reason`), and the
+ticker refuses it and restores the key, in every ownership mode, so the edit stands.
 """
 
 from __future__ import annotations
@@ -16,12 +21,19 @@ from kairos.core.firing import ScheduleState
 from kairos.core.schedule_lifecycle import AfterLastRun
 from kairos.streams.codec import Codecs
 from kairos.streams.records import schedule_event_record
+from kairos.streams.schedule_events import (
+    IF_VERSION_HEADER,
+    ScheduleChange,
+    ScheduleUpserted,
+)
+
+Headers = list[tuple[str, str | bytes | None]]
 
 
 def after_last_run_records(
     state: ScheduleState, codecs: Codecs, instance: str, now: datetime
-) -> list[tuple[bytes, bytes | None]]:
-    """(key, value) of the change that ends a schedule whose runs ran out, in order."""
+) -> list[tuple[bytes, bytes | None, Headers]]:
+    """(key, value, headers) of the change that ends a schedule whose runs ran out, in order."""
     schedule = state.schedule_with_id()
     action = schedule.after_last_run
     delete = action is AfterLastRun.DELETE
@@ -34,7 +46,32 @@ def after_last_run_records(
         reason=f"max_runs {schedule.max_runs} reached (after_last_run: {action.value})",
     )
     key = schedule.id.encode("utf-8")
-    records: list[tuple[bytes, bytes | None]] = [(key, codecs.schedule_event.encode(event))]
+    headers: Headers = [(IF_VERSION_HEADER, str(state.version).encode())]
+    records: list[tuple[bytes, bytes | None, Headers]] = [
+        (key, codecs.schedule_event.encode(event), headers)
+    ]
     if delete:
-        records.append((key, None))
+        records.append((key, None, headers))
     return records
+
+
+def stale_reason(
+    version: int | None, change: ScheduleChange, held: ScheduleState | None
+) -> str | None:
+    """Why a change marked for `version` (`None`: unmarked) no longer holds, given what is held
+    now; `None` when it holds. A delete of a schedule no longer held changes nothing either way
+    (the tombstone after the ticker's own delete), so it holds."""
+    if version is None:
+        return None
+    if held is None:
+        if not isinstance(change, ScheduleUpserted):
+            return None
+        now_at = "was deleted since"
+    elif held.version == version:
+        return None
+    else:
+        now_at = f"changed since (it is at version {held.version})"
+    return (
+        f"a change of {change.schedule_id!r} that holds only at version {version} (the "
+        f"ticker's after_last_run), but the schedule {now_at}: not taken, the later change stands"
+    )

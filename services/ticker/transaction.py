@@ -303,10 +303,10 @@ class FiringTransactions:
             self._produce(self.topics.schedules, restoring, key, partition, headers=header)
         # After a schedule's last run (`max_runs`): its pause or delete, on its own partition.
         for partition, state in work.ran_out:
-            for key, ended in after_last_run_records(
+            for key, ended, marked in after_last_run_records(
                 state, self.codecs, self.ticker_instance, fired_at
             ):
-                self._produce(self.topics.schedules, ended, key, partition)
+                self._produce(self.topics.schedules, ended, key, partition, headers=marked)
 
     def _produce_changelog(
         self,
