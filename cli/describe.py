@@ -20,7 +20,7 @@ from kairos.cli.partitions import GroupOption
 from kairos.cli.preview_calendars import preview_calendars
 from kairos.cli.reading import TIME_HELP, history_reader, instant_option, text
 from kairos.cli.runs import run_summaries
-from kairos.core.audit import HistoryEvent
+from kairos.core.audit import HistoryEvent, changed_by_text
 from kairos.core.calendar import never_fires_reason
 from kairos.core.calendar_rules import Planned
 from kairos.core.errors import KairosError
@@ -143,7 +143,7 @@ def _gone(history: list[HistoryEvent]) -> str:
         return "never published, or deleted and compacted away"
     # The `deleted` event names who and why; the tombstone after it does not.
     last = next((e for e in reversed(history) if e.change == "deleted"), history[-1])
-    by = f" by {last.changed_by}" if last.changed_by else ""
+    by = changed_by_text(last.changed_by, last.signed_by)
     why = f": {last.reason}" if last.reason else ""
     return f"deleted at {text(last.changed_at)}{by}{why}"
 
@@ -173,6 +173,7 @@ def _change_document(event: HistoryEvent) -> dict[str, Any]:
         "revision": event.revision,
         "change": event.change,
         "changed_by": event.changed_by,
+        "signed_by": event.signed_by,
         "changed_at": event.changed_at,
         "reason": event.reason,
         "offset": event.offset,
@@ -245,12 +246,14 @@ def _runs_table(document: dict[str, Any]) -> list[str]:
 def _changes_table(document: dict[str, Any]) -> list[str]:
     if not document["last_changes"]:
         return ["  none on the schedules topic"]
-    header = ["REVISION", "CHANGED AT", "BY", "CHANGE", "REASON"]
+    # BY is what the publisher wrote; SIGNED BY the team a signed ticker verified.
+    header = ["REVISION", "CHANGED AT", "BY", "SIGNED BY", "CHANGE", "REASON"]
     rows = [
         [
             str(c["revision"]),
             text(c["changed_at"]) or "-",
             c["changed_by"] or "-",
+            c["signed_by"] or "-",
             c["change"],
             c["reason"] or "-",
         ]

@@ -16,6 +16,7 @@ from kairos.cli.options import fail, kafka_settings
 from kairos.cli.output import JsonAliasOption, OutputOption, chosen, render
 from kairos.cli.reading import wide_console
 from kairos.streams.codec import make_codecs
+from kairos.streams.ownership import OwnershipInfo
 from kairos.streams.partition_status import (
     GroupStatus,
     PartitionStatus,
@@ -109,6 +110,7 @@ def _print(status: GroupStatus, console: Console, held: Counter[int] | None = No
         "LAG",
         "CHANGELOG LAG",
         "LAST LATENESS",
+        "MODE",
         *(() if held is None else ("TEAM'S",)),
     ):
         table.add_column(header, no_wrap=True)
@@ -145,7 +147,15 @@ def _row(p: PartitionStatus, now: datetime) -> list[str]:
         "-" if p.lag is None else str(p.lag),
         "-" if p.changelog_lag is None else str(p.changelog_lag),
         "-" if lateness is None else f"{lateness} ms",
+        # The mode its changes were last judged in, whichever owner committed last.
+        _mode(p.ownership),
     ]
+
+
+def _mode(info: OwnershipInfo | None) -> str:
+    if info is None or info.mode is None:
+        return "-"
+    return f"{info.mode.value} from {info.mode_since}"
 
 
 def _due(instant: datetime, now: datetime) -> str:

@@ -25,7 +25,8 @@ from kairos.core.clock import DEFAULT_MAX_CLOCK_AHEAD_MS
 from kairos.core.errors import KairosError
 from kairos.services.probes import DEFAULT_METRICS_HOST
 from kairos.services.ticker.service import Ticker
-from kairos.services.ticker.settings import Ownership, TickerSettings
+from kairos.services.ticker.settings import TickerSettings
+from kairos.streams.ownership import Ownership
 from kairos.streams.settings import KafkaSettings
 from kairos.streams.state_store import DEFAULT_STORE_MEMORY_MB
 
@@ -84,6 +85,18 @@ _OwnershipOption = Annotated[
     ),
 ]
 
+_OwnershipFromOption = Annotated[
+    Ownership | None,
+    typer.Option(
+        envvar="KAIROS_OWNERSHIP_FROM",
+        help="The mode the deployment is switching from: take over partitions last committed "
+        "in it too. Without it a ticker refuses (exit 2) a partition last committed in another "
+        "mode than --ownership; drop it once `kairos partitions` shows every partition in the "
+        "new mode.",
+        show_default=False,
+    ),
+]
+
 _SignatureMaxAgeOption = Annotated[
     float,
     typer.Option(
@@ -106,6 +119,7 @@ def ticker(
     metrics_port: MetricsPortOption = None,
     metrics_host: MetricsHostOption = DEFAULT_METRICS_HOST,
     ownership: _OwnershipOption = Ownership.OPEN,
+    ownership_from: _OwnershipFromOption = None,
     signature_max_age_s: _SignatureMaxAgeOption = 300,
     log_level: LogLevelOption = "INFO",
 ) -> None:
@@ -122,6 +136,7 @@ def ticker(
             metrics_port=metrics_port,
             metrics_host=metrics_host,
             ownership=ownership,
+            ownership_from=ownership_from,
             signature_max_age_s=signature_max_age_s,
         )
         service = Ticker(service_kafka_settings(context), settings)

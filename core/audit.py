@@ -101,8 +101,12 @@ class HistoryEvent:
     definition: Schedule | None
     changed_at: datetime
     changed_by: str | None = None
+    """Who the publisher says made the change: free text, never checked."""
     reason: str | None = None
     revision: int = 0
+    signed_by: str | None = None
+    """The team whose signature a signed ticker verified when it took the change; `None` when
+    none did (taken unsigned, in open mode, or not judged yet)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,9 +147,20 @@ class StopSpan:
     end: datetime | None
     offset: int
     """The stopping change's offset in its partition."""
+    changed_by: str | None = None
+    """Who its publisher says made it (free text)."""
+    signed_by: str | None = None
+    """The team whose signature a signed ticker verified on it, if one did."""
 
     def holds(self, instant: datetime) -> bool:
         return self.start <= instant and (self.end is None or instant < self.end)
+
+
+def changed_by_text(changed_by: str | None, signed_by: str | None) -> str:
+    """How reports name who made a change: " by X (signed by team T)", each part only when
+    known (the publisher's free text, the team a signed ticker verified); "" for neither."""
+    by = f" by {changed_by}" if changed_by else ""
+    return by + (f" (signed by team {signed_by})" if signed_by else "")
 
 
 def stopped_spans(history: Iterable[HistoryEvent]) -> dict[str, list[StopSpan]]:
@@ -159,7 +174,15 @@ def stopped_spans(history: Iterable[HistoryEvent]) -> dict[str, list[StopSpan]]:
             spans.setdefault(sid, []).append(replace(ending, end=event.changed_at))
         if event.definition is None or event.definition.paused:
             deleted_now = event.definition is None
-            stopped[sid] = StopSpan(sid, deleted_now, event.changed_at, None, event.offset)
+            stopped[sid] = StopSpan(
+                sid,
+                deleted_now,
+                event.changed_at,
+                None,
+                event.offset,
+                event.changed_by,
+                event.signed_by,
+            )
     for sid, span in stopped.items():
         spans.setdefault(sid, []).append(span)
     return spans

@@ -38,6 +38,7 @@ from kairos.core.audit import (
     OpenTransaction,
     RunEventRecord,
     StopSpan,
+    changed_by_text,
 )
 from kairos.core.audit_report import (
     DEFAULT_EARLY_TOLERANCE,
@@ -364,9 +365,11 @@ def _unowed_finding(run: FiredRun, stops: Sequence[StopSpan], known: bool) -> Fi
         )
         return _fire_finding(FindingKind.UNEXPECTED, run, run.due_at, detail)
     what = "deleted" if stop.deleted else "paused"
+    by = changed_by_text(stop.changed_by, stop.signed_by)
     detail = (
-        f"the schedule was {what} at {_instant(stop.start)} (schedules offset {stop.offset}); "
-        f"fired under offset {run.schedule_offset} by ticker {run.ticker_instance}"
+        f"the schedule was {what}{by} at {_instant(stop.start)} (schedules offset "
+        f"{stop.offset}); fired under offset {run.schedule_offset} by ticker "
+        f"{run.ticker_instance}"
     )
     kind = FindingKind.FIRED_AFTER_DELETE if stop.deleted else FindingKind.FIRED_WHILE_PAUSED
     return _fire_finding(kind, run, run.due_at, detail)

@@ -229,6 +229,7 @@ def _producer(names: DeploymentNames) -> list[Grant]:
             "`kairos teams quota` and `preview --owner --histogram` read a team's quota",
         ),
         _reader_group(names.team_readers_group),
+        _tickers_judged(names),
     ]
 
 
@@ -253,7 +254,19 @@ def _auditor(names: DeploymentNames) -> list[Grant]:
         ),
         _reader_group(names.history_readers_group),
         _reader_group(names.calendar_readers_group),
+        _tickers_judged(names),
     ]
+
+
+def _tickers_judged(names: DeploymentNames) -> Grant:
+    return Grant(
+        Resource.GROUP,
+        names.ticker_group,
+        Pattern.LITERAL,
+        Operation.DESCRIBE,
+        "the tickers' committed offsets: which changes a signed ticker took, to show their "
+        "signing teams (and, in the console, who owns which partition)",
+    )
 
 
 def _reader_group(group: str) -> Grant:
@@ -292,18 +305,11 @@ def _operator(names: DeploymentNames) -> list[Grant]:
 
 def _console(names: DeploymentNames) -> list[Grant]:
     """The auditor's reads (the console runs `audit verify`; they include the dead letters it
-    shows), its own readers' group, and the tickers' group to show who owns what. Actions need
-    the producer's too."""
+    shows, and the tickers' group it shows who owns what from), and its own readers' group.
+    Actions need the producer's too."""
     return [
         *_auditor(names),
         _reader_group(names.console_readers_group),
-        Grant(
-            Resource.GROUP,
-            names.ticker_group,
-            Pattern.LITERAL,
-            Operation.DESCRIBE,
-            "the partitions page: the tickers' members and committed offsets",
-        ),
         _topic(
             names,
             TopicRole.CHANGELOG,

@@ -8,7 +8,9 @@ fenced ticker are never seen), and ends at each partition's end as of the read.
 
 The reader never writes: records that are not valid events are reported in `rejected` (the
 ticker dead-letters them), and skipped exactly as the ticker skips them: schedule events are
-read through `kairos.streams.schedule_events`, as the ticker reads them.
+read through `kairos.streams.schedule_events`, as the ticker reads them. Each change's signing
+team is what the tickers' group committed says a signed ticker verified (`Judged`), not what
+the reader makes of the signature: keys registered then may be gone now.
 """
 
 from __future__ import annotations
@@ -51,6 +53,8 @@ from kairos.streams.history_records import (
     run_event,
     topic_record,
 )
+from kairos.streams.ownership import NOT_JUDGED, Judged
+from kairos.streams.partition_status import PartitionStatusError, read_judged
 from kairos.streams.partitioner import partition_for
 from kairos.streams.schedule_events import (
     RejectedEvent,
@@ -60,7 +64,7 @@ from kairos.streams.schedule_events import (
     is_restoration,
     read_schedule_event,
 )
-from kairos.streams.settings import HISTORY_READERS_GROUP, KafkaSettings
+from kairos.streams.settings import HISTORY_READERS_GROUP, TICKER_GROUP, KafkaSettings
 from kairos.streams.topics import TopicRole
 
 logger = logging.getLogger(__name__)
@@ -123,6 +127,8 @@ class HistoryReader:
         idle_timeout_s: float = 30.0,
     ) -> None:
         self._settings = settings
+        # The deployment's own: a reader knows no other (the tickers' --group-id).
+        self._ticker_group = settings.deployment_id(TICKER_GROUP)
         self._codecs = codecs or make_codecs()
         self._on_progress = on_progress
         self._idle_timeout_s = idle_timeout_s
@@ -141,6 +147,7 @@ class HistoryReader:
         found: list[HistoryEvent] = []
         # What the tickers did not take: changes they refused, and their own restorations.
         refused = {(c.source_partition, c.source_offset) for c in self.refused_changes()}
+        judged = self._judged()
         held: dict[str, Schedule | None] = {}
         for record in self._read(topic, schedule_id):
             change = read_schedule_event(
@@ -167,11 +174,28 @@ class HistoryReader:
                     )
                 )
             elif not isinstance(change, RerunRemoved):
-                found.append(history_event(change))
+                verdict = judged.get(record.partition, NOT_JUDGED)
+                found.append(
+                    history_event(change, verdict.verified_team(record.offset, record.team))
+                )
                 held[change.schedule_id] = (
                     change.schedule if isinstance(change, ScheduleUpserted) else None
                 )
         return found
+
+    def _judged(self) -> dict[int, Judged]:
+        """What the tickers' group committed per partition; none (no change shows a signing
+        team) when it cannot be read, with a warning naming the grant."""
+        try:
+            return read_judged(self._settings, self._ticker_group, self._idle_timeout_s)
+        except PartitionStatusError as error:
+            logger.warning(
+                "no signing team is shown: %s (a reader needs DESCRIBE on the tickers' group "
+                "%s; `kairos acls` lists it)",
+                error,
+                self._ticker_group,
+            )
+            return {}
 
     def runs(
         self, run_id: str | None = None, keep: Callable[[FiredRun], bool] | None = None

@@ -15,6 +15,7 @@ from kairos.core.audit import AdmissionDeadLetter, FiredRun, HistoryEvent, RunEv
 from kairos.core.errors import KairosError
 from kairos.streams.codec import Codecs
 from kairos.streams.schedule_events import ScheduleChange, ScheduleUpserted, restores_mark
+from kairos.streams.signing import named_team
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,8 @@ class TopicRecord:
     """`timestamp` is the broker's append time (the topic has LogAppendTime)."""
     restores: bool = False
     """The record bears the ticker's restoration mark (`schedule_events.RESTORES_HEADER`)."""
+    team: str | None = None
+    """The team its `kairos-team` header names, verified or not (`signing.named_team`)."""
 
 
 class InvalidRecordError(KairosError):
@@ -51,10 +54,13 @@ def topic_record(message: Message, partitions: int) -> TopicRecord:
         partitions=partitions,
         appended=timestamp_type == TIMESTAMP_LOG_APPEND_TIME,
         restores=restores_mark(message.headers()),
+        team=named_team(message.headers()),
     )
 
 
-def history_event(change: ScheduleChange) -> HistoryEvent:
+def history_event(change: ScheduleChange, signed_by: str | None = None) -> HistoryEvent:
+    """The change as the audit replays it; `signed_by` is the team a signed ticker verified
+    when it took it (`Judged.verified_team`), if one did."""
     return HistoryEvent(
         schedule_id=change.schedule_id,
         partition=change.partition,
@@ -65,6 +71,7 @@ def history_event(change: ScheduleChange) -> HistoryEvent:
         changed_by=change.changed_by,
         reason=change.reason,
         revision=change.revision,
+        signed_by=signed_by,
     )
 
 

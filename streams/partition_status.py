@@ -29,7 +29,7 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from kairos.core.errors import KairosError
 from kairos.core.run_id import format_instant
-from kairos.streams.ownership import OwnershipInfo
+from kairos.streams.ownership import Judged, OwnershipInfo
 from kairos.streams.settings import KafkaSettings
 from kairos.streams.topics import TopicRole
 
@@ -140,15 +140,7 @@ def read_group_status(
         for member in description.members
     )
     owners = {p: m for m in members for p in m.partitions}
-    request = ConsumerGroupTopicPartitions(
-        group_id, [TopicPartition(schedules, p) for p in range(count)]
-    )
-    committed = _result(
-        admin.list_consumer_group_offsets([request], request_timeout=timeout_s)[group_id],
-        f"the committed offsets of {group_id}",
-        timeout_s,
-    )
-    by_partition = {tp.partition: tp for tp in committed.topic_partitions}
+    by_partition = _committed(admin, group_id, schedules, count, timeout_s)
     ends = _end_offsets(admin, [schedules, changelog], count, timeout_s)
     partitions = []
     for p in range(count):
@@ -167,6 +159,39 @@ def read_group_status(
         )
     state = _STATES.get(description.state, "unknown")
     return GroupStatus(group_id, schedules, state, members, tuple(partitions))
+
+
+def read_judged(
+    settings: KafkaSettings, group_id: str, timeout_s: float = 10.0
+) -> dict[int, Judged]:
+    """What the tickers' group committed for each schedules partition: how far its changes were
+    judged, and in which ownership mode (`Judged`), for readers that show what tickers took."""
+    admin = AdminClient(settings.consumer_config())
+    schedules = settings.layout.name(TopicRole.SCHEDULES)
+    count = _partition_count(admin, schedules, timeout_s)
+    committed = _committed(admin, group_id, schedules, count, timeout_s)
+    judged = {}
+    for p in range(count):
+        tp = committed.get(p)
+        offset = tp.offset if tp is not None and tp.offset >= 0 else None
+        info = OwnershipInfo.decode(tp.metadata if tp is not None else None)
+        judged[p] = Judged.of(offset, info)
+    return judged
+
+
+def _committed(
+    admin: AdminClient, group_id: str, topic: str, count: int, timeout_s: float
+) -> dict[int, TopicPartition]:
+    """The group's committed offset (with its metadata) of each partition of `topic`."""
+    request = ConsumerGroupTopicPartitions(
+        group_id, [TopicPartition(topic, p) for p in range(count)]
+    )
+    committed = _result(
+        admin.list_consumer_group_offsets([request], request_timeout=timeout_s)[group_id],
+        f"the committed offsets of {group_id}",
+        timeout_s,
+    )
+    return {tp.partition: tp for tp in committed.topic_partitions}
 
 
 def _partition_count(admin: AdminClient, topic: str, timeout_s: float) -> int:
@@ -270,6 +295,9 @@ def _partition_document(p: PartitionStatus) -> dict[str, Any]:
         "schedules": info.schedules if info else None,
         "next_due": _text(info.next_due) if info else None,
         "last_fire_lateness_ms": info.last_fire_lateness_ms if info else None,
+        # The mode the partition's changes were last judged in, since which offset.
+        "mode": info.mode.value if info and info.mode else None,
+        "mode_since": info.mode_since if info else None,
     }
 
 

@@ -141,6 +141,19 @@ def load_signer(path: Path) -> Signer:
     return Signer(team, private_key)
 
 
+def named_team(headers: Headers | None) -> str | None:
+    """The team a record's `kairos-team` header names, verified or not; `None` without one.
+
+    What readers show as a change's signing team once a signed ticker took it
+    (`kairos.streams.ownership.Judged.verified_team`): such a ticker refuses every record whose
+    named team's signature does not verify."""
+    pairs = headers.items() if isinstance(headers, Mapping) else headers or ()
+    for name, raw in pairs:
+        if name == TEAM_HEADER and isinstance(raw, bytes):
+            return raw.decode(errors="replace")
+    return None
+
+
 @dataclass(frozen=True)
 class Refused:
     """Why a record's signature is not accepted; `team` is the registered team that signed it,

@@ -22,6 +22,7 @@ from kairos.core.schedule import Schedule
 from kairos.services.console import queries
 from kairos.services.console.lateness import OVER_AN_HOUR, merged, percentile_ms
 from kairos.services.console.view import ConsoleView
+from kairos.streams.ownership import NOT_JUDGED, Judged, Ownership
 from kairos.streams.partition_status import group_status_document, read_group_status
 from kairos.streams.settings import KafkaSettings
 
@@ -96,12 +97,26 @@ def schedule_page(
         "never_fires": None if fires else never_fires_reason(schedule, now),
         "calendars_not_applied": uses_calendars(schedule),
         "last_runs": runs,
-        "last_changes": _changes_with_diffs(queries.changes(view, schedule_id)),
+        "last_changes": _changes_with_diffs(queries.changes(view, schedule_id), _judged(placement)),
     }
 
 
-def _changes_with_diffs(changes: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Each change (newest first) with the diff of the definition from the change before it."""
+def _judged(placement: dict[str, Any] | None) -> Judged:
+    """How far the schedule's partition was judged, and in which mode, from `kairos partitions`'
+    entry for it (none when the group could not be read)."""
+    if placement is None:
+        return NOT_JUDGED
+    mode = placement["mode"]
+    return Judged(
+        placement["committed_offset"],
+        None if mode is None else Ownership(mode),
+        placement["mode_since"],
+    )
+
+
+def _changes_with_diffs(changes: list[dict[str, Any]], judged: Judged) -> list[dict[str, Any]]:
+    """Each change (newest first) with the diff of the definition from the change before it,
+    and the team a signed ticker verified when it took it (none for a refused change)."""
     for index, change in enumerate(changes):
         before = changes[index + 1]["definition"] if index + 1 < len(changes) else None
         after = change["definition"]
@@ -109,6 +124,9 @@ def _changes_with_diffs(changes: list[dict[str, Any]]) -> list[dict[str, Any]]:
             difflib.unified_diff(_lines(before), _lines(after), "before", "after", lineterm="", n=1)
         )[2:]
         change["changed_at"] = instant_text(change["changed_at"])
+        team = change.pop("signing_team")
+        verified = judged.verified_team(change["offset"], team)
+        change["signed_by"] = None if change["refused"] else verified
     for change in changes:
         change.pop("definition")
     return changes

@@ -42,6 +42,7 @@ from kairos.streams.schedule_events import (
     read_schedule_message,
 )
 from kairos.streams.settings import CONSOLE_READERS_GROUP, KafkaSettings
+from kairos.streams.signing import named_team
 from kairos.streams.topics import TopicRole
 
 logger = logging.getLogger(__name__)
@@ -170,15 +171,16 @@ class ViewFollower:
         record = read_schedule_message(
             self._codecs.schedule_event, message, self._partitions[message.topic() or ""]
         )
+        team = named_team(message.headers())
         if isinstance(record, RejectedEvent):
             self._reject(message.topic() or "", record.partition, record.offset, record.reason)
         elif isinstance(record, ScheduleUpserted):
             row = schedule_row(record)
             batch.upsert(row)
-            batch.changes.append((history_event(record), row.definition))
+            batch.changes.append((history_event(record), row.definition, team))
         elif isinstance(record, ScheduleDeleted):
             batch.delete(record.schedule_id)
-            batch.changes.append((history_event(record), None))
+            batch.changes.append((history_event(record), None, team))
 
     def _reject(self, topic: str, partition: int, offset: int, reason: str) -> None:
         self.rejected += 1

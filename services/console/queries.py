@@ -14,6 +14,7 @@ from typing import Any
 from kairos.services.console.database import ViewDb
 from kairos.services.console.lateness import LATENESS_BOUNDS_MS
 from kairos.services.console.view import ConsoleView
+from kairos.streams.dead_letters import REFUSED_CHANGES
 
 PAGE_SIZE = 50
 
@@ -152,13 +153,19 @@ def schedule(view: ConsoleView, schedule_id: str) -> dict[str, Any] | None:
 
 
 def changes(view: ConsoleView, schedule_id: str, limit: int = 20) -> list[dict[str, Any]]:
-    """The schedule's last changes, newest first, each with its definition (for the diff)."""
+    """The schedule's last changes, newest first, each with its definition (for the diff), the
+    team its `kairos-team` header names (verified or not) and, for a change the tickers refused,
+    the refusal's reason (its dead letter's)."""
+    refused_classes = sorted(REFUSED_CHANGES)
+    marks = ", ".join("?" for _ in refused_classes)
     with view.connection() as db:
         rows = db.execute(
-            "SELECT change, revision, changed_at, changed_by, reason, definition, partition, "
-            "at_offset FROM changes WHERE schedule_id = ? ORDER BY at_offset DESC "
-            "LIMIT ?",
-            (schedule_id, limit),
+            "SELECT c.change, c.revision, c.changed_at, c.changed_by, c.reason, c.definition, "
+            "c.partition, c.at_offset, c.signing_team, d.reason FROM changes c "
+            "LEFT JOIN dead_letters d ON d.source_partition = c.partition "
+            f"AND d.source_offset = c.at_offset AND d.error_class IN ({marks}) "
+            "WHERE c.schedule_id = ? ORDER BY c.at_offset DESC LIMIT ?",
+            (*refused_classes, schedule_id, limit),
         ).fetchall()
     keys = ("change", "revision", "changed_at", "changed_by", "reason")
     return [
@@ -166,6 +173,8 @@ def changes(view: ConsoleView, schedule_id: str, limit: int = 20) -> list[dict[s
             **dict(zip(keys, row[:5], strict=True)),
             "definition": None if row[5] is None else json.loads(row[5]),
             "offset": row[7],
+            "signing_team": row[8],
+            "refused": row[9],
         }
         for row in rows
     ]

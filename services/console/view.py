@@ -24,7 +24,8 @@ from kairos.core.audit import FiredRun, HistoryEvent, RunEventRecord
 from kairos.services.console.database import Connections, ViewDatabaseError, ViewDb
 from kairos.services.console.lateness import LATENESS_BOUNDS_MS, bucket_of
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""2 added `changes.signing_team`; a view of schema 1 is migrated in place."""
 RUNS_KEPT_MS = 14 * 24 * 3600 * 1000
 """Runs older than this (by nominal instant) leave the view: pages show recent runs, and the
 audit reads the topics. The per-minute activity is kept longer (`MINUTES_KEPT_MS`)."""
@@ -54,7 +55,7 @@ CREATE INDEX IF NOT EXISTS labels_by_schedule ON labels (schedule_id);
 CREATE TABLE IF NOT EXISTS changes (
     schedule_id {key_text} NOT NULL, partition INTEGER NOT NULL, at_offset BIGINT NOT NULL,
     change TEXT NOT NULL, revision INTEGER NOT NULL, changed_at BIGINT NOT NULL,
-    changed_by TEXT, reason TEXT, definition TEXT,
+    changed_by TEXT, reason TEXT, definition TEXT, signing_team TEXT,
     PRIMARY KEY (schedule_id, partition, at_offset)){table_suffix};
 CREATE TABLE IF NOT EXISTS runs (
     run_id TEXT PRIMARY KEY, schedule_id {key_text} NOT NULL, nominal_at BIGINT NOT NULL,
@@ -137,8 +138,10 @@ class ViewBatch:
     schedules: dict[str, ScheduleRow | None] = field(default_factory=dict)
     """Each schedule's state after the batch: its row, or `None` once deleted (the last record
     of a schedule in the batch decides)."""
-    changes: list[tuple[HistoryEvent, str | None]] = field(default_factory=list)
-    """Each change with its definition's JSON (the schedule row's: encoded once)."""
+    changes: list[tuple[HistoryEvent, str | None, str | None]] = field(default_factory=list)
+    """Each change with its definition's JSON (the schedule row's: encoded once) and the team
+    its `kairos-team` header names, verified or not (pages show it only once a signed ticker
+    took the change: `kairos.streams.ownership.Judged`)."""
     fired: list[FiredRun] = field(default_factory=list)
     events: list[RunEventRecord] = field(default_factory=list)
     dead_letters: list[DeadLetterRow] = field(default_factory=list)
@@ -201,6 +204,12 @@ class ConsoleView:
             db.execute(
                 "INSERT INTO meta VALUES ('schema_version', ?) ON CONFLICT (key) DO NOTHING",
                 (str(SCHEMA_VERSION),),
+            )
+        elif found[0] == "1":
+            # Changes read before keep no signing team: none is shown for them.
+            db.execute("ALTER TABLE changes ADD COLUMN signing_team TEXT")
+            db.execute(
+                "UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),)
             )
         elif int(found[0]) > SCHEMA_VERSION:
             raise ViewDatabaseError(
@@ -308,9 +317,11 @@ def _add_counts(db: ViewDb, table: str, key: str, added: Counter[Any]) -> None:
     )
 
 
-def _write_changes(db: ViewDb, changes: Iterable[tuple[HistoryEvent, str | None]]) -> None:
+def _write_changes(
+    db: ViewDb, changes: Iterable[tuple[HistoryEvent, str | None, str | None]]
+) -> None:
     db.executemany(
-        "INSERT INTO changes VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+        "INSERT INTO changes VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
         [
             (
                 e.schedule_id,
@@ -322,8 +333,9 @@ def _write_changes(db: ViewDb, changes: Iterable[tuple[HistoryEvent, str | None]
                 e.changed_by,
                 e.reason,
                 definition,
+                team,
             )
-            for e, definition in changes
+            for e, definition, team in changes
         ],
     )
 

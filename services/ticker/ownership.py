@@ -13,7 +13,10 @@ what the ticker holds; reading it back changes nothing.
 
 Two kinds of change are taken unsigned, because they change nothing anyone could not: a delete
 of a schedule the ticker does not hold, and the change a ticker itself publishes when a
-schedule's runs ran out (its `after_last_run`, `services/ticker/lifecycle.py`).
+schedule's runs ran out (its `after_last_run`, `services/ticker/lifecycle.py`). A record that
+names a team (`kairos-team`) is verified whatever its kind: on every change a signed ticker
+took, the team named is one whose signature it verified, which readers show beside the
+self-asserted `changed_by` (`kairos.streams.ownership.Judged.verified_team`).
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ from kairos.streams.schedule_events import (
     ScheduleDeleted,
     ScheduleUpserted,
 )
-from kairos.streams.signing import Refused, Verifier
+from kairos.streams.signing import Refused, Verifier, named_team
 from kairos.streams.team_events import TeamChange, TeamReadError
 
 logger = logging.getLogger(__name__)
@@ -96,9 +99,7 @@ class TickerOwnership:
         last owner keeps it (`kairos.core.ownership.refusal`)."""
         held = None if state is None else Held(state.schedule.owner, state.paused)
         kind = _kind(change, held)
-        if state is None and kind in (Change.DELETE, Change.TOMBSTONE):
-            return None
-        if state is not None and _ends_ran_out(state, change, kind):
+        if named_team(message.headers()) is None and _unsigned_taken(state, change, kind):
             return None
         signer = self._verifier.signer(
             str(message.topic()),
@@ -153,6 +154,13 @@ def _kind(change: Taken, held: Held | None) -> Change:
     if isinstance(change, ScheduleDeleted):
         return Change.TOMBSTONE if change.change == TOMBSTONE else Change.DELETE
     return upsert_change(held, change.schedule.paused)
+
+
+def _unsigned_taken(state: ScheduleState | None, change: Taken, kind: Change) -> bool:
+    """Whether `change` is one of the two kinds taken without a signature."""
+    if state is None:
+        return kind in (Change.DELETE, Change.TOMBSTONE)
+    return _ends_ran_out(state, change, kind)
 
 
 def _ends_ran_out(state: ScheduleState, change: Taken, kind: Change) -> bool:

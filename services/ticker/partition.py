@@ -34,7 +34,7 @@ from kairos.streams.changelog import (
     state_from_stored,
 )
 from kairos.streams.codec import Codecs
-from kairos.streams.ownership import OwnershipInfo
+from kairos.streams.ownership import Ownership, OwnershipInfo
 from kairos.streams.state_store import PartitionStore, StateWrite
 
 logger = logging.getLogger(__name__)
@@ -115,6 +115,9 @@ class OwnedPartition:
         self.changelog_end: int | None = None
         """The changelog offset past this owner's last committed records on the partition (from
         the restore, then from each commit): what a later owner's restore must reach."""
+        self.judged_in: tuple[Ownership, int] | None = None
+        """The ownership mode this owner judges changes in, and the first schedules offset
+        judged in it without a break (`OwnershipInfo.mode_since`); set as it takes over."""
 
     def state(self, schedule_id: str) -> ScheduleState | None:
         """The committed state, decoded once and then served from memory.
@@ -199,6 +202,8 @@ class OwnedPartition:
             next_due=None if next_due is None else datetime.fromtimestamp(next_due / 1000, UTC),
             last_fire_lateness_ms=self.last_fire_lateness_ms,
             changelog_offset=changelog_end,
+            mode=None if self.judged_in is None else self.judged_in[0],
+            mode_since=None if self.judged_in is None else self.judged_in[1],
         )
 
     def forget_decoded(self) -> None:

@@ -38,7 +38,7 @@ from kairos.services.ticker.planner import Budgets, TurnPlanner
 from kairos.services.ticker.quarantine import Quarantine
 from kairos.services.ticker.quotas import count_quota_use
 from kairos.services.ticker.session import SessionParts, TickerSession
-from kairos.services.ticker.settings import Ownership, TickerSettings, ensure_state_dir
+from kairos.services.ticker.settings import TickerSettings, ensure_state_dir
 from kairos.services.ticker.state_room import CHECK_EVERY_S, StateRoom
 from kairos.services.ticker.transaction import Topics
 from kairos.services.ticker.upcoming import (
@@ -51,6 +51,7 @@ from kairos.streams.acls import DeploymentNames, Role
 from kairos.streams.authorization import RoleAccess
 from kairos.streams.codec import Codecs, make_codecs
 from kairos.streams.failures import is_retryable
+from kairos.streams.ownership import Ownership
 from kairos.streams.settings import KafkaSettings
 from kairos.streams.topics import TopicRole
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from enum import StrEnum
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -10,15 +9,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from kairos.core.clock import DEFAULT_MAX_CLOCK_AHEAD_MS
 from kairos.core.errors import KairosError
 from kairos.services.probes import DEFAULT_METRICS_HOST
+from kairos.streams.ownership import Ownership
 from kairos.streams.settings import TICKER_GROUP, KafkaSettings
 from kairos.streams.state_store import DEFAULT_STORE_MEMORY_MB
-
-
-class Ownership(StrEnum):
-    OPEN = "open"
-    """Any change anyone can publish is taken (one team, or a trusted few)."""
-    SIGNED = "signed"
-    """Every change must be signed by a registered team that may make it (docs/teams.md)."""
 
 
 class TickerSettings(BaseModel):
@@ -46,6 +39,10 @@ class TickerSettings(BaseModel):
     """Where `/metrics`, `/livez` and `/readyz` are served (`kairos.services.probes`); port 0:
     a free one, logged; `None`: no server."""
     ownership: Ownership = Ownership.OPEN
+    ownership_from: Ownership | None = None
+    """The mode the deployment is switching from: partitions last committed in it are taken over
+    too (`kairos.streams.ownership.mode_refusal`); `None`: only partitions committed in
+    `ownership` (or never, or without a recorded mode)."""
     signature_max_age_s: float = Field(default=300, gt=0)
     """How far apart a signed change's signing instant and the broker's append time may be:
     a record replayed later than this is refused."""

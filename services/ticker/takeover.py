@@ -12,7 +12,8 @@ from assignment to release. A partition is assigned paused and moves, one turn a
 3. *owned*: schedule changes resume where that state left off, and it fires.
 
 A passing obstacle (a leader moving, an open transaction holding the changelog back, a restore
-that failed) postpones the partition; the others go on meanwhile.
+that failed) postpones the partition; the others go on meanwhile. A partition last committed in
+another ownership mode is refused (`OwnershipModeError`): one deployment runs one mode.
 """
 
 from __future__ import annotations
@@ -26,13 +27,14 @@ from datetime import datetime
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from kairos.core.calendar_rules import CalendarLookup
+from kairos.core.errors import KairosError
 from kairos.services.ticker.metrics import TickerMetrics
 from kairos.services.ticker.partition import OwnedPartition
 from kairos.services.ticker.restore import PartitionRestore, RestoreHeldBackError, RestoreReport
 from kairos.services.ticker.settings import TickerSettings
 from kairos.streams.changelog import RestoreError
 from kairos.streams.codec import Codecs
-from kairos.streams.ownership import OwnershipInfo
+from kairos.streams.ownership import OwnershipInfo, judged_from, mode_refusal
 from kairos.streams.passing import BROKER_GONE, LEADER_MOVING, ask_until_answered, passes
 from kairos.streams.ports import EndOffsets, GroupMember, PartitionReader
 from kairos.streams.state_store import PartitionStore, StoreMemory
@@ -47,6 +49,18 @@ _RETRY_S = 0.5
 """How soon a take-over held up by a passing obstacle is tried again."""
 _RETRY_AFTER_FAILURE_S = 5.0
 """How soon a take-over whose restore failed is tried again."""
+
+
+class OwnershipModeError(KairosError):
+    """A partition last committed in another ownership mode than the ticker's: taking it would
+    judge its changes by other rules than its previous owner did, and nothing else notices a
+    ticker started without its deployment's mode. Not retryable: the ticker leaves the group, so
+    the partition goes to the tickers of the deployment's mode, and exits 2 (could not run) for
+    its supervisor to report."""
+
+    def __init__(self, partition: int, reason: str) -> None:
+        self.partition = partition
+        super().__init__(reason)
 
 
 class PartitionTopics:
@@ -172,7 +186,13 @@ class TakeOver:
             self._settle_wait_s = min(2 * self._settle_wait_s, _SETTLE_WAIT_S[1])
 
     def _plan(self, tp: TopicPartition) -> None:
-        """Open the partition's store and plan its restore; postponed on a passing obstacle."""
+        """Open the partition's store and plan its restore; postponed on a passing obstacle.
+        Raises `OwnershipModeError` for a partition last committed in another mode."""
+        previous = OwnershipInfo.decode(tp.metadata)
+        s = self._settings
+        refused = mode_refusal(tp.partition, previous, s.ownership, s.ownership_from)
+        if refused is not None:
+            raise OwnershipModeError(tp.partition, refused)
         path = self._settings.state_dir / self._topics.schedules / str(tp.partition)
         owned = OwnedPartition(
             tp.partition,
@@ -186,7 +206,6 @@ class TakeOver:
         )
         # Held from the start, so a failure further on still closes its store (`close`).
         self._restores[tp.partition] = restore
-        previous = OwnershipInfo.decode(tp.metadata)
         try:
             # The changelog is restored up to where the last committed transaction's records
             # end (the offset's metadata says where), however long an open one holds the last
@@ -260,6 +279,8 @@ class TakeOver:
         # A valid offset for every owned partition, always: librdkafka sends no offset commit
         # (and so no fencing) in a transaction whose offsets are all invalid.
         owned.committed_offset = owned.next_offset = start
+        mode = self._settings.ownership
+        owned.judged_in = (mode, judged_from(OwnershipInfo.decode(tp.metadata), mode, start))
         self.owned[tp.partition] = owned
         waited_s = time.monotonic() - self.arriving.pop(tp.partition)
         self._postponed_until.pop(tp.partition, None)

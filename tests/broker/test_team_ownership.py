@@ -336,3 +336,47 @@ def test_a_deleted_id_stays_its_last_owners(deployment: dict[str, Any]) -> None:
                 return False
 
         eventually(latest, timeout_s=30, message="the key's latest record is not payments'")
+
+
+def test_one_mode_runs_the_deployment_and_readers_show_the_verified_team(
+    deployment: dict[str, Any], tmp_path: Path
+) -> None:
+    """H6: the signed ticker refuses a team's name it cannot verify even on a change it would
+    take unsigned (a delete of an id nobody holds), so readers show the team named on a change
+    it took as the team it verified, beside the self-asserted changed_by. Its committed offsets
+    record the mode: `kairos partitions` shows it, and a ticker started open on the same group
+    refuses the partitions and exits 2 with one line saying why."""
+    settings: KafkaSettings = deployment["settings"]
+    payments_key, _ = deployment["keys"]["payments"]
+    _, stranger = deployment["keys"]["stranger"]
+    report = Schedule(id="payments-report", cron="0 6 * * *", start_at=_now(), owner="payments")
+    with SchedulesClient(_as(settings, payments_key), changed_by="alice") as payments:
+        payments.upsert(report)
+    raw = RawClient(settings)
+    forged = stranger.headers(raw.topic, b"nobody-holds", None, int(time.time() * 1000))
+    named = [(n, b"payments" if n == "kairos-team" else v) for n, v in forged if v is not None]
+    raw.send("nobody-holds", None, headers=named)
+    eventually(
+        lambda: [r for r in _refusals(settings) if r["key"] == b"nobody-holds"],
+        timeout_s=30,
+        message="a name the signature does not prove was taken",
+    )
+
+    described = _cli(settings, payments_key, "schedules", "describe", report.id, "-o", "json")
+    assert described.returncode == 0, described.stderr
+    (created,) = json.loads(described.stdout)["last_changes"]
+    assert (created["changed_by"], created["signed_by"]) == ("alice", "payments")
+    listed = _cli(settings, payments_key, "partitions", "-o", "json")
+    assert {p["mode"] for p in json.loads(listed.stdout)["partitions"]} == {"signed"}
+
+    deployment["ticker"].stop()
+    opened = start_ticker(settings, "t2", tmp_path / "t2", tmp_path)
+    try:
+        exited = opened.process.wait(timeout=60)
+    finally:
+        opened.kill()  # never left behind, should it take the partitions
+    assert exited == 2, opened.log()[-3000:]
+    refused = [line for line in opened.log().splitlines() if line.startswith("error: ")]
+    assert len(refused) == 1
+    assert "was last committed in ownership mode 'signed'" in refused[0]
+    assert "this ticker runs --ownership open" in refused[0]

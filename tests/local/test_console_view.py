@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kairos.core.audit import FiredRun, RunEventRecord
+from kairos.core.audit import FiredRun, HistoryEvent, RunEventRecord
 from kairos.services.console import queries
 from kairos.services.console.database import SQLITE_SCHEME, ViewDatabaseError
 from kairos.services.console.lateness import percentile_ms
@@ -225,3 +225,37 @@ def test_one_console_follows_into_a_view_and_others_only_read_it(
     assert view.take_follower_lock()
     assert view.take_follower_lock(), "the holder keeps it"
     assert not second.take_follower_lock()
+
+
+def test_a_change_keeps_the_team_its_header_names_and_a_refusal_marks_it(
+    view: ConsoleView,
+) -> None:
+    created = HistoryEvent("s", 0, 5, "upserted", None, T0, "payments-ci", None, 1)
+    forged = HistoryEvent("s", 0, 6, "deleted", None, T0 + timedelta(seconds=1), "x", None, 2)
+    refusal = DeadLetterRow(
+        "dl", 0, 0, "schedules", 0, 6, "OwnershipRefusedError", "belongs to team 'payments'", 9, "s"
+    )
+    changes = [(created, None, "payments"), (forged, None, "growth")]
+    view.apply(ViewBatch(changes=changes, dead_letters=[refusal]))
+    assert [(c["offset"], c["signing_team"], c["refused"]) for c in queries.changes(view, "s")] == [
+        (6, "growth", "belongs to team 'payments'"),
+        (5, "payments", None),
+    ]
+
+
+def test_a_view_of_schema_1_gains_the_signing_team_column(tmp_path: Path) -> None:
+    url = f"{SQLITE_SCHEME}{tmp_path / 'view.sqlite'}"
+    with ConsoleView(url).connection() as db:
+        db.execute("DROP TABLE changes")
+        db.execute(
+            "CREATE TABLE changes (schedule_id TEXT NOT NULL, partition INTEGER NOT NULL, "
+            "at_offset BIGINT NOT NULL, change TEXT NOT NULL, revision INTEGER NOT NULL, "
+            "changed_at BIGINT NOT NULL, changed_by TEXT, reason TEXT, definition TEXT, "
+            "PRIMARY KEY (schedule_id, partition, at_offset))"
+        )
+        db.execute("INSERT INTO changes VALUES ('s', 0, 1, 'upserted', 1, 0, 'ci', NULL, NULL)")
+        db.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
+    migrated = ConsoleView(url)
+    assert [c["signing_team"] for c in queries.changes(migrated, "s")] == [None]
+    with migrated.connection() as db:
+        assert db.execute("SELECT value FROM meta").fetchone() == ("2",)

@@ -7,6 +7,7 @@ never finished, and records an open transaction still hides (inconclusive, not l
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -136,6 +137,16 @@ def test_a_fire_after_a_delete_the_ticker_saw_late_is_a_breach() -> None:
     assert (finding.schedule_id, finding.nominal, finding.due_at) == ("report", at(3), at(3))
     assert "deleted at 2027-01-04T02:30:00Z (schedules offset 1)" in finding.detail
     assert report.total("expected") == report.total("fired") == 2
+
+
+def test_a_breach_names_who_stopped_the_schedule_and_the_team_a_signed_ticker_verified() -> None:
+    deleted = replace(
+        event(1, at(2, 30), None, "deleted"), changed_by="alice", signed_by="payments"
+    )
+    report = audit([event(0, at(0, 30), schedule(), "upserted"), deleted], hourly_fires(1, 2, 3))
+    assert "deleted by alice (signed by team payments) at 2027-01-04T02:30:00Z" in (
+        report.findings[0].detail
+    )
 
 
 def test_a_schedule_created_again_owes_its_runs_after_the_delete() -> None:
