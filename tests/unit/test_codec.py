@@ -203,6 +203,7 @@ SAMPLES: list[tuple[RecordType, str, dict[str, Any]]] = [
             "next_nominal_at": T1,
             "settle_before_at": None,
             "runs_fired": 0,
+            "last_owner": None,
         },
     ),
     (
@@ -215,6 +216,20 @@ SAMPLES: list[tuple[RecordType, str, dict[str, Any]]] = [
             "next_nominal_at": T1,
             "settle_before_at": T1,
             "runs_fired": 2,
+            "last_owner": None,
+        },
+    ),
+    (
+        RecordType.TICKER_PROGRESS,
+        "ticker-progress-floor",
+        {
+            "schedule_id": "billing.nightly-invoice",
+            "schedule_offset": 41,
+            "last_decided_nominal_at": T0,
+            "next_nominal_at": None,
+            "settle_before_at": None,
+            "runs_fired": 0,
+            "last_owner": "billing",
         },
     ),
     (
