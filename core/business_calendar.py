@@ -38,10 +38,9 @@ from kairos.core.calendar_windows import (
     BlackoutWindow,
     Name,
     Window,
+    WindowIndex,
     calendar_rule,
-    fixed_occurrence,
     fixed_window_problem,
-    recurring_occurrence_at,
 )
 from kairos.core.errors import KairosError
 from kairos.core.lru import LruCache
@@ -52,6 +51,7 @@ from kairos.core.zones import zone_problem
 __all__ = [
     "CALENDAR_ID_PATTERN",
     "MAX_HOLIDAYS",
+    "MAX_RECURRING_WINDOWS",
     "MAX_WINDOWS",
     "WORK_WEEK",
     "BlackoutWindow",
@@ -78,6 +78,10 @@ MAX_HOLIDAYS = 5000
 """Twenty years of a country's holidays with its regions' fit; more would not fit one record."""
 
 MAX_WINDOWS = 200
+MAX_RECURRING_WINDOWS = 32
+"""Recurring windows cost a cron search each whenever a decision falls between window boundaries
+no decision asked about before (`kairos.core.calendar_windows.WindowIndex`); fixed windows cost
+a comparison. bench/bench_calendar_windows.py measures both (docs/benchmarks.md)."""
 
 _ID_RULE = "1–200 characters of letters, digits and . _ : / -"
 _ONE_DAY = timedelta(days=1)
@@ -123,8 +127,7 @@ class _Lookup:
 
     weekdays: frozenset[int]
     holiday_names: dict[date, str]
-    fixed: tuple[Window, ...]
-    """The fixed windows' occurrences, resolved on the calendar's clock."""
+    windows: WindowIndex
     months: LruCache[tuple[int, int], tuple[date, ...]] = field(
         default_factory=lambda: LruCache(_MONTHS_KEPT)
     )
@@ -206,6 +209,14 @@ class BusinessCalendar(BaseModel):
     ) -> tuple[BlackoutWindow, ...]:
         # Checked here rather than on the whole model, so that a problem elsewhere does not
         # hide this one; fields validate in order, and an invalid timezone is reported itself.
+        recurring = sum(window.recurring for window in value)
+        if recurring > MAX_RECURRING_WINDOWS:
+            raise ValueError(
+                f"has {recurring} recurring windows (cron and duration), more than the maximum, "
+                f"{MAX_RECURRING_WINDOWS}: each costs a cron search in the decisions of every "
+                "schedule naming the calendar; list their occurrences as fixed windows (start "
+                "and end), or merge windows with one cron"
+            )
         timezone = info.data.get("timezone")
         if timezone is None:
             return value
@@ -219,15 +230,10 @@ class BusinessCalendar(BaseModel):
     @cached_property
     def _lookup(self) -> _Lookup:
         # Built on first use and kept: a ticker asks about the same calendar for every fire.
-        zone = ZoneInfo(self.timezone)
         return _Lookup(
             weekdays=frozenset(day.number for day in self.business_days),
             holiday_names={holiday.date: holiday.name for holiday in self.holidays},
-            fixed=tuple(
-                fixed_occurrence(window, index, zone)
-                for index, window in enumerate(self.windows)
-                if not window.recurring
-            ),
+            windows=WindowIndex(self.windows, self.timezone),
         )
 
     def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
@@ -294,13 +300,7 @@ class BusinessCalendar(BaseModel):
                 f"instant {instant.isoformat()} is naive; pass an aware datetime "
                 "such as datetime(2026, 12, 24, 18, 0, tzinfo=UTC)"
             )
-        found = [window for window in self._lookup.fixed if window.contains(instant)]
-        for index, window in enumerate(self.windows):
-            if window.recurring:
-                occurrence = recurring_occurrence_at(window, index, self.timezone, instant)
-                if occurrence is not None:
-                    found.append(occurrence)
-        return min(found, key=lambda window: (window.start, window.index), default=None)
+        return self._lookup.windows.at(instant)
 
     def _step(self, day: date, step: timedelta) -> date:
         _check_date(day)

@@ -11,6 +11,9 @@ clock skips (spring forward) means the instant the clock jumps.
 
 from __future__ import annotations
 
+import threading
+from bisect import bisect_right, insort
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Annotated
@@ -31,6 +34,10 @@ MAX_NAME_LENGTH = 100
 """Names of holidays and windows; 5,000 holidays with long names must still fit one record."""
 
 _NEVER_SINCE = datetime(2000, 1, 1, tzinfo=UTC).timestamp()
+_NEVER = datetime.max.replace(tzinfo=UTC)
+_SPANS_KEPT = 4096
+"""Answers a calendar keeps with their spans; past it they are forgotten all at once (a fire's
+instants move forward, so the old ones are rarely asked again)."""
 
 
 def calendar_rule(field: str, problem: str) -> PydanticCustomError:
@@ -156,9 +163,6 @@ class Window:
     index: int
     recurring: bool
 
-    def contains(self, instant: datetime) -> bool:
-        return self.start <= instant < self.end
-
 
 def resolve_wall_time(wall: datetime, zone: ZoneInfo) -> datetime:
     """The UTC instant of a naive wall time on `zone`'s clock, by the rules of this module."""
@@ -202,15 +206,79 @@ def fixed_occurrence(window: BlackoutWindow, index: int, zone: ZoneInfo) -> Wind
     )
 
 
-def recurring_occurrence_at(
-    window: BlackoutWindow, index: int, timezone: str, instant: datetime
-) -> Window | None:
-    """The earliest-starting occurrence of a recurring window that contains `instant`."""
-    assert window.cron is not None and window.duration is not None
-    # An occurrence holds `instant` when start <= instant < start + duration, that is when it
-    # starts in (instant - duration, instant]: one forward search from the lower bound.
-    earliest = (instant - window.duration).timestamp()
-    fire = compile_cron(window.cron, timezone).next_after(earliest)
-    if fire is None or fire.nominal > instant:
-        return None
-    return Window(window.name, fire.nominal, fire.nominal + window.duration, index, recurring=True)
+class WindowIndex:
+    """`window_at` for one calendar's windows, each answer remembered over the span it holds.
+
+    The answer at an instant stays the same until the next boundary after it: the start of an
+    occurrence not begun yet, or the end of one holding the instant. (A recurring window's
+    earliest occurrence holding an instant is the first to start after the instant less the
+    duration; that stays its earliest until it ends, since none starts between.) So each answer
+    is worked out once, with one cron search per recurring window, and kept with its span: a
+    herd deciding at one instant, or decisions spread between two boundaries, ask nothing more.
+    Shared between threads (the calendars are): the spans are kept under a lock.
+    """
+
+    __slots__ = ("_fixed", "_lock", "_recurring", "_spans", "_untils")
+
+    def __init__(self, windows: Sequence[BlackoutWindow], timezone: str) -> None:
+        zone = ZoneInfo(timezone)
+        self._fixed = tuple(
+            fixed_occurrence(window, index, zone)
+            for index, window in enumerate(windows)
+            if not window.recurring
+        )
+        self._recurring = tuple(
+            (compile_cron(window.cron, timezone), window.duration, index, window.name)
+            for index, window in enumerate(windows)
+            if window.cron is not None and window.duration is not None
+        )
+        self._untils: list[datetime] = []
+        """The ends of the spans kept, in order: spans ending apart never overlap."""
+        self._spans: dict[datetime, tuple[datetime, Window | None]] = {}
+        """A span's end -> its start (the earliest instant asked) and its answer."""
+        self._lock = threading.Lock()
+
+    def at(self, instant: datetime) -> Window | None:
+        """The occurrence holding the aware `instant` that started first (then the one listed
+        first), or `None`."""
+        at = instant.astimezone(UTC)
+        with self._lock:
+            index = bisect_right(self._untils, at)
+            if index < len(self._untils):
+                start, found = self._spans[self._untils[index]]
+                if start <= at:
+                    return found
+        found, until = self._worked_out(at)
+        with self._lock:
+            kept = self._spans.get(until)
+            if kept is None:
+                if len(self._untils) >= _SPANS_KEPT:
+                    self._untils.clear()
+                    self._spans.clear()
+                insort(self._untils, until)
+            self._spans[until] = (at if kept is None else min(kept[0], at), found)
+        return found
+
+    def _worked_out(self, at: datetime) -> tuple[Window | None, datetime]:
+        """The answer at `at` and the next boundary after it (`_NEVER` when none)."""
+        holding: list[Window] = []
+        until = _NEVER
+        for window in self._fixed:
+            if at < window.start:
+                until = min(until, window.start)
+            elif at < window.end:
+                holding.append(window)
+                until = min(until, window.end)
+        for compiled, duration, index, name in self._recurring:
+            # It holds `at` when it starts in (at - duration, at]: one forward search.
+            fire = compiled.next_after((at - duration).timestamp())
+            if fire is None:
+                continue
+            start = fire.nominal
+            if start > at:
+                until = min(until, start)
+                continue
+            holding.append(Window(name, start, start + duration, index, recurring=True))
+            until = min(until, start + duration)
+        found = min(holding, key=lambda window: (window.start, window.index), default=None)
+        return found, until

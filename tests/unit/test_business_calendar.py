@@ -13,6 +13,8 @@ import pytest
 
 from kairos.core.business_calendar import (
     MAX_HOLIDAYS,
+    MAX_RECURRING_WINDOWS,
+    MAX_WINDOWS,
     BusinessCalendar,
     CalendarBook,
     CalendarChange,
@@ -214,6 +216,28 @@ def test_the_limits_on_holidays_and_windows_are_refused_with_the_maximum() -> No
     messages = {error.field: error.problem for error in invalid.value.errors}
     assert "more than the maximum, 5000" in messages["holidays"]
     assert "more than the maximum, 200" in messages["windows"]
+
+
+def test_recurring_windows_are_bounded_lower_than_windows() -> None:
+    """Each recurring window is a cron search in the decisions naming the calendar; a fixed one
+    a comparison: 32 recurring windows and 168 fixed ones are the most a calendar holds."""
+    recurring = [{"cron": f"{n} 9 * * *", "duration": "1m", "name": f"r{n}"} for n in range(33)]
+    fixed = [
+        {"start": f"2027-01-01T{n // 60:02d}:{n % 60:02d}", "end": "2027-01-02", "name": f"f{n}"}
+        for n in range(MAX_WINDOWS - MAX_RECURRING_WINDOWS)
+    ]
+
+    most = parse_calendar(entry(windows=recurring[:MAX_RECURRING_WINDOWS] + fixed))
+    with pytest.raises(CalendarsInvalidError) as invalid:
+        parse_calendar(entry(windows=recurring))
+
+    assert len(most.windows) == MAX_WINDOWS
+    [error] = invalid.value.errors
+    assert error.field == "windows"
+    assert error.problem.startswith(
+        "has 33 recurring windows (cron and duration), more than the maximum, 32"
+    )
+    assert "list their occurrences as fixed windows" in error.problem
 
 
 @pytest.mark.parametrize(

@@ -114,3 +114,45 @@ def test_a_recurring_window_holds_the_instants_within_its_duration_after_a_start
         return
     assert window is not None
     assert (window.start, window.end) == (min(holding), min(holding) + duration)
+
+
+window_specs = st.lists(
+    st.one_of(
+        st.tuples(st.integers(0, 23), st.integers(0, 59), st.integers(1, 36 * 60)).map(
+            lambda spec: {"cron": f"{spec[1]} {spec[0]} * * *", "duration": f"{spec[2]}m"}
+        ),
+        st.tuples(st.integers(0, 30 * 24 * 60), st.integers(1, 3 * 24 * 60)).map(
+            lambda spec: {
+                "start": datetime(2026, 3, 1) + timedelta(minutes=spec[0]),
+                "end": datetime(2026, 3, 1) + timedelta(minutes=spec[0] + spec[1]),
+            }
+        ),
+    ),
+    min_size=1,
+    max_size=6,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    specs=window_specs,
+    probes=st.lists(st.integers(0, 32 * 24 * 60), min_size=1, max_size=40),
+    zone=st.sampled_from(["UTC", "America/New_York", "Australia/Lord_Howe"]),
+)
+def test_an_answer_does_not_depend_on_what_was_asked_before(
+    specs: list[dict[str, object]], probes: list[int], zone: str
+) -> None:
+    """A calendar remembers each `window_at` answer over the span it holds: asked in any order,
+    at window boundaries too, it answers as a copy asked only that instant."""
+    windows = [{**spec, "name": f"w{n}"} for n, spec in enumerate(specs)]
+    calendar = parse_calendar({"id": "w", "owner": "tests", "timezone": zone, "windows": windows})
+    first = datetime(2026, 3, 1, tzinfo=UTC)
+    instants = [first + timedelta(minutes=minutes) for minutes in probes]
+    # Each answer's own bounds are boundaries: asked too, just before and at them.
+    for instant in list(instants):
+        found = calendar.window_at(instant)
+        if found is not None:
+            instants += [found.start, found.end - timedelta(microseconds=1), found.end]
+
+    for instant in instants:
+        assert calendar.window_at(instant) == calendar.model_copy().window_at(instant), instant
