@@ -31,6 +31,7 @@ class Role(StrEnum):
     TICKER = "ticker"
     EXECUTOR = "executor"
     PRODUCER = "producer"
+    CALENDAR_PUBLISHER = "calendar-publisher"
     AUDITOR = "auditor"
     OPERATOR = "operator"
     CONSOLE = "console"
@@ -135,7 +136,7 @@ def _ticker(names: DeploymentNames) -> list[Grant]:
             names,
             TopicRole.TEAMS,
             Operation.READ,
-            "check schedule changes' signatures (--ownership signed)",
+            "check schedule and calendar changes' signatures (--ownership signed)",
         ),
         _reader_group(names.team_readers_group),
         Grant(
@@ -207,12 +208,11 @@ def _producer(names: DeploymentNames) -> list[Grant]:
             "`kairos apply` and `kairos schedules` read the current schedules",
         ),
         _reader_group(names.schedule_readers_group),
-        _topic(names, TopicRole.CALENDARS, Operation.WRITE, "publish calendar changes"),
         _topic(
             names,
             TopicRole.CALENDARS,
             Operation.READ,
-            "`kairos calendars` reads the current calendars",
+            "`kairos apply` and `preview` read the calendars schedules name",
         ),
         _reader_group(names.calendar_readers_group),
         _topic(
@@ -226,7 +226,36 @@ def _producer(names: DeploymentNames) -> list[Grant]:
             names,
             TopicRole.TEAMS,
             Operation.READ,
-            "`kairos teams quota` and `preview --owner --histogram` read a team's quota",
+            "`kairos teams quota` and `preview --owner --histogram` read a team's quota; "
+            "calendar changes' signatures are checked as a signed deployment's tickers do",
+        ),
+        _reader_group(names.team_readers_group),
+        _tickers_judged(names),
+    ]
+
+
+def _calendar_publisher(names: DeploymentNames) -> list[Grant]:
+    """A team that maintains shared calendars: granted per team, beside the producer role, so
+    that teams which only schedule cannot write the calendars topic at all."""
+    return [
+        _topic(
+            names,
+            TopicRole.CALENDARS,
+            Operation.WRITE,
+            "`kairos calendars apply|delete` publish calendar changes",
+        ),
+        _topic(
+            names,
+            TopicRole.CALENDARS,
+            Operation.READ,
+            "`kairos calendars` reads the current calendars",
+        ),
+        _reader_group(names.calendar_readers_group),
+        _topic(
+            names,
+            TopicRole.TEAMS,
+            Operation.READ,
+            "calendar changes' signatures are checked as a signed deployment's tickers do",
         ),
         _reader_group(names.team_readers_group),
         _tickers_judged(names),
@@ -254,6 +283,14 @@ def _auditor(names: DeploymentNames) -> list[Grant]:
         ),
         _reader_group(names.history_readers_group),
         _reader_group(names.calendar_readers_group),
+        _topic(
+            names,
+            TopicRole.TEAMS,
+            Operation.READ,
+            "replay only the calendar changes a signed deployment's tickers count: their "
+            "signatures are checked against the registered teams",
+        ),
+        _reader_group(names.team_readers_group),
         _tickers_judged(names),
     ]
 
@@ -265,7 +302,8 @@ def _tickers_judged(names: DeploymentNames) -> Grant:
         Pattern.LITERAL,
         Operation.DESCRIBE,
         "the tickers' committed offsets: which changes a signed ticker took, to show their "
-        "signing teams (and, in the console, who owns which partition)",
+        "signing teams, and the mode calendar changes are judged in (and, in the console, who "
+        "owns which partition)",
     )
 
 
@@ -323,6 +361,7 @@ _GRANTS = {
     Role.TICKER: _ticker,
     Role.EXECUTOR: _executor,
     Role.PRODUCER: _producer,
+    Role.CALENDAR_PUBLISHER: _calendar_publisher,
     Role.AUDITOR: _auditor,
     Role.OPERATOR: _operator,
     Role.CONSOLE: _console,

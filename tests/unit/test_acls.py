@@ -35,16 +35,26 @@ def test_the_ticker_reads_schedules_writes_runs_and_owns_its_transactional_ids()
     }
 
 
-def test_producers_publish_calendars_and_the_audit_replays_them() -> None:
-    assert {
+def test_calendar_publishers_publish_calendars_and_every_reader_judges_them() -> None:
+    """Calendar writes are a role of their own (C3): a team that only schedules cannot write
+    the calendars topic. Whoever reads calendars reads the teams and the tickers' mode too, to
+    count only the changes a signed deployment's tickers count."""
+    assert _described(Role.CALENDAR_PUBLISHER) == {
         "WRITE on topic prod.calendars",
         "READ on topic prod.calendars",
         "DESCRIBE on group prod.calendar-readers",
-    } <= _described(Role.PRODUCER)
+        "READ on topic prod.teams",
+        "DESCRIBE on group prod.team-readers",
+        "DESCRIBE on group prod.tickers",
+    }
+    judged = {"READ on topic prod.teams", "DESCRIBE on group prod.tickers"}
+    assert {"READ on topic prod.calendars", *judged} <= _described(Role.PRODUCER)
+    assert "WRITE on topic prod.calendars" not in _described(Role.PRODUCER)
     assert {
         "READ on topic prod.calendars",
         "DESCRIBE_CONFIGS on topic prod.calendars",
         "DESCRIBE on group prod.calendar-readers",
+        *judged,
     } <= _described(Role.AUDITOR)
     assert not any("calendars" in g.name for g in role_grants(Role.EXECUTOR, NAMES))
 
