@@ -27,13 +27,9 @@ from collections.abc import Callable
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
-from kairos.core.business_calendar import (
-    MAX_RECURRING_WINDOWS,
-    MAX_WINDOWS,
-    BusinessCalendar,
-    CalendarVersion,
-)
+from kairos.core.business_calendar import MAX_RECURRING_WINDOWS, MAX_WINDOWS, BusinessCalendar
 from kairos.core.calendar_rules import CalendarLookup, fire_instant, latest
+from kairos.core.calendar_versions import CalendarVersion
 from kairos.core.schedule import Schedule
 
 FIRST = datetime(2027, 3, 3, 0, 0, tzinfo=UTC)

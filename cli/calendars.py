@@ -2,8 +2,9 @@
 
 `apply -f FILE` validates the whole file before anything else, so one invalid calendar
 publishes nothing; then it publishes only the calendars that differ from the topic and prints
-each one's new version. `seed` writes a calendars file from the `holidays` package and needs no
-broker.
+each one's new version. With `--signing-key` every record is signed, and the calendars are
+compared and checked as a deployment that enforces ownership counts them (docs/calendars.md,
+"Ownership"). `seed` writes a calendars file from the `holidays` package and needs no broker.
 """
 
 from __future__ import annotations
@@ -18,23 +19,20 @@ import typer
 import yaml
 
 from kairos.cli.exit_codes import ExitCode
-from kairos.cli.options import fail, kafka_settings, refused
+from kairos.cli.options import connection, fail, kafka_settings, refused
 from kairos.cli.output import JsonAliasOption, OutputOption, chosen, render, table_lines
 from kairos.cli.schedules import ChangedByOption, ReasonOption, changed_by_or_default
-from kairos.core.business_calendar import (
-    BusinessCalendar,
-    CalendarBook,
-    CalendarsInvalidError,
-    CalendarVersion,
-    load_calendars,
-)
+from kairos.core.business_calendar import BusinessCalendar, CalendarsInvalidError, load_calendars
 from kairos.core.calendar_seeds import SeedError, calendar_document, seed_calendar
+from kairos.core.calendar_versions import CalendarBook, CalendarVersion
 from kairos.core.errors import KairosError
 from kairos.streams.acls import Role
 from kairos.streams.calendar_events import calendar_definition_record
 from kairos.streams.calendar_publisher import CalendarDelete, CalendarsClient, CalendarUpsert
 from kairos.streams.calendar_reader import read_calendars
+from kairos.streams.ownership import Ownership
 from kairos.streams.settings import KafkaSettings
+from kairos.streams.signing import SigningKeyError, load_signer
 from kairos.streams.topics import TopicRole
 
 app = typer.Typer(
@@ -108,6 +106,14 @@ _FileOption = Annotated[
 _DryRunOption = Annotated[
     bool, typer.Option("--dry-run", help="Show what would change; publish nothing.")
 ]
+_RepublishOption = Annotated[
+    bool,
+    typer.Option(
+        "--republish",
+        help="Publish the unchanged calendars too: signs them again, with a new key before the "
+        "old one is removed, or after one of them was refused (docs/calendars.md, Ownership).",
+    ),
+]
 
 
 @app.command("apply")
@@ -115,6 +121,7 @@ def apply(
     context: typer.Context,
     file: _FileOption,
     dry_run: _DryRunOption = False,
+    republish: _RepublishOption = False,
     changed_by: ChangedByOption = None,
     reason: ReasonOption = None,
 ) -> None:
@@ -131,8 +138,11 @@ def apply(
     except KairosError as error:
         raise fail(f"{file}: {error}; nothing was published") from None
     settings = kafka_settings(context)
-    plan = plan_calendars(desired, _book(settings, "nothing was published"))
-    changes = [planned for planned in plan if planned.action != "unchanged"]
+    # A signed apply compares with what a signed deployment counts, so that it publishes (signed)
+    # what such a deployment would not count yet: how an open one prepares its switch.
+    judged_as = None if settings.signing_key is None else Ownership.SIGNED
+    plan = plan_calendars(desired, _book(settings, "nothing was published", judged_as))
+    changes = [planned for planned in plan if republish or planned.action != "unchanged"]
     if dry_run or not changes:
         for planned in plan:
             _show_planned(planned, None)
@@ -150,6 +160,22 @@ def apply(
     for planned in plan:
         _show_planned(planned, published.get(planned.calendar.id))
     typer.echo(f"applied: {_summary(plan)}")
+    if judged_as is not None:
+        _raise_if_refused(settings, set(versions))
+
+
+def _raise_if_refused(settings: KafkaSettings, versions: set[int]) -> None:
+    """Read the topic back and fail, naming each, when a version just published does not count
+    in a signed deployment (another team's calendar, another owner named)."""
+    book = _book(settings, "the versions published were not checked", Ownership.SIGNED)
+    refusals = [r for r in book.refused if r.version in versions]
+    for refusal in refusals:
+        typer.echo(
+            f"refused    {refusal.calendar_id}  (version {refusal.version}): {refusal.reason}",
+            err=True,
+        )
+    if refusals:
+        raise fail(f"{len(refusals)} calendar change(s) published but refused: they change nothing")
 
 
 def _show_planned(planned: PlannedCalendar, version: int | None) -> None:
@@ -191,7 +217,7 @@ def list_(
 
 
 def _print_list(shown: list[CalendarVersion]) -> None:
-    header = ["ID", "OWNER", "TIMEZONE", "HOLIDAYS", "WINDOWS", "VERSION", "CHANGED AT", "BY"]
+    header = ["ID", "OWNER", "TIMEZONE", "HOLIDAYS", "WINDOWS", "VERSION", "APPENDED AT", "BY"]
     rows = [
         [
             v.calendar.id,
@@ -201,12 +227,18 @@ def _print_list(shown: list[CalendarVersion]) -> None:
             str(len(v.calendar.windows)),
             str(v.version),
             v.changed_at.isoformat(timespec="seconds"),
-            v.changed_by,
+            _by(v),
         ]
         for v in shown
     ]
     for line in table_lines(header, rows):
         typer.echo(line)
+
+
+def _by(version: CalendarVersion) -> str:
+    """Who changed it: the publisher's free text, and the team whose signature was verified."""
+    signed = f" (signed by team {version.signed_by})" if version.signed_by else ""
+    return f"{version.changed_by}{signed}"
 
 
 def _holiday_span(calendar: BusinessCalendar) -> str:
@@ -261,9 +293,18 @@ def delete(
 
 @app.command("seed")
 def seed(
+    context: typer.Context,
     calendar_id: Annotated[str, typer.Option("--id", help="The new calendar's id.")],
-    owner: Annotated[str, typer.Option("--owner", help="The team that answers for it.")],
     years: Annotated[str, typer.Option("--years", help="First-last year, such as 2026-2030.")],
+    owner: Annotated[
+        str | None,
+        typer.Option(
+            "--owner",
+            help="The team that owns it; default: the team of --signing-key (a signed "
+            "deployment counts a team's calendars only when they name it).",
+            show_default=False,
+        ),
+    ] = None,
     country: Annotated[
         str | None, typer.Option("--country", help="ISO 3166 country code, such as US.")
     ] = None,
@@ -284,7 +325,7 @@ def seed(
     try:
         calendar = seed_calendar(
             calendar_id=calendar_id,
-            owner=owner,
+            owner=owner or _signing_team(context),
             years=_years(years),
             country=country,
             subdiv=subdiv,
@@ -304,6 +345,16 @@ def seed(
     except OSError as error:
         raise fail(f"cannot write {output}: {error}") from None
     typer.echo(f"wrote {output}: {len(calendar.holidays)} holidays", err=True)
+
+
+def _signing_team(context: typer.Context) -> str:
+    key = connection(context, one_shot=False).settings.signing_key
+    if key is None:
+        raise fail("--owner: name the team that owns the calendar, or pass --signing-key")
+    try:
+        return load_signer(key).team
+    except SigningKeyError as error:
+        raise fail(str(error)) from None
 
 
 def _years(text: str) -> range:
@@ -329,9 +380,11 @@ def _read(file: str) -> tuple[str, Literal["yaml", "json"]]:
     return text, "json" if suffix == ".json" or text.lstrip().startswith("{") else "yaml"
 
 
-def _book(settings: KafkaSettings, consequence: str | None = None) -> CalendarBook:
+def _book(
+    settings: KafkaSettings, consequence: str | None = None, judged_as: Ownership | None = None
+) -> CalendarBook:
     try:
-        book = read_calendars(settings)
+        book = read_calendars(settings, judged_as=judged_as)
     except KairosError as error:
         message = _refusal(settings, error)
         raise fail(f"{message}; {consequence}" if consequence else message) from None
@@ -342,12 +395,20 @@ def _book(settings: KafkaSettings, consequence: str | None = None) -> CalendarBo
             f"first at offset {first.version}: {first.reason}",
             err=True,
         )
+    if book.refused:
+        latest = book.refused[-1]
+        typer.echo(
+            f"warning: {len(book.refused)} calendar change(s) on the topic do not count (not "
+            f"signed by a registered team that may make them); the latest, version "
+            f"{latest.version} of {latest.calendar_id!r}: {latest.reason}",
+            err=True,
+        )
     return book
 
 
 def _refusal(settings: KafkaSettings, error: KairosError) -> str:
     topic = settings.layout.name(TopicRole.CALENDARS)
-    return refused(settings, error, Role.PRODUCER, topic) or str(error)
+    return refused(settings, error, Role.CALENDAR_PUBLISHER, topic) or str(error)
 
 
 def _version_json(version: CalendarVersion) -> dict[str, Any]:
@@ -355,6 +416,7 @@ def _version_json(version: CalendarVersion) -> dict[str, Any]:
         "version": version.version,
         "changed_at": version.changed_at.isoformat(),
         "changed_by": version.changed_by,
+        "signed_by": version.signed_by,
         "reason": version.reason,
     }
 

@@ -14,8 +14,9 @@ import typer
 
 from kairos.cli.options import kafka_settings
 from kairos.cli.preview_sources import PreviewInputError
-from kairos.core.business_calendar import CalendarVersion, load_calendars
+from kairos.core.business_calendar import load_calendars
 from kairos.core.calendar_rules import CalendarLookup, latest
+from kairos.core.calendar_versions import CalendarVersion
 from kairos.core.errors import KairosError
 from kairos.core.limits import EARLIEST_INSTANT
 from kairos.core.schedule import Schedule

@@ -3,14 +3,13 @@
 A calendar is a named set of non-business dates (holidays), the business week, and optionally
 blackout windows (`kairos.core.calendar_windows`), owned by a team and readable by every
 schedule. docs/calendars.md states the shape, the limits and the rules. Pure: no I/O; the
-versions a calendar had on its topic are `CalendarVersion`s in a `CalendarBook`, filled by
-`kairos.streams.calendar_reader`.
+versions a calendar had on its topic are `kairos.core.calendar_versions`'.
 """
 
 from __future__ import annotations
 
 import calendar as month_days
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from enum import StrEnum
@@ -56,15 +55,11 @@ __all__ = [
     "WORK_WEEK",
     "BlackoutWindow",
     "BusinessCalendar",
-    "CalendarBook",
-    "CalendarChange",
     "CalendarQueryError",
     "CalendarValidationError",
-    "CalendarVersion",
     "CalendarsFileFormatError",
     "CalendarsInvalidError",
     "Holiday",
-    "SkippedCalendarRecord",
     "Weekday",
     "Window",
     "load_calendars",
@@ -334,84 +329,6 @@ def _check_month(year: int, month: int) -> None:
         raise CalendarQueryError(f"month {month} is not 1–12")
     if not date.min.year <= year <= date.max.year:
         raise CalendarQueryError(f"year {year} is outside 1–9999")
-
-
-@dataclass(frozen=True)
-class CalendarVersion:
-    """A calendar as its topic has it: `version` is the offset of the record that set it."""
-
-    calendar: BusinessCalendar
-    version: int
-    changed_at: datetime
-    changed_by: str
-    reason: str | None = None
-
-
-@dataclass(frozen=True)
-class CalendarChange:
-    """One record of the calendars topic, in topic order: `calendar` is `None` for a delete.
-
-    `change` is upserted, deleted, unknown (a kind newer than the reader) or tombstone (a null
-    value, whose `changed_at` is the record's timestamp and `changed_by` is `None`).
-    """
-
-    calendar_id: str
-    version: int
-    change: str
-    calendar: BusinessCalendar | None
-    changed_at: datetime
-    changed_by: str | None
-    reason: str | None = None
-
-
-@dataclass(frozen=True)
-class SkippedCalendarRecord:
-    """A record of the calendars topic that breaks its contract, skipped with why."""
-
-    version: int
-    reason: str
-
-
-@dataclass(frozen=True)
-class CalendarBook:
-    """Every current calendar by id, as of a read of the calendars topic (or of a replay)."""
-
-    versions: Mapping[str, CalendarVersion] = field(default_factory=dict)
-    skipped: tuple[SkippedCalendarRecord, ...] = ()
-
-    def get(self, calendar_id: str) -> CalendarVersion | None:
-        return self.versions.get(calendar_id)
-
-    def __contains__(self, calendar_id: object) -> bool:
-        return calendar_id in self.versions
-
-    def with_change(self, change: CalendarChange) -> CalendarBook:
-        """The book after `change`, the next record of the topic."""
-        versions = dict(self.versions)
-        if change.calendar is None:
-            versions.pop(change.calendar_id, None)
-        else:
-            versions[change.calendar_id] = CalendarVersion(
-                change.calendar,
-                change.version,
-                change.changed_at,
-                change.changed_by or "",
-                change.reason,
-            )
-        return CalendarBook(versions, self.skipped)
-
-    @classmethod
-    def replay(
-        cls, changes: Iterable[CalendarChange], as_of: datetime | None = None
-    ) -> CalendarBook:
-        """The calendars in force at `as_of` (every change when `None`): the audit's view of
-        the calendars a decision at that instant was made with. Changes come in topic order;
-        one counts from its `changed_at` on."""
-        book = cls()
-        for change in changes:
-            if as_of is None or change.changed_at <= as_of:
-                book = book.with_change(change)
-        return book
 
 
 _FIELDS = {

@@ -29,8 +29,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 
-from kairos.core.business_calendar import CalendarChange, CalendarVersion
 from kairos.core.calendar import Fire, jitter_offset, next_fire, real_time_fire
+from kairos.core.calendar_versions import CalendarChange, CalendarVersion
 from kairos.core.calendar_windows import Window, resolve_wall_time
 from kairos.core.cron import parse_cron
 from kairos.core.run_id import format_instant
@@ -53,7 +53,8 @@ def latest(versions: dict[str, CalendarVersion]) -> CalendarLookup:
 
 
 def as_of_history(changes: Iterable[CalendarChange]) -> CalendarLookup:
-    """The audit's lookup: the version whose `changed_at` is at or before the instant asked."""
+    """The audit's lookup: the version whose `changed_at` (the broker's append time) is at or
+    before the instant asked, among the changes that count (`read_calendar_history`)."""
     by_id: dict[str, list[CalendarChange]] = {}
     for change in changes:
         by_id.setdefault(change.calendar_id, []).append(change)
@@ -63,11 +64,7 @@ def as_of_history(changes: Iterable[CalendarChange]) -> CalendarLookup:
         for change in by_id.get(calendar_id, ()):
             if change.changed_at <= at:
                 in_force = change
-        if in_force is None or in_force.calendar is None:
-            return None
-        return CalendarVersion(
-            in_force.calendar, in_force.version, in_force.changed_at, in_force.changed_by or ""
-        )
+        return None if in_force is None else in_force.in_force()
 
     return lookup
 

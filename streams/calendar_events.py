@@ -6,7 +6,12 @@ through `read_calendar_record`, so all agree on what each record means (docs/cal
 
 - The topic has one partition; a record's offset is the version of the calendar it sets.
 - The key is the calendar id, as UTF-8 text.
-- A null value (a tombstone) deletes the calendar, as of the record's timestamp.
+- A null value (a tombstone) deletes the calendar.
+- A change is in force from the record's timestamp, the broker's append time (the topic stamps
+  it, `message.timestamp.type=LogAppendTime`), never from the `changed_at` its publisher wrote.
+- A deployment that enforces ownership counts a record only when a registered team signed it
+  (`kairos.streams.signing`'s headers, checked here with the calendars' own age limit) and may
+  make it (`kairos.core.calendar_ownership`).
 - Any other value is a `CalendarEvent` of at most `MAX_CALENDAR_EVENT_BYTES` whose
   `calendar_id` is the key. Its `definition` is the whole calendar after the change, one the
   model accepts with the key as its id. Only a `deleted` event or one of a kind newer than this
@@ -23,15 +28,12 @@ from typing import Any
 from confluent_kafka import Message
 from pydantic import ValidationError
 
-from kairos.core.business_calendar import (
-    BusinessCalendar,
-    CalendarChange,
-    SkippedCalendarRecord,
-    Weekday,
-)
+from kairos.core.business_calendar import BusinessCalendar, Weekday
+from kairos.core.calendar_versions import CalendarChange, CalendarSignature, SkippedCalendarRecord
 from kairos.core.errors import KairosError
 from kairos.core.schedule import DURATIONS_IN_MS
 from kairos.streams.codec import Codec, DecodeError
+from kairos.streams.signing import Refused, Verifier
 
 MAX_CALENDAR_EVENT_BYTES = 900 * 1024
 """The largest calendar event: one record must stay below Kafka's default limit of 1 MB
@@ -157,30 +159,52 @@ def read_calendar_record(
     value: bytes | None,
     offset: int,
     timestamp: datetime,
+    signature: CalendarSignature | None = None,
 ) -> CalendarChange | SkippedCalendarRecord:
-    """What the record at `offset` of the calendars topic means; `timestamp` is its own."""
+    """What the record at `offset` of the calendars topic means; `timestamp` is its own, and
+    `signature` what its signature proves when the reader checked it."""
     try:
         calendar_id = _calendar_id(key)
         if value is None:
-            return CalendarChange(calendar_id, offset, TOMBSTONE, None, timestamp, None)
+            return CalendarChange(
+                calendar_id, offset, TOMBSTONE, None, timestamp, None, None, signature
+            )
         if len(value) > MAX_CALENDAR_EVENT_BYTES:
             raise CalendarEventTooLargeError(calendar_id, len(value))
-        return _change(codec.decode(value), calendar_id, offset)
+        return _change(codec.decode(value), calendar_id, offset, timestamp, signature)
     except (DecodeError, InvalidCalendarEventError) as problem:
         return SkippedCalendarRecord(offset, f"{type(problem).__name__}: {problem}")
 
 
-def read_calendar_message(codec: Codec, message: Message) -> CalendarChange | SkippedCalendarRecord:
-    """`read_calendar_record` of a consumed record."""
+def read_calendar_message(
+    codec: Codec, message: Message, verifier: Verifier | None = None
+) -> CalendarChange | SkippedCalendarRecord:
+    """`read_calendar_record` of a consumed record, its signature checked with `verifier` (a
+    deployment that enforces ownership: `kairos.streams.calendar_ownership`)."""
     offset = message.offset()
     assert offset is not None  # set on every consumed record
     _, timestamp_ms = message.timestamp()
+    signature = None
+    if verifier is not None:
+        signer = verifier.signer(
+            str(message.topic()),
+            message.key(),
+            message.value(),
+            message.headers(),
+            message.timestamp(),
+        )
+        signature = (
+            CalendarSignature(signer.team, signer.reason)
+            if isinstance(signer, Refused)
+            else CalendarSignature(signer)
+        )
     return read_calendar_record(
         codec,
         key=message.key(),
         value=message.value(),
         offset=offset,
         timestamp=datetime.fromtimestamp(timestamp_ms / 1000, UTC),
+        signature=signature,
     )
 
 
@@ -193,7 +217,13 @@ def _calendar_id(key: bytes | None) -> str:
         raise InvalidCalendarEventError("the key is not UTF-8 text") from None
 
 
-def _change(event: dict[str, Any], calendar_id: str, offset: int) -> CalendarChange:
+def _change(
+    event: dict[str, Any],
+    calendar_id: str,
+    offset: int,
+    appended_at: datetime,
+    signature: CalendarSignature | None,
+) -> CalendarChange:
     if event["calendar_id"] != calendar_id:
         raise InvalidCalendarEventError(
             f"the key {calendar_id!r} differs from the event's calendar_id "
@@ -218,7 +248,8 @@ def _change(event: dict[str, Any], calendar_id: str, offset: int) -> CalendarCha
         offset,
         change,
         calendar,
-        event["changed_at"],
+        appended_at,
         event["changed_by"],
         event["reason"],
+        signature,
     )

@@ -5,11 +5,14 @@
 
 The producer is idempotent with acks=all (`KafkaSettings.producer_config`), so an acknowledged
 change survives a broker's loss and a retried send is not written twice. Each call returns the
-versions the changes got: the offsets the broker acknowledged them at.
+versions the changes got: the offsets the broker acknowledged them at. With a signing key
+(`KafkaSettings.signing_key`, `kairos --signing-key`), every record is signed right before it is
+produced, as a deployment that enforces ownership requires (docs/calendars.md, "Ownership").
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -22,6 +25,7 @@ from kairos.streams.authorization import kafka_error_of
 from kairos.streams.calendar_events import encode_calendar_event
 from kairos.streams.codec import Codecs, make_codecs
 from kairos.streams.settings import KafkaSettings
+from kairos.streams.signing import load_signer
 from kairos.streams.topics import TopicRole
 
 
@@ -78,6 +82,7 @@ class CalendarsClient:
         self.topic = settings.layout.name(TopicRole.CALENDARS)
         self._codec = (codecs or make_codecs()).calendar_event
         self._timeout_s = timeout_s
+        self._signer = None if settings.signing_key is None else load_signer(settings.signing_key)
         self._producer = Producer(
             settings.producer_config(**{"message.timeout.ms": int(timeout_s * 1000)})
         )
@@ -129,12 +134,19 @@ class CalendarsClient:
     def _deliver_all(self, records: Sequence[_Record]) -> list[int]:
         outcomes: dict[int, Message] = {}
         for index, (calendar_id, value) in enumerate(records):
+            key = calendar_id.encode("utf-8")
+            headers = (
+                None
+                if self._signer is None
+                else self._signer.headers(self.topic, key, value, int(time.time() * 1000))
+            )
             while True:
                 try:
                     self._producer.produce(
                         self.topic,
-                        key=calendar_id.encode("utf-8"),
+                        key=key,
                         value=value,
+                        headers=headers,
                         on_delivery=partial(_store_outcome, outcomes, index),
                     )
                     break

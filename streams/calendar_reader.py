@@ -2,12 +2,15 @@
 
 A read consumes the topic from its beginning to its end as of the read, read_committed, through
 `kairos.streams.calendar_events` (as every reader of the topic reads it); a `CalendarFeed` goes
-on from where its last read ended. `read_calendars` keeps the latest change of each calendar
-id: the calendars in force, as a `CalendarBook`. `read_calendar_history` keeps every change in
-topic order, deletes included, for the audit to replay the version in force at each decision
-(`CalendarBook.replay`). What compaction has removed (superseded versions older than the
-topic's `min.compaction.lag.ms`, 90 days by default) is gone from both. Records that break the
-contract are skipped and listed in the book's `skipped`.
+on from where its last read ended. Every record passes through one
+`kairos.core.calendar_ownership.CalendarLedger`, the verdict the tickers apply too: in a
+deployment whose tickers enforce ownership, a change counts only when a registered team signed
+it and may make it; refused changes are listed in the book's `refused`, and records that break
+the contract in its `skipped`. `read_calendars` gives the calendars in force, as a
+`CalendarBook`; `read_calendar_history` every change that counts, in topic order, deletes
+included, for the audit to replay the version in force at each decision (`as_of_history`, by the
+broker's append time). What compaction has removed (superseded versions older than the topic's
+`min.compaction.lag.ms`, 90 days by default) is gone from both.
 """
 
 from __future__ import annotations
@@ -16,12 +19,17 @@ import logging
 
 from confluent_kafka import KafkaError
 
-from kairos.core.business_calendar import CalendarBook, CalendarChange, SkippedCalendarRecord
+from kairos.core.calendar_ownership import CalendarLedger
+from kairos.core.calendar_versions import CalendarBook, CalendarChange, SkippedCalendarRecord
 from kairos.core.errors import KairosError
 from kairos.streams.calendar_events import read_calendar_message
+from kairos.streams.calendar_ownership import SignedCalendars
 from kairos.streams.codec import Codecs, make_codecs
-from kairos.streams.settings import CALENDAR_READERS_GROUP, KafkaSettings
+from kairos.streams.ownership import Ownership
+from kairos.streams.partition_status import PartitionStatusError, read_judged
+from kairos.streams.settings import CALENDAR_READERS_GROUP, TICKER_GROUP, KafkaSettings
 from kairos.streams.table_feed import TableFeed
+from kairos.streams.team_events import TeamFeed, TeamReadError
 from kairos.streams.topic_check import calendars_partition_problem
 from kairos.streams.topics import TopicRole
 
@@ -43,50 +51,59 @@ class CalendarReadError(KairosError):
 
 
 class CalendarFeed:
-    """Follows the calendars topic: each `refresh` folds in the records published since the
-    last one, so a long-lived process (a ticker) keeps its book current without re-reading.
+    """Follows the calendars topic: each read judges the records published since the last one,
+    so a long-lived process (a ticker) keeps its calendars current without reading again.
 
-    Not thread-safe: one thread refreshes. Raises `CalendarReadError` when the topic cannot be
-    read (missing, refused, or of more than one partition).
+    Not thread-safe: one thread reads. Raises `CalendarReadError` when the topic cannot be read
+    (missing, refused, or of more than one partition).
     """
 
     def __init__(
         self, settings: KafkaSettings, *, timeout_s: float = 30.0, codecs: Codecs | None = None
     ) -> None:
         codec = (codecs or make_codecs()).calendar_event
+        self._signed: SignedCalendars | None = None
         self._table: TableFeed[_Record] = TableFeed(
             settings,
             TopicRole.CALENDARS,
             group=CALENDAR_READERS_GROUP,
-            read_record=lambda message: read_calendar_message(codec, message),
+            read_record=lambda message: read_calendar_message(
+                codec, message, None if self._signed is None else self._signed.verifier
+            ),
             read_error=CalendarReadError,
             partition_problem=calendars_partition_problem,
             timeout_s=timeout_s,
         )
         self.topic = self._table.topic
+        self._ledger = CalendarLedger()
         self._book = CalendarBook()
 
     @property
     def book(self) -> CalendarBook:
-        """The calendars as of the last `refresh`."""
+        """The calendars as of the last read."""
         return self._book
 
-    def refresh(self, timeout_s: float | None = None) -> CalendarBook:
-        """The calendars as of the topic's end now (`timeout_s`: this read's bound)."""
-        book, skipped = self._book, list(self._book.skipped)
-        for record in self.read_new(timeout_s):
-            if isinstance(record, SkippedCalendarRecord):
-                skipped.append(record)
-            else:
-                book = book.with_change(record)
-        self._book = CalendarBook(book.versions, tuple(skipped))
+    def refresh(
+        self, timeout_s: float | None = None, signed: SignedCalendars | None = None
+    ) -> CalendarBook:
+        """The calendars as of the topic's end now (`timeout_s`: this read's bound), judged
+        with `signed` (`None`: a deployment that does not enforce ownership)."""
+        self.read(timeout_s, signed)
         return self._book
 
-    def read_new(self, timeout_s: float | None = None) -> list[_Record]:
-        """The records after those read before (all, the first time), up to the end now."""
+    def read(
+        self, timeout_s: float | None = None, signed: SignedCalendars | None = None
+    ) -> list[CalendarChange]:
+        """The changes that count among the records published since the last read (all, the
+        first time), up to the end now; `book` holds the calendars after them."""
+        self._signed = signed
         records = self._table.read_new(timeout_s)
-        _log_skipped(self.topic, records)
-        return records
+        teams = None if signed is None else signed.teams
+        taken = [change for record in records if (change := self._ledger.take(record, teams))]
+        if records:
+            self._book = self._ledger.book()
+            _log_skipped(self.topic, records)
+        return taken
 
     def close(self) -> None:
         self._table.close()
@@ -99,11 +116,16 @@ class CalendarFeed:
 
 
 def read_calendars(
-    settings: KafkaSettings, *, timeout_s: float = 30.0, codecs: Codecs | None = None
+    settings: KafkaSettings,
+    *,
+    timeout_s: float = 30.0,
+    codecs: Codecs | None = None,
+    judged_as: Ownership | None = None,
 ) -> CalendarBook:
-    """Every current calendar by id, with its version (the offset of the record that set it)."""
+    """Every current calendar by id, with its version (the offset of the record that set it),
+    judged in the ownership mode the deployment's tickers run in (or `judged_as`)."""
     with CalendarFeed(settings, timeout_s=timeout_s, codecs=codecs) as feed:
-        return feed.refresh()
+        return feed.refresh(signed=_judged_with(settings, judged_as, timeout_s, codecs))
 
 
 def read_calendar_history(
@@ -113,15 +135,46 @@ def read_calendar_history(
     timeout_s: float = 30.0,
     codecs: Codecs | None = None,
 ) -> list[CalendarChange]:
-    """Every change still on the topic (of one calendar when `calendar_id` is given), in order."""
+    """Every change still on the topic that counts (of one calendar when `calendar_id` is
+    given), in order, judged as the deployment's tickers judge them."""
     with CalendarFeed(settings, timeout_s=timeout_s, codecs=codecs) as feed:
-        records = feed.read_new()
-    return [
-        record
-        for record in records
-        if isinstance(record, CalendarChange)
-        and (calendar_id is None or record.calendar_id == calendar_id)
-    ]
+        changes = feed.read(signed=_judged_with(settings, None, timeout_s, codecs))
+    return [c for c in changes if calendar_id is None or c.calendar_id == calendar_id]
+
+
+def deployment_ownership(settings: KafkaSettings, timeout_s: float = 30.0) -> Ownership:
+    """The ownership mode the deployment's tickers judge changes in, as they committed it:
+    signed once any schedules partition was last committed signed (one mode runs a deployment,
+    `kairos.streams.ownership.mode_refusal`); open when none was, or nothing was committed."""
+    group = settings.deployment_id(TICKER_GROUP)
+    try:
+        judged = read_judged(settings, group, timeout_s)
+    except PartitionStatusError as error:
+        raise CalendarReadError(
+            settings.layout.name(TopicRole.CALENDARS),
+            f"cannot tell which ownership mode the tickers judge calendar changes in: {error} "
+            f"(a reader needs DESCRIBE on the tickers' group {group}; `kairos acls` lists it)",
+        ) from error
+    signed = any(one.mode is Ownership.SIGNED for one in judged.values())
+    return Ownership.SIGNED if signed else Ownership.OPEN
+
+
+def _judged_with(
+    settings: KafkaSettings, mode: Ownership | None, timeout_s: float, codecs: Codecs | None
+) -> SignedCalendars | None:
+    if (mode or deployment_ownership(settings, timeout_s)) is Ownership.OPEN:
+        return None
+    try:
+        with TeamFeed(settings, timeout_s=timeout_s, codecs=codecs) as feed:
+            registered = feed.refresh()
+    except TeamReadError as error:
+        raise CalendarReadError(
+            settings.layout.name(TopicRole.CALENDARS),
+            f"the deployment enforces ownership, and its calendar changes' signatures are "
+            f"checked against the registered teams: {error}",
+            error.kafka_error,
+        ) from error
+    return SignedCalendars.of({n: c.team for n, c in registered.items() if c.team is not None})
 
 
 def _log_skipped(topic: str, records: list[_Record]) -> None:

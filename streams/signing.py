@@ -1,7 +1,8 @@
-"""Signed schedule changes: the one place that owns the signature's headers and bytes.
+"""Signed schedule and calendar changes: the one place that owns the signature's headers and bytes.
 
-A team signs each record it publishes on the schedules topic with its Ed25519 private key; the
-ticker, when the deployment enforces ownership, verifies the signature against the team's public
+A team signs each record it publishes on the schedules and calendars topics with its Ed25519
+private key; when the deployment enforces ownership, the ticker (and, for calendars, every
+reader: `kairos.streams.calendar_ownership`) verifies the signature against the team's public
 keys (registered on the admin-only teams topic) before it takes the change. The signature rides
 in three headers, so any Kafka client in any language can sign (docs/teams.md has the layout
 and a test vector):
@@ -12,8 +13,8 @@ and a test vector):
 
 The signed bytes bind the topic (no replay into another deployment), the team, the instant, the
 key and the value (a tombstone's absent value included). A replay of a captured record is
-refused by its age: the schedules topic stamps each record with the broker's append time, which
-no producer sets, and a record appended more than `max_age_ms` away from its signing instant is
+refused by its age: both topics stamp each record with the broker's append time, which no
+producer sets, and a record appended more than `max_age_ms` away from its signing instant is
 refused.
 """
 
@@ -189,8 +190,8 @@ class Verifier:
         )
         if team_raw is None or signed_at_raw is None or signature is None:
             return Refused(
-                "unsigned: this deployment enforces ownership, so every schedule change must "
-                "carry its team's signature (publish with --signing-key or KAIROS_SIGNING_KEY; "
+                "unsigned: this deployment enforces ownership, so every change must carry its "
+                "team's signature (publish with --signing-key or KAIROS_SIGNING_KEY; "
                 "docs/teams.md)"
             )
         team = team_raw.decode(errors="replace")
@@ -211,9 +212,9 @@ class Verifier:
         kind, appended_ms = timestamp
         if kind != TIMESTAMP_LOG_APPEND_TIME:
             return Refused(
-                "the schedules topic does not stamp the broker's append time, so a replayed "
-                "record cannot be told from a fresh one: set message.timestamp.type="
-                "LogAppendTime on it (`kairos topics check` names the fix)",
+                "its topic does not stamp the broker's append time, so a replayed record "
+                "cannot be told from a fresh one: set message.timestamp.type=LogAppendTime on "
+                "it (`kairos topics check` names the fix)",
                 team,
             )
         apart_ms = abs(appended_ms - signed_at_ms)

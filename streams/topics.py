@@ -115,8 +115,14 @@ class TopicLayout:
             TopicSpec(self.name(TopicRole.RUN_EVENTS), self.runs_partitions, timed),
             TopicSpec(self.name(TopicRole.DEAD_LETTERS), 1, timed),
             # One partition: every ticker reads all of it as a table, and a record's offset is
-            # the version of the calendar it sets (docs/calendars.md).
-            TopicSpec(self.name(TopicRole.CALENDARS), CALENDARS_PARTITIONS, compacted_history),
+            # the version of the calendar it sets (docs/calendars.md). Stamped by the broker's
+            # clock: a version counts from when it was appended, which no publisher can backdate
+            # or postdate, and a signed change replayed later is refused by its age.
+            TopicSpec(
+                self.name(TopicRole.CALENDARS),
+                CALENDARS_PARTITIONS,
+                {**compacted_history, "message.timestamp.type": "LogAppendTime"},
+            ),
             # One partition, written by administrators only: the keys every ticker checks
             # schedule changes against when ownership is enforced (docs/teams.md).
             TopicSpec(self.name(TopicRole.TEAMS), TEAMS_PARTITIONS, compacted_history),

@@ -12,8 +12,9 @@ from typing import Any, Protocol
 from confluent_kafka import Consumer, IsolationLevel, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
-from kairos.core.business_calendar import CalendarBook
+from kairos.core.calendar_versions import CalendarBook
 from kairos.streams.authorization import RoleAccess
+from kairos.streams.calendar_ownership import SignedCalendars
 from kairos.streams.calendar_reader import CalendarFeed
 from kairos.streams.codec import Codecs
 from kairos.streams.passing import BROKER_GONE, LEADER_MOVING, ask_until_answered
@@ -23,12 +24,15 @@ from kairos.streams.team_events import TeamChange, TeamFeed
 
 
 class CalendarSource(Protocol):
-    """The calendars topic, followed: each `refresh` folds in what was published since the last
-    (raises `CalendarReadError` when the topic cannot be read)."""
+    """The calendars topic, followed: each `refresh` judges what was published since the last,
+    with the registered teams when ownership is enforced (raises `CalendarReadError` when the
+    topic cannot be read)."""
 
     topic: str
 
-    def refresh(self, timeout_s: float | None = None) -> CalendarBook: ...
+    def refresh(
+        self, timeout_s: float | None = None, signed: SignedCalendars | None = None
+    ) -> CalendarBook: ...
     def close(self) -> None: ...
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from datetime import datetime
 
 from confluent_kafka import Message
@@ -126,6 +127,10 @@ class TickerOwnership:
             message.timestamp(),
         )
         return None if isinstance(signer, Refused) else signer
+
+    def registered_teams(self) -> Mapping[str, Team]:
+        """The registered teams as last read; the same object until they change."""
+        return self._teams
 
     @property
     def limits_any(self) -> bool:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import socket
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -91,6 +91,10 @@ class OwnedPartition:
         """The shared calendars every state of this partition is read with."""
         self._states: LruCache[str, ScheduleState] = LruCache(_CACHE_LIMIT)
         self._ahead: LruCache[str, Ahead] = LruCache(_CACHE_LIMIT)
+        self._naming: dict[str, set[str]] = {}
+        """Calendar id -> the schedules decoded here since it last changed whose `exclude` or
+        `blackout` names it (some forgotten since: forgetting them again costs nothing), so a
+        calendar change forgets only what it changes."""
         self.fair_orders: dict[int, FairOrder] = {}
         """Instant -> the order its schedules fire in when they fill more than a transaction
         (`fairness.py`), built as they are prepared."""
@@ -133,8 +137,15 @@ class OwnedPartition:
             return None
         state = state_from_stored(self._codecs, *stored, self.calendars)
         if state is not None:
-            self._states.put(schedule_id, state)
+            self._keep(schedule_id, state)
         return state
+
+    def _keep(self, schedule_id: str, state: ScheduleState) -> None:
+        self._states.put(schedule_id, state)
+        schedule = state.schedule
+        if schedule.exclude or schedule.blackout:
+            for calendar_id in (*schedule.exclude, *schedule.blackout):
+                self._naming.setdefault(calendar_id, set()).add(schedule_id)
 
     @property
     def decoded(self) -> int:
@@ -206,11 +217,13 @@ class OwnedPartition:
             mode_since=None if self.judged_in is None else self.judged_in[1],
         )
 
-    def forget_decoded(self) -> None:
-        """Drop the states decoded so far (and what was decided ahead from them), so each is
-        read again with the calendars as they are now."""
-        self._states.clear()
-        self._ahead.clear()
+    def forget_decoded(self, calendar_ids: Iterable[str]) -> None:
+        """Drop the decoded states of the schedules naming these calendars (and what was
+        decided ahead from them), so each is read again with the calendars as they are now."""
+        for calendar_id in calendar_ids:
+            for schedule_id in self._naming.pop(calendar_id, ()):
+                self._states.pop(schedule_id)
+                self._ahead.pop(schedule_id)
 
     def committed(self, states: dict[str, ScheduleState | None], now: datetime) -> list[str]:
         """Keep decoded the states a committed transaction wrote (never those of an aborted
@@ -222,7 +235,7 @@ class OwnedPartition:
         for schedule_id, state in states.items():
             self._ahead.pop(schedule_id)
             if state is not None and state.due_at is not None and state.due_at <= keep_until:
-                self._states.put(schedule_id, state)
+                self._keep(schedule_id, state)
                 if state.due_at < cursor_at:
                     self.behind_cursor.append(schedule_id)
             else:

@@ -108,7 +108,9 @@ class Ticker:
         )
         changes = ScheduleChanges(self.codecs, f"ticker:{settings.instance}", self._ownership)
         quarantine = Quarantine(self.codecs, self.topics.schedules, f"ticker:{settings.instance}")
-        self._calendars = TickerCalendars()
+        self._calendars = TickerCalendars(
+            None if self._ownership is None else self._ownership.registered_teams
+        )
         self._parts = SessionParts(
             kafka,
             settings,
@@ -197,9 +199,10 @@ class Ticker:
         """Open a session: the ticker's grants checked (first time), calendars read to their
         end, then the clients (`TickerSession.open`)."""
         self._clients.check_access()
-        self._calendars.start(self._clients.calendars())
+        # The teams first: calendar changes are judged with them.
         if self._ownership is not None:
             self._ownership.start(self._clients.teams())
+        self._calendars.start(self._clients.calendars())
         self._session = TickerSession.open(self._clients, self._parts)
 
     def disconnect(self) -> None:
@@ -225,9 +228,9 @@ class Ticker:
         if take_over.arriving:
             until_due_s = seconds_until_next_due(owned, self.clock())
             take_over.settle(session.member, budget_s=max(MIN_SLICE_S, min(SLICE_S, until_due_s)))
-        self._calendars.follow(owned.values())
         if self._ownership is not None:
             self._ownership.follow()
+        self._calendars.follow(owned.values())
         until_due_s = seconds_until_next_due(owned, self.clock())
         # A restore in progress takes the idle time, a slice per turn.
         wait_s = 0.0 if take_over.restoring else min(self.settings.max_wait_s, until_due_s)

@@ -17,7 +17,8 @@ from confluent_kafka.admin import AdminClient, NewPartitions
 from typer.testing import CliRunner, Result
 
 from kairos.cli.app import app
-from kairos.core.business_calendar import CalendarBook, load_calendars
+from kairos.core.business_calendar import load_calendars
+from kairos.core.calendar_versions import CalendarBook
 from kairos.streams.calendar_events import calendar_definition_record
 from kairos.streams.calendar_publisher import CalendarsClient
 from kairos.streams.calendar_reader import (
@@ -177,7 +178,7 @@ def test_a_feed_folds_in_only_what_was_published_since_its_last_refresh(
             "nyse": 1,
         }
         started = time.monotonic()
-        assert feed.read_new() == []
+        assert feed.read() == []
         assert time.monotonic() - started < 5, "a caught-up feed waited for records"
         client.delete("nyse")
         client.upsert(federal.model_copy(update={"description": "v2"}))

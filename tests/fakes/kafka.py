@@ -19,7 +19,8 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from kairos.core.business_calendar import CalendarBook
+from kairos.core.calendar_versions import CalendarBook
+from kairos.streams.calendar_ownership import SignedCalendars
 from kairos.streams.ports import DeliveryCallback, Headers, RebalanceCallback
 from tests.fakes.kafka_log import FakeKafka, GroupMetadata, Record, Transaction, group_metadata
 
@@ -400,7 +401,9 @@ class FakeCalendars:
     def __init__(self, topic: str) -> None:
         self.topic = topic
 
-    def refresh(self, timeout_s: float | None = None) -> CalendarBook:
+    def refresh(
+        self, timeout_s: float | None = None, signed: SignedCalendars | None = None
+    ) -> CalendarBook:
         return CalendarBook()
 
     def close(self) -> None:

@@ -16,14 +16,13 @@ from kairos.core.business_calendar import (
     MAX_RECURRING_WINDOWS,
     MAX_WINDOWS,
     BusinessCalendar,
-    CalendarBook,
-    CalendarChange,
     CalendarQueryError,
     CalendarsFileFormatError,
     CalendarsInvalidError,
     load_calendars,
     parse_calendar,
 )
+from kairos.core.calendar_versions import CalendarBook, CalendarChange
 
 OWNER = "treasury-platform"
 

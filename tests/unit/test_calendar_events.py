@@ -8,24 +8,25 @@ from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 import pytest
+from confluent_kafka import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, Message
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kairos.core.business_calendar import (
-    MAX_HOLIDAYS,
-    CalendarChange,
-    SkippedCalendarRecord,
-    parse_calendar,
-)
+from kairos.core.business_calendar import MAX_HOLIDAYS, parse_calendar
+from kairos.core.calendar_versions import CalendarChange, CalendarSignature, SkippedCalendarRecord
+from kairos.core.ownership import Team
 from kairos.streams.calendar_events import (
     MAX_CALENDAR_EVENT_BYTES,
     TOMBSTONE,
     CalendarEventTooLargeError,
     calendar_definition_record,
     encode_calendar_event,
+    read_calendar_message,
     read_calendar_record,
 )
+from kairos.streams.calendar_ownership import SignedCalendars
 from kairos.streams.codec import make_codecs
+from kairos.streams.signing import new_signing_key
 
 CODEC = make_codecs().calendar_event
 NOW = datetime(2026, 12, 1, 12, tzinfo=UTC)
@@ -73,6 +74,16 @@ def test_a_calendar_survives_the_wire_with_its_version() -> None:
     assert (change.calendar, change.version, change.change) == (CALENDAR, 7, "upserted")
     assert (change.changed_by, change.reason) == ("alice", "new year")
     assert calendar_definition_record(CALENDAR)["business_days"] == [1, 2, 7]
+
+
+def test_a_change_is_in_force_from_its_append_time_not_its_publishers_clock() -> None:
+    """M4: the `changed_at` a publisher writes, backdated or future-dated, is not when the
+    change counts from; the record's timestamp is (the broker's append time)."""
+    for claimed in (datetime(2020, 1, 1, tzinfo=UTC), NOW + timedelta(days=365)):
+        change = read(b"nyse", event(changed_at=claimed))
+
+        assert isinstance(change, CalendarChange)
+        assert change.changed_at == NOW
 
 
 def test_deletes_come_as_events_and_tombstones() -> None:
@@ -207,3 +218,43 @@ def test_every_calendar_the_model_accepts_comes_back_from_the_wire_equal(
 
     assert isinstance(change, CalendarChange)
     assert change.calendar == calendar
+
+
+def test_a_readers_check_of_the_signature_gives_the_team_or_why_not() -> None:
+    """What `read_calendar_message` records of a signature when the deployment enforces
+    ownership: the registered team whose key signed it fresh, or the reason it does not count."""
+    _, treasury = new_signing_key("treasury")
+    signed = SignedCalendars.of({"treasury": Team("treasury", (treasury.public_key(),))})
+    topic, key = "kairos.calendars", b"nyse"
+    value = encode_calendar_event(
+        CODEC, calendar_id="nyse", calendar=CALENDAR, changed_by="alice", reason=None
+    )
+    now_ms = int(NOW.timestamp() * 1000)
+    headers = treasury.headers(topic, key, value, now_ms)
+
+    def checked(
+        value: bytes, headers: list[Any] | None, kind: int = TIMESTAMP_LOG_APPEND_TIME
+    ) -> CalendarSignature | None:
+        message = Message(
+            topic=topic,
+            partition=0,
+            offset=3,
+            key=key,
+            value=value,
+            headers=headers,
+            timestamp=(kind, now_ms + 1000),
+        )
+        change = read_calendar_message(CODEC, message, signed.verifier)
+        assert isinstance(change, CalendarChange) and change.changed_at == NOW + timedelta(
+            seconds=1
+        )
+        return change.signature
+
+    assert checked(value, headers) == CalendarSignature("treasury")
+    altered = checked(value.replace(b"alice", b"mallo"), headers)
+    assert altered is not None and "does not verify" in str(altered.refusal)
+    unsigned = checked(value, None)
+    assert unsigned is not None and str(unsigned.refusal).startswith("unsigned")
+    create_time = checked(value, headers, TIMESTAMP_CREATE_TIME)
+    assert create_time is not None and create_time.team == "treasury"
+    assert "LogAppendTime" in str(create_time.refusal)

@@ -13,13 +13,9 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from kairos.core.business_calendar import (
-    BusinessCalendar,
-    CalendarChange,
-    CalendarVersion,
-    parse_calendar,
-)
+from kairos.core.business_calendar import BusinessCalendar, parse_calendar
 from kairos.core.calendar_rules import CalendarLookup, as_of_history, latest, next_occurrence
+from kairos.core.calendar_versions import CalendarChange, CalendarVersion
 from kairos.core.firing import Action, Decision, decide_due, upserted
 from kairos.core.schedule import Schedule, SchedulesInvalidError, parse_schedule
 

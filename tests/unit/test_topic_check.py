@@ -213,6 +213,12 @@ def test_min_isr_other_than_the_setting(value: str, expected: str) -> None:
         (TopicRole.CHANGELOG, "message.timestamp.type", "CreateTime", "Kairos needs LogAppendTime"),
         (TopicRole.RUNS, "message.timestamp.type", "CreateTime", "Kairos needs LogAppendTime"),
         (
+            TopicRole.CALENDARS,
+            "message.timestamp.type",
+            "CreateTime",
+            "Kairos needs LogAppendTime",
+        ),
+        (
             TopicRole.RUNS,
             "retention.ms",
             "86400000",
