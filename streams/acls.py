@@ -258,6 +258,12 @@ def _calendar_publisher(names: DeploymentNames) -> list[Grant]:
             "calendar changes' signatures are checked as a signed deployment's tickers do",
         ),
         _reader_group(names.team_readers_group),
+        _topic(
+            names,
+            TopicRole.SCHEDULES,
+            Operation.DESCRIBE,
+            "the tickers commit an offset per schedules partition: where their mode is read",
+        ),
         _tickers_judged(names),
     ]
 

@@ -153,7 +153,8 @@ def deployment_ownership(settings: KafkaSettings, timeout_s: float = 30.0) -> Ow
         raise CalendarReadError(
             settings.layout.name(TopicRole.CALENDARS),
             f"cannot tell which ownership mode the tickers judge calendar changes in: {error} "
-            f"(a reader needs DESCRIBE on the tickers' group {group}; `kairos acls` lists it)",
+            f"(a reader needs DESCRIBE on the schedules topic and on the tickers' group {group}; "
+            "`kairos acls` lists them)",
         ) from error
     signed = any(one.mode is Ownership.SIGNED for one in judged.values())
     return Ownership.SIGNED if signed else Ownership.OPEN

@@ -45,6 +45,7 @@ def test_calendar_publishers_publish_calendars_and_every_reader_judges_them() ->
         "DESCRIBE on group prod.calendar-readers",
         "READ on topic prod.teams",
         "DESCRIBE on group prod.team-readers",
+        "DESCRIBE on topic prod.schedules",
         "DESCRIBE on group prod.tickers",
     }
     judged = {"READ on topic prod.teams", "DESCRIBE on group prod.tickers"}
