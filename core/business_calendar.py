@@ -140,7 +140,7 @@ class BusinessCalendar(BaseModel):
 
     id: str
     owner: Text
-    """The team that answers for the calendar."""
+    """The team that owns the calendar (in a signed deployment, whose changes of it count)."""
     description: Text | None = None
     timezone: str = "UTC"
     """IANA zone whose wall clock the windows are read on; holidays are local dates."""
