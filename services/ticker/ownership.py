@@ -102,13 +102,7 @@ class TickerOwnership:
         kind = _kind(change, held)
         if named_team(message.headers()) is None and _unsigned_taken(state, change, kind):
             return None
-        signer = self._verifier.signer(
-            str(message.topic()),
-            message.key(),
-            message.value(),
-            message.headers(),
-            message.timestamp(),
-        )
+        signer = self._signed_by(message)
         if isinstance(signer, Refused):
             return signer
         new_owner = change.schedule.owner if isinstance(change, ScheduleUpserted) else None
@@ -119,14 +113,17 @@ class TickerOwnership:
 
     def signer(self, message: Message) -> str | None:
         """The registered team whose key signed `message`, verified again; `None` if none."""
-        signer = self._verifier.signer(
+        signer = self._signed_by(message)
+        return None if isinstance(signer, Refused) else signer
+
+    def _signed_by(self, message: Message) -> str | Refused:
+        return self._verifier.signer(
             str(message.topic()),
             message.key(),
             message.value(),
             message.headers(),
             message.timestamp(),
         )
-        return None if isinstance(signer, Refused) else signer
 
     def registered_teams(self) -> Mapping[str, Team]:
         """The registered teams as last read; the same object until they change."""
