@@ -46,9 +46,9 @@ from kairos.core.errors import KairosError
 from kairos.core.schedule import Schedule
 from kairos.streams.acls import Role
 from kairos.streams.calendar_reader import read_calendars
+from kairos.streams.held_schedules import StoredSchedule
 from kairos.streams.records import definition_record
 from kairos.streams.schedule_publisher import ChangeKind, ScheduleChange, SchedulesClient
-from kairos.streams.schedule_reader import StoredSchedule
 from kairos.streams.settings import KafkaSettings
 from kairos.streams.topics import TopicRole
 

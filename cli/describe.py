@@ -26,10 +26,11 @@ from kairos.core.calendar_rules import Planned
 from kairos.core.errors import KairosError
 from kairos.core.preview_listing import fire_document, heading, occurrence_line, upcoming
 from kairos.core.schedule import Schedule
+from kairos.streams.held_schedules import StoredSchedule
 from kairos.streams.history import HistoryReader
 from kairos.streams.history_records import RefusedChange
 from kairos.streams.partition_status import PartitionStatusError, read_group_status
-from kairos.streams.schedule_reader import ScheduleReader, StoredSchedule
+from kairos.streams.schedule_reader import ScheduleReader
 from kairos.streams.settings import TICKER_GROUP, KafkaSettings
 
 CountOption = Annotated[
@@ -64,7 +65,7 @@ def describe(
     now = datetime.now(UTC)
     after = instant_option(fires_from, "--from", now) or now
     settings = kafka_settings(context)
-    stored = _stored(settings, schedule_id)
+    stored, awaiting = _stored(settings, schedule_id)
     schedule = stored.schedule
     try:
         calendars = preview_calendars(context, None, [schedule])
@@ -87,7 +88,10 @@ def describe(
         "next_fires": [fire_document(p, schedule) for p in upcoming_fires],
         "never_fires": None if upcoming_fires else never_fires_reason(schedule, after),
         "last_runs": summaries[-runs:] if runs else [],
-        "last_changes": [_change_document(e) for e in history[-changes:]] if changes else [],
+        "awaiting_ticker": len(awaiting),
+        "last_changes": [_change_document(e, awaiting) for e in history[-changes:]]
+        if changes
+        else [],
         "last_refused_changes": [_refusal_document(r) for r in refusals[-changes:]]
         if changes
         else [],
@@ -95,13 +99,16 @@ def describe(
     render(document, chosen_output, lambda: _print(document, schedule, upcoming_fires))
 
 
-def _stored(settings: KafkaSettings, schedule_id: str) -> StoredSchedule:
-    """The schedule as the topic has it now; a clear error, with close ids, when it is not there."""
+def _stored(settings: KafkaSettings, schedule_id: str) -> tuple[StoredSchedule, list[int]]:
+    """The schedule as its ticker holds it, and the offsets of its changes awaiting a signed
+    ticker's verdict; a clear error, with close ids, when it is not there."""
     reader = ScheduleReader(settings)
     try:
-        stored = reader.read_one(schedule_id)
+        snapshot = reader.read_partition_of(schedule_id)
+        awaiting = snapshot.awaiting.get(schedule_id, [])
+        stored = snapshot.schedules.get(schedule_id)
         if stored is not None:
-            return stored
+            return stored, awaiting
         # Only on a miss: every id, to suggest the one a typo meant, and the schedule's own
         # history, to say when it was deleted.
         known = list(reader.read_all().schedules)
@@ -168,8 +175,9 @@ def _placement(settings: KafkaSettings, stored: StoredSchedule, group_id: str) -
     }
 
 
-def _change_document(event: HistoryEvent) -> dict[str, Any]:
+def _change_document(event: HistoryEvent, awaiting: list[int]) -> dict[str, Any]:
     return {
+        "awaiting_ticker": event.offset in awaiting,
         "revision": event.revision,
         "change": event.change,
         "changed_by": event.changed_by,
@@ -195,6 +203,11 @@ def _print(document: dict[str, Any], schedule: Schedule, fires: list[Planned]) -
         f"  partition   {place['partition']} of {place['topic']} "
         f"(definition at offset {place['definition_offset']})",
         f"  ticker      {ticker} [group {place['group_id']}, {place['group_state']}]",
+        *(
+            [f"  awaiting    {document['awaiting_ticker']} change(s) its ticker has not judged"]
+            if document["awaiting_ticker"]
+            else []
+        ),
         "",
         # Only what differs from the defaults: `-o yaml` has every field.
         "Definition (fields set):",
@@ -254,7 +267,7 @@ def _changes_table(document: dict[str, Any]) -> list[str]:
             text(c["changed_at"]) or "-",
             c["changed_by"] or "-",
             c["signed_by"] or "-",
-            c["change"],
+            c["change"] + (" (awaiting its ticker)" if c["awaiting_ticker"] else ""),
             c["reason"] or "-",
         ]
         for c in document["last_changes"]

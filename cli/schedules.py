@@ -19,8 +19,8 @@ from kairos.cli.output import Format, JsonAliasOption, OutputOption, chosen, ren
 from kairos.cli.reading import reader_for, warn_rejected
 from kairos.core.errors import KairosError
 from kairos.core.schedule import Schedule
+from kairos.streams.held_schedules import StoredSchedule
 from kairos.streams.schedule_publisher import SchedulesClient
-from kairos.streams.schedule_reader import StoredSchedule
 from kairos.streams.settings import KafkaSettings
 
 ChangedByOption = Annotated[
@@ -134,12 +134,33 @@ def get(
     chosen_output = chosen(output, as_json, default=Format.YAML)
     reader = reader_for(kafka_settings(context))
     try:
-        stored = reader.read_one(schedule_id)
+        snapshot = reader.read_partition_of(schedule_id)
     except KairosError as error:
         raise fail(str(error)) from None
+    stored = snapshot.schedules.get(schedule_id)
+    awaiting = snapshot.awaiting.get(schedule_id, [])
+    if awaiting:
+        typer.echo(f"note: {awaiting_text(schedule_id, awaiting)}", err=True)
     if stored is None:
-        raise fail(f"no schedule {schedule_id!r} on {reader.topic}")
-    render(as_document(stored), chosen_output, lambda: _print_table([stored]))
+        raise fail(f"no schedule {schedule_id!r} held by its ticker on {reader.topic}")
+    if stored.pending:
+        typer.echo(
+            f"note: the change shown (offset {stored.offset}) is not judged by a ticker yet",
+            err=True,
+        )
+    document = {**as_document(stored), "awaiting_ticker": len(awaiting)}
+    render(document, chosen_output, lambda: _print_table([stored]))
+
+
+def awaiting_text(schedule_id: str, offsets: list[int]) -> str:
+    """Says that changes of `schedule_id` wait for a signed ticker's verdict, and so are not
+    shown."""
+    return (
+        f"{len(offsets)} change{'' if len(offsets) == 1 else 's'} of {schedule_id} "
+        f"await{'s' if len(offsets) == 1 else ''} its ticker (offsets "
+        f"{', '.join(map(str, offsets))}): not shown, since a signed ticker may refuse "
+        "them; what it holds is shown"
+    )
 
 
 @app.command("delete")
@@ -221,5 +242,7 @@ def as_document(stored: StoredSchedule) -> dict[str, Any]:
             "event_id": str(stored.event_id),
             "partition": stored.partition,
             "offset": stored.offset,
+            "signed_by": stored.signed_by,
+            "judged": not stored.pending,
         },
     }

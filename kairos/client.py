@@ -18,7 +18,8 @@ from kairos.streams.schedule_publisher import (
     ScheduleNotFoundError,
     SchedulesClient,
 )
-from kairos.streams.schedule_reader import ScheduleReadError, StoredSchedule
+from kairos.streams.held_schedules import StoredSchedule
+from kairos.streams.schedule_reader import ScheduleReadError
 from kairos.streams.settings import KafkaSettings
 
 __all__ = [

@@ -62,9 +62,11 @@ the header holds (ASCII digits)."""
 
 IF_VERSION_HEADER = "kairos-if-version"
 """Marks a change that holds only while the schedule is at the version the header names (the
-schedules-topic offset of its definition, ASCII digits): the ticker's own `after_last_run` change
-(`services/ticker/lifecycle.py`). Once the schedule changed since, the ticker refuses it (a dead
-letter every reader skips) and restores the key, so it never overwrites a newer edit."""
+schedules-topic offset of its definition, ASCII digits): every change made from a definition
+read, not written by its author (a pause or resume, `pause_on_failure`, the ticker's own
+`after_last_run`). Once the schedule changed since, the ticker refuses it (a dead letter every
+reader skips) and restores the key, so it never overwrites a newer edit, nor takes a definition
+its reader should not have seen. The header is not signed: see docs/teams.md's limits."""
 
 TOMBSTONE = "tombstone"
 """The `change` of a delete that came as a tombstone (a null value), not as an event."""

@@ -25,10 +25,11 @@ from kairos.core.run_id import RERUN_MARK
 from kairos.core.schedule import Schedule, parse_schedule
 from kairos.streams.authorization import kafka_error_of
 from kairos.streams.codec import Codecs, make_codecs
+from kairos.streams.held_schedules import StoredSchedule
 from kairos.streams.partitioner import partition_for
 from kairos.streams.records import schedule_event_record
-from kairos.streams.schedule_events import check_event_size
-from kairos.streams.schedule_reader import ScheduleReader, StoredSchedule
+from kairos.streams.schedule_events import IF_VERSION_HEADER, check_event_size
+from kairos.streams.schedule_reader import ScheduleReader
 from kairos.streams.settings import KafkaSettings
 from kairos.streams.signing import load_signer
 from kairos.streams.topics import TopicRole
@@ -74,6 +75,9 @@ class ScheduleChange:
     schedule_id: str
     definition: Schedule | None = None
     revision: int = 0
+    if_version: int | None = None
+    """The version (schedules offset) of the definition it was made from: the ticker takes the
+    change only while it holds that version (`IF_VERSION_HEADER`); `None`: unconditional."""
 
     def __post_init__(self) -> None:
         if (self.definition is None) != (self.change == "deleted"):
@@ -96,6 +100,28 @@ class ScheduleChange:
             )
 
 
+AWAIT_JUDGED_S = 10.0
+"""How long a pause or resume waits for a signed ticker to judge the changes it read."""
+AWAIT_POLL_S = 0.5
+
+
+class ScheduleAwaitingTickerError(KairosError):
+    """A schedule has changes its signed ticker has not judged: what it holds is not known."""
+
+    retryable = True
+
+    def __init__(self, schedule_id: str, offsets: Sequence[int], waited_s: float) -> None:
+        self.schedule_id = schedule_id
+        self.offsets = tuple(offsets)
+        super().__init__(
+            f"schedule {schedule_id!r} has {len(offsets)} change(s) its ticker has not judged "
+            f"after {waited_s:g}s (offsets {', '.join(map(str, offsets))}): a pause or "
+            "resume is made on the definition the ticker holds, which is not known until then. "
+            "Retry once the ticker has caught up (`kairos partitions` shows each partition's "
+            "owner and lag)"
+        )
+
+
 class SchedulesClient:
     """Publishes schedule events to the compacted schedules topic, and reads it back.
 
@@ -111,6 +137,7 @@ class SchedulesClient:
         changed_by: str,
         codecs: Codecs | None = None,
         timeout_s: float = 30.0,
+        await_judged_s: float = AWAIT_JUDGED_S,
     ) -> None:
         if not changed_by.strip():
             raise ValueError("changed_by must name who publishes, for the audit trail")
@@ -119,6 +146,7 @@ class SchedulesClient:
         self._partitions = settings.layout.schedules_partitions
         self._codecs = codecs or make_codecs()
         self._timeout_s = timeout_s
+        self._await_judged_s = await_judged_s
         self._signer = None if settings.signing_key is None else load_signer(settings.signing_key)
         self._reader = ScheduleReader(settings, self._codecs, timeout_s)
         self._producer = Producer(
@@ -168,7 +196,8 @@ class SchedulesClient:
         records: builtins.list[_Outgoing] = []
         for change in changes:
             sid = change.schedule_id
-            records.append(_Outgoing(sid, sid, self._event(change, reason)))
+            marked = () if change.if_version is None else _if_version(change.if_version)
+            records.append(_Outgoing(sid, sid, self._event(change, reason), headers=marked))
             if change.change == "deleted":
                 records.append(_Outgoing(sid, sid, None))
         self._deliver_all(records)
@@ -205,14 +234,34 @@ class SchedulesClient:
         self.close()
 
     def _set_paused(self, schedule_id: str, paused: bool, reason: str | None) -> None:
-        # Read-modify-write without a lock: an upsert landing between the read and this event
-        # is overwritten (the last event wins); the revision numbers make that visible.
-        current = self.get(schedule_id)
+        # Made from the definition the ticker holds, never from the key's latest record (which
+        # may be another team's change its ticker refuses), and conditional on its version: a
+        # change taken between the read and this one makes the ticker refuse this one (a
+        # StaleChangeError dead letter) rather than overwrite it with the older definition.
+        current = self._held(schedule_id)
         definition = current.schedule.model_copy(update={"paused": paused})
         change: ChangeKind = "paused" if paused else "resumed"
-        self.publish(
-            [ScheduleChange(change, schedule_id, definition, current.revision + 1)], reason
+        publishing = ScheduleChange(
+            change, schedule_id, definition, current.revision + 1, if_version=current.offset
         )
+        self.publish([publishing], reason)
+
+    def _held(self, schedule_id: str) -> StoredSchedule:
+        """The schedule its ticker holds once it judged every change of it read (a signed
+        ticker's verdict on a change is not known before), waiting up to `await_judged_s`."""
+        deadline = time.monotonic() + self._await_judged_s
+        while True:
+            snapshot = self._reader.read_partition_of(schedule_id)
+            awaiting = snapshot.awaiting.get(schedule_id, [])
+            if not awaiting:
+                break
+            if time.monotonic() > deadline:
+                raise ScheduleAwaitingTickerError(schedule_id, awaiting, self._await_judged_s)
+            time.sleep(AWAIT_POLL_S)
+        stored = snapshot.schedules.get(schedule_id)
+        if stored is None:
+            raise ScheduleNotFoundError(schedule_id, self.topic)
+        return stored
 
     def _event(self, change: ScheduleChange, reason: str | None) -> bytes:
         event = schedule_event_record(
@@ -237,11 +286,12 @@ class SchedulesClient:
             partition = -1 if record.partition is None else record.partition
             while True:
                 key = record.key.encode("utf-8")
-                headers = (
-                    None
+                signed = (
+                    []
                     if self._signer is None
                     else self._signer.headers(self.topic, key, record.value, _now_ms())
                 )
+                headers = [*signed, *record.headers] or None
                 try:
                     self._producer.produce(
                         self.topic,
@@ -288,6 +338,11 @@ class _Outgoing:
     key: str
     value: bytes | None
     partition: int | None = None
+    headers: tuple[tuple[str, bytes], ...] = ()
+
+
+def _if_version(version: int) -> tuple[tuple[str, bytes], ...]:
+    return ((IF_VERSION_HEADER, str(version).encode()),)
 
 
 def _now_ms() -> int:

@@ -17,47 +17,30 @@ from __future__ import annotations
 
 import logging
 import time
-import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
-from datetime import datetime
+from dataclasses import dataclass, field
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
 from kairos.core.errors import KairosError
-from kairos.core.schedule import Schedule
 from kairos.streams.codec import Codecs, make_codecs
+from kairos.streams.held_schedules import FoldedRecord, HeldSchedules, StoredSchedule
+from kairos.streams.history import HistoryReader
+from kairos.streams.ownership import Judged
+from kairos.streams.partition_status import PartitionStatusError, read_judged
 from kairos.streams.partitioner import partition_for
 from kairos.streams.schedule_events import (
     RejectedEvent,
     ScheduleDeleted,
     ScheduleUpserted,
     read_schedule_message,
+    restores_mark,
 )
-from kairos.streams.settings import SCHEDULE_READERS_GROUP, KafkaSettings
+from kairos.streams.settings import SCHEDULE_READERS_GROUP, TICKER_GROUP, KafkaSettings
+from kairos.streams.signing import named_team
 from kairos.streams.topics import TopicRole
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class StoredSchedule:
-    """A schedule as the topic has it, with the metadata of its latest event."""
-
-    schedule: Schedule
-    change: str
-    """The latest event's change, for the audit: upserted, paused, resumed (unknown if newer)."""
-    event_id: uuid.UUID
-    revision: int
-    changed_by: str
-    changed_at: datetime
-    reason: str | None
-    partition: int
-    offset: int
-
-    @property
-    def id(self) -> str:
-        return self.schedule.id
 
 
 @dataclass(frozen=True)
@@ -65,10 +48,13 @@ class ScheduleSnapshot:
     """The schedules of the partitions read, as of the end of each partition at read time."""
 
     schedules: dict[str, StoredSchedule]
+    """As their tickers hold them (`kairos.streams.held_schedules`)."""
     rejected: tuple[RejectedEvent, ...]
     """Every record met that breaks the contract; the ticker dead-letters them."""
     partitions: int
     """The topic's partition count, as the broker gave it for this read."""
+    awaiting: dict[str, list[int]] = field(default_factory=dict)
+    """Per schedule id, the offsets of changes its signed ticker has not judged yet: not shown."""
 
 
 _UNKNOWN_TOPIC = KafkaError.UNKNOWN_TOPIC_OR_PART
@@ -109,8 +95,11 @@ class ScheduleReader:
 
     def read_one(self, schedule_id: str) -> StoredSchedule | None:
         """The current state of one schedule, reading only the partition murmur2 assigns it."""
-        snapshot = self._read(lambda partitions: [partition_for(schedule_id, partitions)])
-        return snapshot.schedules.get(schedule_id)
+        return self.read_partition_of(schedule_id).schedules.get(schedule_id)
+
+    def read_partition_of(self, schedule_id: str) -> ScheduleSnapshot:
+        """Every current schedule of the partition murmur2 puts `schedule_id` on."""
+        return self._read(lambda partitions: [partition_for(schedule_id, partitions)])
 
     def _read(self, choose: Callable[[int], list[int]]) -> ScheduleSnapshot:
         consumer = Consumer(
@@ -131,16 +120,36 @@ class ScheduleReader:
         try:
             count = self._partition_count(consumer)
             partitions = choose(count)
+            # Before the records: every change before a committed offset read here was judged,
+            # and the dead letter of each one refused is visible by the time it is asked for.
+            held = HeldSchedules(self._judged())
             consumer.assign([TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in partitions])
-            schedules: dict[str, StoredSchedule] = {}
+            records: dict[int, list[FoldedRecord]] = {p: [] for p in partitions}
             rejected: list[RejectedEvent] = []
-            self._consume_to_end(consumer, partitions, count, schedules, rejected)
+            self._consume_to_end(consumer, partitions, count, records, rejected)
             if rejected:
                 # Every read meets them again; the ticker dead-letters and logs them once.
                 logger.debug("skipped %d records of %s", len(rejected), self.topic)
-            return ScheduleSnapshot(schedules, tuple(rejected), count)
+            refused = _Refusals(self._settings, self._codecs, self._timeout_s)
+            for partition in partitions:
+                held.fold(records[partition], refused.offsets)
+            return ScheduleSnapshot(held.schedules, tuple(rejected), count, held.awaiting)
         finally:
             consumer.close()
+
+    def _judged(self) -> dict[int, Judged]:
+        group = self._settings.deployment_id(TICKER_GROUP)
+        try:
+            return read_judged(self._settings, group, self._timeout_s)
+        except PartitionStatusError as error:
+            # Shown as the topic has them, each marked pending: what an open ticker takes.
+            logger.warning(
+                "cannot tell which changes the tickers took: %s (a reader needs DESCRIBE on "
+                "the tickers' group %s; `kairos acls` lists it)",
+                error,
+                group,
+            )
+            return {}
 
     def _partition_count(self, consumer: Consumer) -> int:
         try:
@@ -162,10 +171,10 @@ class ScheduleReader:
         consumer: Consumer,
         partitions: list[int],
         count: int,
-        schedules: dict[str, StoredSchedule],
+        records: dict[int, list[FoldedRecord]],
         rejected: list[RejectedEvent],
     ) -> None:
-        """Fold each partition's records into `schedules` up to its end as of the read."""
+        """Collect each partition's definition records up to its end as of the read."""
         ends: set[int] = set()
         deadline = time.monotonic() + self._timeout_s
         while len(ends) < len(partitions):
@@ -195,21 +204,23 @@ class ScheduleReader:
                 change = read_schedule_message(self._codecs.schedule_event, message, count)
                 if isinstance(change, RejectedEvent):
                     rejected.append(change)
-                elif isinstance(change, ScheduleUpserted):
-                    schedules[change.schedule_id] = _stored(change)
-                elif isinstance(change, ScheduleDeleted):
-                    schedules.pop(change.schedule_id, None)
+                elif isinstance(change, ScheduleUpserted | ScheduleDeleted):
+                    headers = message.headers()
+                    records[partition].append(
+                        FoldedRecord(change, restores_mark(headers), named_team(headers))
+                    )
 
 
-def _stored(change: ScheduleUpserted) -> StoredSchedule:
-    return StoredSchedule(
-        schedule=change.schedule,
-        change=change.change,
-        event_id=change.event_id,
-        revision=change.revision,
-        changed_by=change.changed_by,
-        changed_at=change.changed_at,
-        reason=change.reason,
-        partition=change.partition,
-        offset=change.offset,
-    )
+class _Refusals:
+    """The changes the tickers refused, read from the dead letters once, when first asked."""
+
+    def __init__(self, settings: KafkaSettings, codecs: Codecs, timeout_s: float) -> None:
+        self._reader = HistoryReader(settings, codecs, idle_timeout_s=timeout_s)
+        self._offsets: frozenset[tuple[int, int]] | None = None
+
+    def offsets(self) -> frozenset[tuple[int, int]]:
+        if self._offsets is None:
+            self._offsets = frozenset(
+                (c.source_partition, c.source_offset) for c in self._reader.refused_changes()
+            )
+        return self._offsets

@@ -72,6 +72,7 @@ def stale_reason(
     else:
         now_at = f"changed since (it is at version {held.version})"
     return (
-        f"a change of {change.schedule_id!r} that holds only at version {version} (the "
-        f"ticker's after_last_run), but the schedule {now_at}: not taken, the later change stands"
+        f"a change of {change.schedule_id!r} made from its definition at version {version} "
+        f"(a pause, a resume, or the ticker's after_last_run), but the schedule {now_at}: not "
+        "taken, the later change stands; read the schedule again and repeat the change"
     )

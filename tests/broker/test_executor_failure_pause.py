@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from kairos.client import KafkaSettings, Schedule, SchedulesClient
-from kairos.streams.schedule_reader import StoredSchedule
+from kairos.streams.held_schedules import StoredSchedule
 from tests.helpers import eventually
 
 if TYPE_CHECKING:

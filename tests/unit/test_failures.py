@@ -29,6 +29,7 @@ from kairos.streams.failures import REFUSALS, Remedy, is_retryable, remedy
 from kairos.streams.history import HistoryReadError
 from kairos.streams.partition_status import PartitionStatusError
 from kairos.streams.schedule_publisher import PublishError as SchedulePublishError
+from kairos.streams.schedule_publisher import ScheduleAwaitingTickerError
 from kairos.streams.schedule_reader import ScheduleReadError
 from kairos.streams.state_store import StateStoreError
 from kairos.streams.team_events import TeamPublishError, TeamReadError
@@ -41,6 +42,7 @@ RETRYABLE = [
     HistoryReadError("kairos.run-events", "broker unavailable"),
     PartitionStatusError("consumer group kairos-ticker", "timed out"),
     SchedulePublishError("billing", "timed out"),
+    ScheduleAwaitingTickerError("billing", [41], 10.0),
     CalendarPublishError("holidays", "timed out"),
     TeamReadError("kairos.teams", "broker unavailable"),
     TeamPublishError("team 'payments' was not published: timed out"),
