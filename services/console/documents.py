@@ -20,6 +20,7 @@ from kairos.core.preview_listing import fire_document, upcoming
 from kairos.core.run_id import format_instant
 from kairos.core.schedule import Schedule
 from kairos.services.console import queries
+from kairos.services.console.follower import trigger_of
 from kairos.services.console.lateness import OVER_AN_HOUR, merged, percentile_ms
 from kairos.services.console.view import ConsoleView
 from kairos.streams.ownership import NOT_JUDGED, Judged, Ownership
@@ -72,15 +73,22 @@ def schedules_page(view: ConsoleView, chosen: queries.ScheduleFilter, after: str
 def schedule_page(
     view: ConsoleView, group: LiveGroup, schedule_id: str, now: datetime
 ) -> dict[str, Any] | None:
-    found = queries.schedule(view, schedule_id)
+    latest = queries.schedule(view, schedule_id)
+    if latest is None:
+        return None
+    placement = next(
+        (
+            p
+            for p in group.document().get("partitions", [])
+            if p["partition"] == latest["partition"]
+        ),
+        None,
+    )
+    judged = _judged(placement)
+    found = _as_held(view, latest, judged)
     if found is None:
         return None
     schedule = Schedule.model_validate(found["definition"])
-    found["changed_at"] = instant_text(found["changed_at"])
-    placement = next(
-        (p for p in group.document().get("partitions", []) if p["partition"] == found["partition"]),
-        None,
-    )
     fires = upcoming(schedule, now, 10, None)
     runs = queries.runs(view, schedule_id)
     for run in runs:
@@ -97,7 +105,36 @@ def schedule_page(
         "never_fires": None if fires else never_fires_reason(schedule, now),
         "calendars_not_applied": uses_calendars(schedule),
         "last_runs": runs,
-        "last_changes": _changes_with_diffs(queries.changes(view, schedule_id), _judged(placement)),
+        "last_changes": _changes_with_diffs(queries.changes(view, schedule_id), judged),
+    }
+
+
+def _as_held(view: ConsoleView, latest: dict[str, Any], judged: Judged) -> dict[str, Any] | None:
+    """The schedule page's row as its ticker holds the schedule, not as the key's latest record
+    has it (which may be a change the ticker refused or may refuse); `None` when it holds none."""
+    signed = judged.mode is Ownership.SIGNED
+    awaiting_from = (judged.committed_offset or 0) if signed else None
+    held, awaiting = queries.held_change(view, latest["schedule_id"], awaiting_from)
+    if held is None:
+        return None
+    schedule = Schedule.model_validate(held["definition"])
+    kind, trigger = trigger_of(schedule)
+    return {
+        **latest,
+        "owner": schedule.owner,
+        "paused": schedule.paused,
+        "trigger_kind": kind,
+        "trigger": trigger,
+        "timezone": schedule.timezone,
+        "offset": held["offset"],
+        "revision": held["revision"],
+        "changed_at": instant_text(held["changed_at"]),
+        "changed_by": held["changed_by"],
+        "signed_by": judged.verified_team(held["offset"], held["signing_team"]),
+        "judged": judged.committed_offset is not None and held["offset"] < judged.committed_offset,
+        "awaiting_ticker": awaiting,
+        "definition": held["definition"],
+        "labels": dict(schedule.labels),
     }
 
 

@@ -19,7 +19,9 @@ from confluent_kafka import TopicPartition as KafkaPartition
 
 from kairos.core.errors import KairosError
 from kairos.core.run_id import parse_run_id
+from kairos.core.schedule import Schedule
 from kairos.services.console.view import (
+    ChangeRow,
     ConsoleView,
     DeadLetterRow,
     ScheduleRow,
@@ -40,6 +42,7 @@ from kairos.streams.schedule_events import (
     ScheduleDeleted,
     ScheduleUpserted,
     read_schedule_message,
+    restores_mark,
 )
 from kairos.streams.settings import CONSOLE_READERS_GROUP, KafkaSettings
 from kairos.streams.signing import named_team
@@ -171,30 +174,35 @@ class ViewFollower:
         record = read_schedule_message(
             self._codecs.schedule_event, message, self._partitions[message.topic() or ""]
         )
-        team = named_team(message.headers())
+        headers = message.headers()
+        team, restores = named_team(headers), restores_mark(headers)
         if isinstance(record, RejectedEvent):
             self._reject(message.topic() or "", record.partition, record.offset, record.reason)
         elif isinstance(record, ScheduleUpserted):
             row = schedule_row(record)
             batch.upsert(row)
-            batch.changes.append((history_event(record), row.definition, team))
+            batch.changes.append(ChangeRow(history_event(record), row.definition, team, restores))
         elif isinstance(record, ScheduleDeleted):
             batch.delete(record.schedule_id)
-            batch.changes.append((history_event(record), None, team))
+            batch.changes.append(ChangeRow(history_event(record), None, team, restores))
 
     def _reject(self, topic: str, partition: int, offset: int, reason: str) -> None:
         self.rejected += 1
         logger.info("skipped %s[%d]@%d: %s", topic, partition, offset, reason)
 
 
+def trigger_of(schedule: Schedule) -> tuple[str, str]:
+    """The schedule's trigger kind and its text, as the console lists them."""
+    if schedule.cron is not None:
+        return "cron", schedule.cron
+    if schedule.every is not None:
+        return "every", str(schedule.model_dump(mode="json")["every"])
+    return "at", str(schedule.model_dump(mode="json")["at"])
+
+
 def schedule_row(record: ScheduleUpserted) -> ScheduleRow:
     schedule = record.schedule
-    if schedule.cron is not None:
-        kind, trigger = "cron", schedule.cron
-    elif schedule.every is not None:
-        kind, trigger = "every", str(schedule.model_dump(mode="json")["every"])
-    else:
-        kind, trigger = "at", str(schedule.model_dump(mode="json")["at"])
+    kind, trigger = trigger_of(schedule)
     return ScheduleRow(
         schedule_id=record.schedule_id,
         owner=schedule.owner,

@@ -161,7 +161,7 @@ def changes(view: ConsoleView, schedule_id: str, limit: int = 20) -> list[dict[s
     with view.connection() as db:
         rows = db.execute(
             "SELECT c.change, c.revision, c.changed_at, c.changed_by, c.reason, c.definition, "
-            "c.partition, c.at_offset, c.signing_team, d.reason FROM changes c "
+            "c.partition, c.at_offset, c.signing_team, d.reason, c.restores FROM changes c "
             "LEFT JOIN dead_letters d ON d.source_partition = c.partition "
             f"AND d.source_offset = c.at_offset AND d.error_class IN ({marks}) "
             "WHERE c.schedule_id = ? ORDER BY c.at_offset DESC LIMIT ?",
@@ -175,9 +175,53 @@ def changes(view: ConsoleView, schedule_id: str, limit: int = 20) -> list[dict[s
             "offset": row[7],
             "signing_team": row[8],
             "refused": row[9],
+            "restores": bool(row[10]),
         }
         for row in rows
     ]
+
+
+_TAKEN = (
+    "c.schedule_id = ? AND c.restores = 0 AND NOT EXISTS (SELECT 1 FROM dead_letters d "
+    "WHERE d.source_partition = c.partition AND d.source_offset = c.at_offset "
+    "AND d.error_class IN ({marks}))"
+)
+
+
+def held_change(
+    view: ConsoleView, schedule_id: str, awaiting_from: int | None
+) -> tuple[dict[str, Any] | None, int]:
+    """The change that made the schedule what its ticker holds (`None`: it holds none), and
+    how many changes await its ticker, as `kairos.streams.held_schedules` folds them: refused
+    changes and restorations are skipped, and in a partition judged in signed mode a change at
+    or past `awaiting_from` (its committed offset) is not known to be taken. `awaiting_from` is
+    `None` for a partition judged in open mode, or not judged: every change is taken.
+
+    A record marked as a restoration that differs from what is held is taken by an open ticker
+    as a change; here it is skipped (no team's isolation rests on an open deployment)."""
+    refused_classes = sorted(REFUSED_CHANGES)
+    taken = _TAKEN.format(marks=", ".join("?" for _ in refused_classes))
+    bound = "" if awaiting_from is None else " AND c.at_offset < ?"
+    params: list[Any] = [schedule_id, *refused_classes]
+    with view.connection() as db:
+        row = db.execute(
+            "SELECT c.change, c.revision, c.changed_at, c.changed_by, c.reason, c.definition, "
+            f"c.at_offset, c.signing_team FROM changes c WHERE {taken}{bound} "
+            "ORDER BY c.at_offset DESC LIMIT 1",
+            params if awaiting_from is None else [*params, awaiting_from],
+        ).fetchone()
+        awaiting = 0
+        if awaiting_from is not None:
+            awaiting = db.execute(
+                f"SELECT COUNT(*) FROM changes c WHERE {taken} AND c.at_offset >= ?",
+                [*params, awaiting_from],
+            ).fetchone()[0]
+    if row is None or row[5] is None:
+        return None, awaiting
+    keys = ("change", "revision", "changed_at", "changed_by", "reason")
+    held = {**dict(zip(keys, row[:5], strict=True)), "definition": json.loads(row[5])}
+    held.update(offset=row[6], signing_team=row[7])
+    return held, awaiting
 
 
 def runs(view: ConsoleView, schedule_id: str, limit: int = 20) -> list[dict[str, Any]]:

@@ -24,8 +24,8 @@ from kairos.core.audit import FiredRun, HistoryEvent, RunEventRecord
 from kairos.services.console.database import Connections, ViewDatabaseError, ViewDb
 from kairos.services.console.lateness import LATENESS_BOUNDS_MS, bucket_of
 
-SCHEMA_VERSION = 2
-"""2 added `changes.signing_team`; a view of schema 1 is migrated in place."""
+SCHEMA_VERSION = 3
+"""2 added `changes.signing_team`, 3 `changes.restores`; an older view is migrated in place."""
 RUNS_KEPT_MS = 14 * 24 * 3600 * 1000
 """Runs older than this (by nominal instant) leave the view: pages show recent runs, and the
 audit reads the topics. The per-minute activity is kept longer (`MINUTES_KEPT_MS`)."""
@@ -56,6 +56,7 @@ CREATE TABLE IF NOT EXISTS changes (
     schedule_id {key_text} NOT NULL, partition INTEGER NOT NULL, at_offset BIGINT NOT NULL,
     change TEXT NOT NULL, revision INTEGER NOT NULL, changed_at BIGINT NOT NULL,
     changed_by TEXT, reason TEXT, definition TEXT, signing_team TEXT,
+    restores INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (schedule_id, partition, at_offset)){table_suffix};
 CREATE TABLE IF NOT EXISTS runs (
     run_id TEXT PRIMARY KEY, schedule_id {key_text} NOT NULL, nominal_at BIGINT NOT NULL,
@@ -131,6 +132,20 @@ class DeadLetterRow:
     schedule_id: str | None
 
 
+@dataclass(frozen=True)
+class ChangeRow:
+    """A change of the schedules topic as the view keeps it."""
+
+    event: HistoryEvent
+    definition: str | None
+    """The definition's JSON (the schedule row's: encoded once); `None` for a delete."""
+    team: str | None
+    """The team its `kairos-team` header names, verified or not (pages show it only once a
+    signed ticker took the change: `kairos.streams.ownership.Judged`)."""
+    restores: bool
+    """It bears the ticker's restoration mark (`RESTORES_HEADER`)."""
+
+
 @dataclass
 class ViewBatch:
     """What one poll of the topics brought, applied at once by `ConsoleView.apply`."""
@@ -138,10 +153,7 @@ class ViewBatch:
     schedules: dict[str, ScheduleRow | None] = field(default_factory=dict)
     """Each schedule's state after the batch: its row, or `None` once deleted (the last record
     of a schedule in the batch decides)."""
-    changes: list[tuple[HistoryEvent, str | None, str | None]] = field(default_factory=list)
-    """Each change with its definition's JSON (the schedule row's: encoded once) and the team
-    its `kairos-team` header names, verified or not (pages show it only once a signed ticker
-    took the change: `kairos.streams.ownership.Judged`)."""
+    changes: list[ChangeRow] = field(default_factory=list)
     fired: list[FiredRun] = field(default_factory=list)
     events: list[RunEventRecord] = field(default_factory=list)
     dead_letters: list[DeadLetterRow] = field(default_factory=list)
@@ -205,9 +217,12 @@ class ConsoleView:
                 "INSERT INTO meta VALUES ('schema_version', ?) ON CONFLICT (key) DO NOTHING",
                 (str(SCHEMA_VERSION),),
             )
-        elif found[0] == "1":
-            # Changes read before keep no signing team: none is shown for them.
-            db.execute("ALTER TABLE changes ADD COLUMN signing_team TEXT")
+        elif int(found[0]) < SCHEMA_VERSION:
+            if found[0] == "1":
+                # Changes read before keep no signing team: none is shown for them.
+                db.execute("ALTER TABLE changes ADD COLUMN signing_team TEXT")
+            # Restorations read before are read as changes: each restates what its ticker held.
+            db.execute("ALTER TABLE changes ADD COLUMN restores INTEGER NOT NULL DEFAULT 0")
             db.execute(
                 "UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),)
             )
@@ -317,25 +332,24 @@ def _add_counts(db: ViewDb, table: str, key: str, added: Counter[Any]) -> None:
     )
 
 
-def _write_changes(
-    db: ViewDb, changes: Iterable[tuple[HistoryEvent, str | None, str | None]]
-) -> None:
+def _write_changes(db: ViewDb, changes: Iterable[ChangeRow]) -> None:
     db.executemany(
-        "INSERT INTO changes VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+        "INSERT INTO changes VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
         [
             (
-                e.schedule_id,
-                e.partition,
-                e.offset,
-                e.change,
-                e.revision,
-                epoch_ms(e.changed_at),
-                e.changed_by,
-                e.reason,
-                definition,
-                team,
+                c.event.schedule_id,
+                c.event.partition,
+                c.event.offset,
+                c.event.change,
+                c.event.revision,
+                epoch_ms(c.event.changed_at),
+                c.event.changed_by,
+                c.event.reason,
+                c.definition,
+                c.team,
+                int(c.restores),
             )
-            for e, definition, team in changes
+            for c in changes
         ],
     )
 

@@ -12,6 +12,7 @@ newer definition stands.
 from __future__ import annotations
 
 import json
+import urllib.error
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -31,6 +32,7 @@ from kairos.streams.schedule_publisher import (
 from kairos.streams.settings import KafkaSettings
 from kairos.streams.team_events import publish_team_change
 from kairos.streams.topics import TopicRole
+from tests.broker.test_console_pages import address_of, api, start_console
 from tests.broker.test_team_ownership import CODECS, RawClient, _as, _cli, _event, _key_file
 from tests.helpers import eventually
 from tests.kafka_helpers import read_topic
@@ -110,6 +112,7 @@ def test_readers_and_an_administrators_pause_go_by_the_tickers_verdict(
     described = _cli(settings, payments_key, "schedules", "describe", VICTIM, "-o", "json")
     assert described.returncode == 0, described.stderr
     assert json.loads(described.stdout)["awaiting_ticker"] == 1
+    _the_console_shows_what_the_ticker_holds(settings, tmp_path, deployment["tickers"])
 
     admin_settings = _as(settings, platform_key)
     with SchedulesClient(admin_settings, changed_by="console", await_judged_s=1.0) as admin:
@@ -139,3 +142,29 @@ def test_readers_and_an_administrators_pause_go_by_the_tickers_verdict(
         )
         assert admin.get(VICTIM).schedule.paused
         assert admin.get(VICTIM).offset == paused.offset
+
+
+def _the_console_shows_what_the_ticker_holds(
+    settings: KafkaSettings, tmp_path: Path, processes: list[ServiceProcess]
+) -> None:
+    """The schedule's page, once the console read growth's change: payments' definition, the
+    change counted as awaiting the ticker."""
+    console = start_console(settings, tmp_path / "console", tmp_path)
+    processes.append(console)
+    base = address_of(console)
+
+    def read_growths_change() -> dict[str, Any] | None:
+        try:
+            page: dict[str, Any] = api(base, f"/api/v1/schedules/{VICTIM}")
+        except urllib.error.HTTPError:
+            return None  # 404 until the console read the schedule
+        return page if len(page["last_changes"]) == 2 else None
+
+    page = eventually(read_growths_change, timeout_s=30, message="the console did not read it")
+    shown = page["schedule"]
+    assert shown["labels"] == {}, "the console showed a change its ticker has not taken"
+    assert (shown["changed_by"], shown["signed_by"], shown["awaiting_ticker"]) == (
+        "alice",
+        "payments",
+        1,
+    )

@@ -14,6 +14,7 @@ from kairos.services.console import queries
 from kairos.services.console.database import SQLITE_SCHEME, ViewDatabaseError
 from kairos.services.console.lateness import percentile_ms
 from kairos.services.console.view import (
+    ChangeRow,
     ConsoleView,
     DeadLetterRow,
     ScheduleRow,
@@ -235,7 +236,10 @@ def test_a_change_keeps_the_team_its_header_names_and_a_refusal_marks_it(
     refusal = DeadLetterRow(
         "dl", 0, 0, "schedules", 0, 6, "OwnershipRefusedError", "belongs to team 'payments'", 9, "s"
     )
-    changes = [(created, None, "payments"), (forged, None, "growth")]
+    changes = [
+        ChangeRow(created, None, "payments", False),
+        ChangeRow(forged, None, "growth", False),
+    ]
     view.apply(ViewBatch(changes=changes, dead_letters=[refusal]))
     assert [(c["offset"], c["signing_team"], c["refused"]) for c in queries.changes(view, "s")] == [
         (6, "growth", "belongs to team 'payments'"),
@@ -243,7 +247,38 @@ def test_a_change_keeps_the_team_its_header_names_and_a_refusal_marks_it(
     ]
 
 
-def test_a_view_of_schema_1_gains_the_signing_team_column(tmp_path: Path) -> None:
+def test_the_held_change_skips_refusals_restorations_and_what_awaits_a_signed_ticker(
+    view: ConsoleView,
+) -> None:
+    """The schedule page shows what the ticker holds (`queries.held_change`), not the latest
+    record: a refused change and the ticker's restoration after it are skipped, and in a signed
+    partition a change past the committed offset only counts as awaiting."""
+    definition = '{"id": "s", "every": "PT1M", "owner": "payments"}'
+    hijacked = '{"id": "s", "every": "PT1H", "owner": "payments"}'
+
+    def change(offset: int, by: str) -> HistoryEvent:
+        return HistoryEvent("s", 0, offset, "upserted", None, T0, by, None, offset)
+
+    refusal = DeadLetterRow(
+        "dl", 0, 0, "schedules", 0, 6, "OwnershipRefusedError", "belongs to team 'payments'", 9, "s"
+    )
+    rows = [
+        ChangeRow(change(5, "alice"), definition, "payments", False),
+        ChangeRow(change(6, "growth-ci"), hijacked, "growth", False),
+        ChangeRow(change(7, "ticker:t1"), definition, None, True),
+        ChangeRow(change(8, "growth-ci"), hijacked, "growth", False),
+    ]
+    view.apply(ViewBatch(changes=rows, dead_letters=[refusal]))
+    held, awaiting = queries.held_change(view, "s", awaiting_from=8)
+    assert held is not None and (held["offset"], held["changed_by"], awaiting) == (5, "alice", 1)
+    assert held["definition"]["every"] == "PT1M"
+    # Open, or not judged yet: every change not refused is taken.
+    held, awaiting = queries.held_change(view, "s", awaiting_from=None)
+    assert held is not None and (held["offset"], awaiting) == (8, 0)
+    assert queries.held_change(view, "other", awaiting_from=None) == (None, 0)
+
+
+def test_a_view_of_schema_1_gains_the_signing_team_and_restores_columns(tmp_path: Path) -> None:
     url = f"{SQLITE_SCHEME}{tmp_path / 'view.sqlite'}"
     with ConsoleView(url).connection() as db:
         db.execute("DROP TABLE changes")
@@ -256,6 +291,8 @@ def test_a_view_of_schema_1_gains_the_signing_team_column(tmp_path: Path) -> Non
         db.execute("INSERT INTO changes VALUES ('s', 0, 1, 'upserted', 1, 0, 'ci', NULL, NULL)")
         db.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
     migrated = ConsoleView(url)
-    assert [c["signing_team"] for c in queries.changes(migrated, "s")] == [None]
+    assert [(c["signing_team"], c["restores"]) for c in queries.changes(migrated, "s")] == [
+        (None, False)
+    ]
     with migrated.connection() as db:
-        assert db.execute("SELECT value FROM meta").fetchone() == ("2",)
+        assert db.execute("SELECT value FROM meta").fetchone() == ("3",)
