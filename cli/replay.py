@@ -28,7 +28,13 @@ from kairos.cli.reading import (
     jsonable,
     text,
 )
-from kairos.core.audit import FiredRun, HistoryEvent, RunEventRecord, changed_fields
+from kairos.core.audit import (
+    FiredRun,
+    HistoryEvent,
+    RunEventRecord,
+    changed_by_text,
+    changed_fields,
+)
 from kairos.core.errors import KairosError
 from kairos.core.schedule import Schedule
 
@@ -145,6 +151,7 @@ def _change_entries(history: list[HistoryEvent]) -> Iterator[dict[str, Any]]:
             "schedule_id": event.schedule_id,
             "change": "created" if before is None and event.definition else event.change,
             "changed_by": event.changed_by,
+            "signed_by": event.signed_by,
             "reason": event.reason,
             "revision": event.revision,
             "partition": event.partition,
@@ -186,7 +193,7 @@ def _line(entry: dict[str, Any]) -> str:
                 or "no field changed"
             )
         by = (
-            f"{entry['change']} by {entry['changed_by']}"
+            entry["change"] + changed_by_text(entry["changed_by"], entry["signed_by"])
             if entry["changed_by"]
             else "deleted by a tombstone without a delete event"
         )

@@ -21,7 +21,7 @@ from kairos.cli.reading import (
     text,
     wide_console,
 )
-from kairos.core.audit import FiredRun, HistoryEvent, RunEventRecord
+from kairos.core.audit import FiredRun, HistoryEvent, RunEventRecord, changed_by_text
 from kairos.core.errors import KairosError
 from kairos.core.run_id import RunIdError, parse_run_id
 from kairos.streams.topics import TopicRole
@@ -213,6 +213,7 @@ def _story(
             "offset": version.offset,
             "change": version.change,
             "changed_by": version.changed_by,
+            "signed_by": version.signed_by,
             "changed_at": version.changed_at,
             "reason": version.reason,
             "definition": (
@@ -229,8 +230,9 @@ def _print_story(story: dict[str, Any]) -> None:
     version = story["version"]
     if version is not None:
         console.print(
-            f"  owed by    schedule version at offset {version['offset']} ({version['change']} "
-            f"by {version['changed_by']} at {text(version['changed_at'])})"
+            f"  owed by    schedule version at offset {version['offset']} ({version['change']}"
+            f"{changed_by_text(version['changed_by'], version['signed_by'])} at "
+            f"{text(version['changed_at'])})"
         )
     for request in story["requests"]:
         kind = "fired" if request["attempt"] == 1 else f"retry request {request['attempt']}"

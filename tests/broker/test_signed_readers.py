@@ -142,6 +142,12 @@ def test_readers_and_an_administrators_pause_go_by_the_tickers_verdict(
         )
         assert admin.get(VICTIM).schedule.paused
         assert admin.get(VICTIM).offset == paused.offset
+    replayed = _cli(settings, payments_key, "replay", "--schedule", VICTIM)
+    assert replayed.returncode == 0, replayed.stderr
+    changes = [line for line in replayed.stdout.splitlines() if VICTIM in line]
+    assert len(changes) == 2, replayed.stdout  # growth's refused change is not history
+    assert "by alice (signed by team payments)" in changes[0]
+    assert "paused by console (signed by team platform)" in changes[1]
 
 
 def _the_console_shows_what_the_ticker_holds(
