@@ -179,7 +179,7 @@ def _executor(names: DeploymentNames) -> list[Grant]:
             names,
             TopicRole.SCHEDULES,
             Operation.READ,
-            "read a schedule's latest definition to pause it (pause_on_failure)",
+            "read the definition its ticker holds to pause it (pause_on_failure)",
         ),
         _topic(
             names,
@@ -188,6 +188,14 @@ def _executor(names: DeploymentNames) -> list[Grant]:
             "pause a schedule after its pause_on_failure failed runs in a row",
         ),
         _reader_group(names.schedule_readers_group),
+        _topic(
+            names,
+            TopicRole.DEAD_LETTERS,
+            Operation.READ,
+            "skip the schedule changes tickers refused, as every reader of the schedules does",
+        ),
+        _reader_group(names.history_readers_group),
+        _tickers_judged(names),
         Grant(
             Resource.GROUP,
             names.executor_group,

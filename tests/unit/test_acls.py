@@ -100,6 +100,8 @@ def test_a_refused_group_names_the_roles_group_grants() -> None:
     assert isinstance(error, NotAuthorizedError)
     assert [(g.resource, g.name) for g in error.needed] == [
         (Resource.GROUP, "prod.schedule-readers"),
+        (Resource.GROUP, "prod.history-readers"),
+        (Resource.GROUP, "prod.tickers"),
         (Resource.GROUP, "prod.executors"),
     ]
 
