@@ -11,8 +11,8 @@ on every run a request made. Rules (docs/defaults.md states them for users):
   ticker takes nothing after a request on its partition before the request is done.
 - Each run's id is the occurrence's run id with the request id after it (`rerun_id`): distinct
   from the scheduled run, equal for every retry of the request.
-- At most `limit` runs are fired per call; the state then remembers how far the request got
-  (`ScheduleState.rerun`), and the next call goes on after it.
+- A request is fired whole, in the call that takes it. A state written by an older ticker may
+  remember how far a request got (`ScheduleState.rerun`): the call then goes on after it.
 - A request id the schedule already completed is a no-op (`ScheduleState.reruns_done` keeps the
   last `REMEMBERED_REQUESTS`); beyond that, executors' deduplication still runs each run once.
 - A request is bounded where it is taken (`judge_rerun`), whoever published it: at most
@@ -31,7 +31,7 @@ from kairos.core.calendar_rules import CalendarLookup, next_occurrence
 from kairos.core.errors import KairosError
 from kairos.core.firing import Action, Decision, ScheduleState
 from kairos.core.limits import EARLIEST_INSTANT
-from kairos.core.rerun_request import RerunKind, RerunProgress, RerunRequest
+from kairos.core.rerun_request import RerunKind, RerunRequest
 from kairos.core.run_id import check_request_id, format_instant, rerun_id
 from kairos.core.schedule import OverlapPolicy, Schedule
 
@@ -41,8 +41,8 @@ REMEMBERED_REQUESTS = 64
 MAX_BACKFILL_RUNS = 10_000
 """The most runs one request may ask for: `kairos schedules backfill` and the console refuse
 more (split the range), and the ticker refuses a request over it whoever published it, so that
-one request fits the re-runs a transaction carries and never holds its partition's later
-changes past that transaction."""
+one request fits the re-runs a transaction carries: fired whole in the transaction that takes
+it, it never holds its partition's later changes past that transaction."""
 
 CLOCK_GRACE = timedelta(minutes=5)
 """How far past the instant the broker appended a request its end may reach: the clock of the
@@ -54,11 +54,10 @@ _JUST_BEFORE = timedelta(microseconds=1)
 
 @dataclass(frozen=True, slots=True)
 class RerunOutcome:
-    """The schedule's state after the call, the runs fired, and whether the request is done."""
+    """The schedule's state after the call (the request done) and the runs fired."""
 
     state: ScheduleState
     decisions: list[Decision]
-    done: bool
     already_done: bool = False
     """The request had been completed before: nothing was fired again."""
 
@@ -85,12 +84,10 @@ def rerun_occurrences(
         cursor = fire.nominal
 
 
-def take_rerun(
-    state: ScheduleState, request: RerunRequest, now: datetime, limit: int | None
-) -> RerunOutcome:
-    """Fire up to `limit` more of the request's runs, at `now`, under `state`'s definition."""
+def take_rerun(state: ScheduleState, request: RerunRequest, now: datetime) -> RerunOutcome:
+    """Fire the request's runs (those not fired yet), at `now`, under `state`'s definition."""
     if request.request_id in state.reruns_done:
-        return RerunOutcome(state, [], done=True, already_done=True)
+        return RerunOutcome(state, [], already_done=True)
     progress = state.rerun
     after = (
         progress.fired_through
@@ -99,11 +96,6 @@ def take_rerun(
     )
     decisions: list[Decision] = []
     for nominal in rerun_occurrences(state.schedule, request, after, state.calendars):
-        if limit is not None and len(decisions) >= limit:
-            if not decisions:  # no room at all: nothing changes
-                return RerunOutcome(state, [], done=False)
-            through = RerunProgress(request.request_id, decisions[-1].nominal)
-            return RerunOutcome(replace(state, rerun=through), decisions, done=False)
         decisions.append(
             Decision(
                 run_id=rerun_id(state.schedule_id, nominal, request.request_id),
@@ -114,7 +106,7 @@ def take_rerun(
                 rerun=request,
             )
         )
-    return RerunOutcome(completed(state, request), decisions, done=True)
+    return RerunOutcome(completed(state, request), decisions)
 
 
 def completed(state: ScheduleState, request: RerunRequest) -> ScheduleState:

@@ -165,9 +165,11 @@ class ScheduleChanges:
             held = state.schedule_with_id() if restores and state is not None else None
             if is_restoration(restores, change, held):
                 return True
-            if isinstance(change, RerunRequested) and work.rerun_room <= 0:
+            if isinstance(change, RerunRequested) and not _fits(
+                owned.partition, change, state, work
+            ):
                 # Judged in the transaction that fires it, so that a verdict counted against a
-                # quota is never made twice (a request part-way through is not judged again).
+                # quota is never made twice; the next transaction has the room for it whole.
                 work.held.add(owned.partition)
                 return False
             if self._refused(owned, message, change, state=state, now=now, work=work):
@@ -377,14 +379,10 @@ class ScheduleChanges:
         now: datetime,
         work: TransactionWork,
     ) -> bool:
-        """Fire what room is left of a re-run request; hold the partition until it is done.
-
-        Held, the partition takes nothing after the request, so every run it fires is of the
-        definition in force when it was taken (`kairos.core.reruns`). The room is the re-runs'
-        own (`TransactionWork.rerun_room`), never the catch-up budget, and holds a whole request
-        (at most `MAX_BACKFILL_RUNS`): a request is held past its transaction only when requests
-        taken before it in that transaction used the room.
-        """
+        """Fire a re-run request whole, under the definition in force when it is taken
+        (`kairos.core.reruns`), in the transaction that takes it: it holds nothing after it on
+        its partition. Its room is the re-runs' own (`TransactionWork.rerun_room`), never the
+        catch-up budget (`_fits` says when it waits for the next transaction)."""
         request = rerun.request
         state = work.current(owned, request.schedule_id)
         if state is None or state.settling:
@@ -407,7 +405,7 @@ class ScheduleChanges:
             )
             self._dead_letter(str(message.topic()), refused, now, work)
             return True
-        taken = take_rerun(state, request, now, work.rerun_room)
+        taken = take_rerun(state, request, now)
         if taken.already_done:
             logger.info(
                 "re-run request %s of %s is a retry: done before",
@@ -417,12 +415,10 @@ class ScheduleChanges:
             return True
         outcome = Outcome(taken.state, taken.decisions)
         work.rerun_room -= len(taken.decisions)
-        # Its definition record holds the request's progress: written like a redefinition.
+        work.reruns_taken.add(owned.partition)
+        # Its definition record remembers the request as done: written like a redefinition.
         work.record(owned.partition, request.schedule_id, outcome, state, redefined=True)
-        if taken.done:
-            return True
-        work.held.add(owned.partition)
-        return False
+        return True
 
     def _dead_letter(
         self,
@@ -451,3 +447,15 @@ class ScheduleChanges:
             reported_to=reported_to,
         )
         work.dead_letters.append((record["key"], self.codecs.dead_letter.encode(record)))
+
+
+def _fits(
+    partition: int, rerun: RerunRequested, state: ScheduleState | None, work: TransactionWork
+) -> bool:
+    """Whether `rerun` is taken in this transaction. The first request of each partition always
+    is, so that no partition's requests wait on another's; a later one when the runs it names fit
+    the re-run room left. One that fires nothing (refused, a retry, no schedule) always fits."""
+    if partition not in work.reruns_taken or state is None:
+        return True
+    verdict = judge_rerun(state, rerun.request, rerun.appended_at)
+    return verdict is None or verdict.refusal is not None or verdict.runs <= work.rerun_room

@@ -38,8 +38,9 @@ class Budgets:
     catchup: int
     """Of them, occurrences due before the misfire grace (a backlog), and those changes settle."""
     reruns: int = MAX_BACKFILL_RUNS
-    """Of them, re-runs: a budget of their own, so re-run requests never take the catch-up's,
-    and large enough for the largest request, which a transaction then fires whole."""
+    """Of them, re-runs: a budget of their own, so re-run requests never take the catch-up's.
+    Each request is fired whole: the first of each partition in any case (a transaction may then
+    carry more), later ones while they fit."""
 
 
 class TurnPlanner:

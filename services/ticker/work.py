@@ -36,7 +36,10 @@ class TransactionWork:
     settle_room: int = 0
     """How many more occurrences changes may settle in this transaction (the catch-up budget)."""
     rerun_room: int = 0
-    """How many more re-runs this transaction may fire (`Budgets.reruns`)."""
+    """How many more re-runs this transaction may fire (`Budgets.reruns`); below zero once the
+    first request of a partition took more than was left."""
+    reruns_taken: set[int] = field(default_factory=set)
+    """Partitions that took a re-run request in this transaction."""
     held: set[int] = field(default_factory=set)
     """Partitions whose next change waits for its schedule's old definition to settle: nothing
     after it is taken in this transaction, and the consumer reads it again (see `settle`)."""

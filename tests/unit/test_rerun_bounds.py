@@ -84,7 +84,7 @@ def test_a_request_starting_before_1970_is_refused() -> None:
 
 def test_a_retry_and_a_request_part_way_through_are_not_judged_again() -> None:
     asked = backfill(NOW - 10 * SECOND, NOW)
-    done = take_rerun(state(), asked, NOW, limit=None).state
+    done = take_rerun(state(), asked, NOW).state
     assert judge_rerun(done, asked, appended_at=NOW) is None
     halfway = replace(state(), rerun=RerunProgress("r", NOW - 5 * SECOND))
     assert judge_rerun(halfway, asked, appended_at=NOW) is None
@@ -223,5 +223,5 @@ def test_recent_reruns_count_the_last_minute_per_partition_and_team() -> None:
 @pytest.mark.parametrize("runs", [1, MAX_BACKFILL_RUNS])
 def test_a_request_within_the_bounds_is_fired_whole_in_one_call(runs: int) -> None:
     asked = backfill(NOW - (runs - 1) * SECOND, NOW)
-    taken = take_rerun(state(), asked, NOW, limit=MAX_BACKFILL_RUNS)
-    assert taken.done and len(taken.decisions) == runs
+    taken = take_rerun(state(), asked, NOW)
+    assert len(taken.decisions) == runs

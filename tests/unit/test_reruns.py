@@ -19,7 +19,7 @@ from kairos.core.audit import (
 from kairos.core.audit_report import AuditReport, Verdict
 from kairos.core.audit_verdict import verify
 from kairos.core.firing import ScheduleState
-from kairos.core.rerun_request import RerunKind, RerunRequest
+from kairos.core.rerun_request import RerunKind, RerunProgress, RerunRequest
 from kairos.core.reruns import REMEMBERED_REQUESTS, take_rerun
 from kairos.core.run_id import RunIdError, parse_run_id, rerun_id, rerun_request_of, run_id
 from kairos.core.schedule import OverlapPolicy, Schedule
@@ -68,37 +68,35 @@ def test_a_rerun_id_carries_the_request_and_reads_back_as_its_occurrence() -> No
 
 
 def test_a_backfill_owes_every_occurrence_from_start_through_end() -> None:
-    taken = take_rerun(state(), request(), at(12), limit=None)
+    taken = take_rerun(state(), request(), at(12))
     assert [d.nominal for d in taken.decisions] == [at(1), at(2), at(3), at(4)]
     assert all(d.fire_at == at(12) and d.rerun == request() for d in taken.decisions)
-    assert taken.done and taken.state.reruns_done == ("incident-1",)
+    assert taken.state.reruns_done == ("incident-1",)
     assert taken.state.rerun is None
     assert taken.state.next_nominal == at(13), "the schedule's own firing is untouched"
 
 
-def test_a_backfill_in_slices_goes_on_after_its_last_fire_and_fires_each_once() -> None:
-    first = take_rerun(state(), request(), at(12), limit=3)
-    assert not first.done and [d.nominal for d in first.decisions] == [at(1), at(2), at(3)]
-    assert first.state.rerun is not None and first.state.rerun.fired_through == at(3)
-    none = take_rerun(first.state, request(), at(12), limit=0)
-    assert not none.done and none.decisions == [] and none.state == first.state
-    rest = take_rerun(first.state, request(), at(12, 1), limit=3)
-    assert rest.done and [d.nominal for d in rest.decisions] == [at(4)]
+def test_a_request_an_older_ticker_fired_in_part_goes_on_after_its_last_fire() -> None:
+    """Tickers before 0.1.0 fired a request in slices and remembered how far it got."""
+    part_way = replace(state(), rerun=RerunProgress("incident-1", at(3)))
+    rest = take_rerun(part_way, request(), at(12, 1))
+    assert [d.nominal for d in rest.decisions] == [at(4)]
+    assert rest.state.rerun is None and rest.state.reruns_done == ("incident-1",)
 
 
 def test_a_retried_request_fires_nothing_and_only_recent_ones_are_remembered() -> None:
-    done = take_rerun(state(), request(), at(12), limit=None).state
-    again = take_rerun(done, request(), at(12), limit=None)
+    done = take_rerun(state(), request(), at(12)).state
+    again = take_rerun(done, request(), at(12))
     assert again.already_done and again.decisions == []
     crowded = replace(done, reruns_done=tuple(f"r{n}" for n in range(REMEMBERED_REQUESTS)))
-    after = take_rerun(crowded, request(), at(12), limit=None).state
+    after = take_rerun(crowded, request(), at(12)).state
     assert len(after.reruns_done) == REMEMBERED_REQUESTS
     assert after.reruns_done[-1] == "incident-1" and "r0" not in after.reruns_done
 
 
 def test_a_trigger_owes_one_run_for_its_instant_even_off_the_schedule() -> None:
     trigger = request("now", at(2, 17), at(2, 17), RerunKind.TRIGGER)
-    taken = take_rerun(state(), trigger, at(12), limit=None)
+    taken = take_rerun(state(), trigger, at(12))
     assert [d.run_id for d in taken.decisions] == ["report@2027-03-14T02:17:00Z~rerun-now"]
 
 
