@@ -43,13 +43,18 @@ from kairos.cli.schedule_files import (
 )
 from kairos.cli.schedules import ChangedByOption, ReasonOption, changed_by_or_default
 from kairos.core.errors import KairosError
+from kairos.core.ownership import Change, Held, upsert_change
 from kairos.core.schedule import Schedule
 from kairos.streams.acls import Role
 from kairos.streams.calendar_reader import read_calendars
+from kairos.streams.change_precheck import ChangeRefusedError, OwnershipPrecheck
 from kairos.streams.held_schedules import StoredSchedule
+from kairos.streams.partitioner import partition_for
 from kairos.streams.records import definition_record
 from kairos.streams.schedule_publisher import ChangeKind, ScheduleChange, SchedulesClient
+from kairos.streams.schedule_reader import ScheduleSnapshot
 from kairos.streams.settings import KafkaSettings
+from kairos.streams.signing import load_signer
 from kairos.streams.topics import TopicRole
 
 
@@ -196,7 +201,41 @@ def _planned(
         raise fail(f"{why}; nothing was published") from None
     warn_rejected(snapshot, reader)
     _check_calendars(settings, sourced)
-    return plan_apply(desired, snapshot.schedules, owner if prune else None), settings
+    plan = plan_apply(desired, snapshot.schedules, owner if prune else None)
+    _check_ownership(settings, plan, snapshot)
+    return plan, settings
+
+
+def _check_ownership(
+    settings: KafkaSettings, plan: list[PlannedChange], snapshot: ScheduleSnapshot
+) -> None:
+    """Refuse, before publishing anything, what a signed ticker would refuse of the plan."""
+    if settings.signing_key is None:
+        return
+    try:
+        team = load_signer(settings.signing_key).team
+    except KairosError as error:
+        raise fail(f"{error}; nothing was published") from None
+    precheck = OwnershipPrecheck(settings, team, timeout_s=30.0)
+    refusals = []
+    for planned in plan:
+        partition = partition_for(planned.schedule_id, snapshot.partitions)
+        if planned.action == "unchanged" or not snapshot.signed(partition):
+            continue
+        stored = snapshot.schedules.get(planned.schedule_id)
+        held = None if stored is None else Held(stored.schedule.owner, stored.schedule.paused)
+        new = planned.schedule
+        change = Change.DELETE if new is None else upsert_change(held, new.paused)
+        try:
+            precheck.check(planned.schedule_id, change, stored, None if new is None else new.owner)
+        except ChangeRefusedError as refusal:
+            refusals.append(str(refusal))
+        except KairosError as error:
+            raise fail(f"{error}; nothing was published") from None
+    if refusals:
+        for reason in refusals:
+            typer.echo(f"error: {reason}", err=True)
+        raise fail(f"{len(refusals)} change(s) would be refused; nothing was published")
 
 
 def _show(plan: list[PlannedChange], dry_run: bool, output: OutputFormat) -> None:

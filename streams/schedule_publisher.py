@@ -20,10 +20,12 @@ from typing import Any, Literal
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from kairos.core.errors import KairosError
+from kairos.core.ownership import Change
 from kairos.core.rerun_request import RerunRequest
 from kairos.core.run_id import RERUN_MARK
 from kairos.core.schedule import Schedule, parse_schedule
 from kairos.streams.authorization import kafka_error_of
+from kairos.streams.change_precheck import OwnershipPrecheck
 from kairos.streams.codec import Codecs, make_codecs
 from kairos.streams.held_schedules import StoredSchedule
 from kairos.streams.partitioner import partition_for
@@ -148,6 +150,11 @@ class SchedulesClient:
         self._timeout_s = timeout_s
         self._await_judged_s = await_judged_s
         self._signer = None if settings.signing_key is None else load_signer(settings.signing_key)
+        self._precheck = (
+            None
+            if self._signer is None
+            else OwnershipPrecheck(settings, self._signer.team, timeout_s)
+        )
         self._reader = ScheduleReader(settings, self._codecs, timeout_s)
         self._producer = Producer(
             settings.producer_config(
@@ -176,7 +183,7 @@ class SchedulesClient:
 
     def delete(self, schedule_id: str, reason: str | None = None) -> None:
         """Delete a schedule: a `deleted` event for the audit trail, then a tombstone."""
-        current = self.get(schedule_id)
+        current = self._held(schedule_id, Change.DELETE)
         deleted = ScheduleChange("deleted", schedule_id, revision=current.revision + 1)
         self.publish([deleted], reason)
 
@@ -208,7 +215,7 @@ class SchedulesClient:
         Keyed `<schedule id>~rerun-<request id>` on the schedule's own partition (see
         `kairos.streams.schedule_events`); `ScheduleNotFoundError` when the schedule is gone.
         """
-        self.get(request.schedule_id)
+        self._held(request.schedule_id, Change.RERUN)
         event = schedule_event_record(
             request.schedule_id,
             "rerun_requested",
@@ -238,7 +245,7 @@ class SchedulesClient:
         # may be another team's change its ticker refuses), and conditional on its version: a
         # change taken between the read and this one makes the ticker refuse this one (a
         # StaleChangeError dead letter) rather than overwrite it with the older definition.
-        current = self._held(schedule_id)
+        current = self._held(schedule_id, Change.PAUSE if paused else Change.RESUME)
         definition = current.schedule.model_copy(update={"paused": paused})
         change: ChangeKind = "paused" if paused else "resumed"
         publishing = ScheduleChange(
@@ -246,9 +253,10 @@ class SchedulesClient:
         )
         self.publish([publishing], reason)
 
-    def _held(self, schedule_id: str) -> StoredSchedule:
+    def _held(self, schedule_id: str, change: Change) -> StoredSchedule:
         """The schedule its ticker holds once it judged every change of it read (a signed
-        ticker's verdict on a change is not known before), waiting up to `await_judged_s`."""
+        ticker's verdict on a change is not known before), waiting up to `await_judged_s`;
+        `ChangeRefusedError` when a signed ticker would refuse this client's `change` of it."""
         deadline = time.monotonic() + self._await_judged_s
         while True:
             snapshot = self._reader.read_partition_of(schedule_id)
@@ -261,6 +269,10 @@ class SchedulesClient:
         stored = snapshot.schedules.get(schedule_id)
         if stored is None:
             raise ScheduleNotFoundError(schedule_id, self.topic)
+        if self._precheck is not None and snapshot.signed(stored.partition):
+            carries_definition = change in (Change.PAUSE, Change.RESUME)
+            owner = stored.schedule.owner if carries_definition else None
+            self._precheck.check(schedule_id, change, stored, owner)
         return stored
 
     def _event(self, change: ScheduleChange, reason: str | None) -> bytes:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
@@ -26,7 +26,7 @@ from kairos.core.errors import KairosError
 from kairos.streams.codec import Codecs, make_codecs
 from kairos.streams.held_schedules import FoldedRecord, HeldSchedules, StoredSchedule
 from kairos.streams.history import HistoryReader
-from kairos.streams.ownership import Judged
+from kairos.streams.ownership import Judged, Ownership
 from kairos.streams.partition_status import PartitionStatusError, read_judged
 from kairos.streams.partitioner import partition_for
 from kairos.streams.schedule_events import (
@@ -55,6 +55,13 @@ class ScheduleSnapshot:
     """The topic's partition count, as the broker gave it for this read."""
     awaiting: dict[str, list[int]] = field(default_factory=dict)
     """Per schedule id, the offsets of changes its signed ticker has not judged yet: not shown."""
+    judged: Mapping[int, Judged] = field(default_factory=dict)
+    """What the tickers committed per partition, as this read found it."""
+
+    def signed(self, partition: int) -> bool:
+        """Whether the partition was last judged by a ticker in signed mode."""
+        found = self.judged.get(partition)
+        return found is not None and found.mode is Ownership.SIGNED
 
 
 _UNKNOWN_TOPIC = KafkaError.UNKNOWN_TOPIC_OR_PART
@@ -122,7 +129,8 @@ class ScheduleReader:
             partitions = choose(count)
             # Before the records: every change before a committed offset read here was judged,
             # and the dead letter of each one refused is visible by the time it is asked for.
-            held = HeldSchedules(self._judged())
+            judged = self._judged()
+            held = HeldSchedules(judged)
             consumer.assign([TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in partitions])
             records: dict[int, list[FoldedRecord]] = {p: [] for p in partitions}
             rejected: list[RejectedEvent] = []
@@ -133,7 +141,7 @@ class ScheduleReader:
             refused = _Refusals(self._settings, self._codecs, self._timeout_s)
             for partition in partitions:
                 held.fold(records[partition], refused.offsets)
-            return ScheduleSnapshot(held.schedules, tuple(rejected), count, held.awaiting)
+            return ScheduleSnapshot(held.schedules, tuple(rejected), count, held.awaiting, judged)
         finally:
             consumer.close()
 

@@ -142,6 +142,16 @@ def test_readers_and_an_administrators_pause_go_by_the_tickers_verdict(
         )
         assert admin.get(VICTIM).schedule.paused
         assert admin.get(VICTIM).offset == paused.offset
+    # growth's apply of payments' schedule is refused before anything is published.
+    growth_key, _ = deployment["keys"]["growth"]
+    hijack_file = tmp_path / "hijack.yaml"
+    hijack_file.write_text(
+        f"schedules:\n  - id: {VICTIM}\n    cron: '0 7 * * *'\n    owner: payments\n"
+    )
+    applied = _cli(settings, growth_key, "apply", "-f", str(hijack_file))
+    assert applied.returncode == 2, applied.stdout + applied.stderr
+    assert "team 'growth' may not overwrite it" in applied.stderr
+    assert "nothing was published" in applied.stderr
     replayed = _cli(settings, payments_key, "replay", "--schedule", VICTIM)
     assert replayed.returncode == 0, replayed.stderr
     changes = [line for line in replayed.stdout.splitlines() if VICTIM in line]

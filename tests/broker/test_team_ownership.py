@@ -2,7 +2,7 @@
 
 Team `payments` owns a schedule. Team `growth`, which may publish to the schedules topic like
 every team, tries to overwrite, pause, delete, tombstone and re-run it: through the CLI signed
-with its own key, and raw with its own Kafka client. Someone without a registered key forges
+with its own key (which refuses before publishing), and raw with its own Kafka client. Someone without a registered key forges
 `payments`' name, publishes unsigned, and replays one of `payments`' own signed records. Each
 attempt is refused by the ticker (`--ownership signed`), dead-lettered with its reason and
 reported to the team that signed it; the schedule keeps firing as `payments` defined it, and
@@ -25,12 +25,14 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from kairos.core.ownership import Team
+from kairos.core.rerun_request import RerunKind, RerunRequest
+from kairos.core.run_id import RERUN_MARK
 from kairos.core.schedule import Schedule
 from kairos.services.ticker.settings import Ownership
 from kairos.streams.codec import make_codecs
 from kairos.streams.dead_letters import OWNERSHIP_REFUSED
 from kairos.streams.partitioner import partition_for
-from kairos.streams.records import definition_record
+from kairos.streams.records import definition_record, schedule_event_record
 from kairos.streams.schedule_events import IF_VERSION_HEADER
 from kairos.streams.schedule_publisher import ScheduleNotFoundError, SchedulesClient
 from kairos.streams.settings import KafkaSettings
@@ -86,11 +88,29 @@ def _event(schedule: Schedule | None, schedule_id: str, change: str) -> bytes:
     )
 
 
+def _rerun_event(schedule_id: str, request_id: str) -> bytes:
+    now = datetime.now(UTC)
+    request = RerunRequest(
+        request_id, schedule_id, RerunKind.TRIGGER, now, now, None, "attacker", now, None
+    )
+    record = schedule_event_record(
+        schedule_id,
+        "rerun_requested",
+        None,
+        changed_by="attacker",
+        changed_at=now,
+        reason=None,
+        rerun=request,
+    )
+    return CODECS.schedule_event.encode(record)
+
+
 class RawClient:
     """A team's own Kafka client, publishing raw records, signed or not as the test says."""
 
     def __init__(self, settings: KafkaSettings) -> None:
         self.topic = settings.layout.name(TopicRole.SCHEDULES)
+        self._partitions = settings.schedules_partitions
         self._producer = Producer(settings.client_config())
 
     def send(
@@ -99,7 +119,10 @@ class RawClient:
         value: bytes | None,
         signer: Signer | None = None,
         headers: list[tuple[str, bytes]] | None = None,
+        on_partition_of: str | None = None,
     ) -> None:
+        """Send a record (on the partition of the schedule `on_partition_of` names, for a re-run
+        request, else its key's)."""
         raw_key = key.encode()
         if signer is not None:
             now_ms = int(time.time() * 1000)
@@ -108,7 +131,12 @@ class RawClient:
                 for name, value_ in signer.headers(self.topic, raw_key, value, now_ms)
                 if isinstance(value_, bytes)
             ]
-        self._producer.produce(self.topic, key=raw_key, value=value, headers=headers)
+        extra = (
+            {}
+            if on_partition_of is None
+            else {"partition": partition_for(on_partition_of, self._partitions)}
+        )
+        self._producer.produce(self.topic, key=raw_key, value=value, headers=headers, **extra)
         assert self._producer.flush(30) == 0
 
 
@@ -204,14 +232,23 @@ def test_impersonation_of_every_kind_is_refused_and_reported(
     eventually(lambda: len(_runs_of(settings, VICTIM)) >= 2, timeout_s=60, message="no runs")
 
     attacks_began = datetime.now(UTC)
-    # growth, signing as itself, through the CLI (the SDK signs every change it publishes).
-    # Each is published (exit 0): the topic takes any team's records; the ticker refuses them.
+    # growth, signing as itself, through the CLI: refused before anything is published, with
+    # the ticker's reason (the SDK checks the rules it signs under).
     for verb in ("pause", "trigger", "delete"):
-        published = _cli(settings, growth_key, "schedules", verb, VICTIM)
-        assert published.returncode == 0, published.stderr
-    # growth with its own Kafka client: overwrite, as itself and posing as the owner, and a
-    # tombstone alone.
+        refused = _cli(settings, growth_key, "schedules", verb, VICTIM)
+        assert refused.returncode == 2, refused.stderr
+        assert "belongs to team 'payments'" in refused.stderr, refused.stderr
+        assert "not published" in refused.stderr
+    # The same, and more, with growth's own Kafka client, which checks nothing: the ticker
+    # refuses each. A pause, a re-run request, a delete (an event and its tombstone), an
+    # overwrite as itself and one posing as the owner, and a tombstone alone.
     raw = RawClient(settings)
+    paused = victim.model_copy(update={"paused": True})
+    raw.send(VICTIM, _event(paused, VICTIM, "paused"), growth)
+    asked = _rerun_event(VICTIM, "by-growth")
+    raw.send(f"{VICTIM}{RERUN_MARK}by-growth", asked, growth, on_partition_of=VICTIM)
+    raw.send(VICTIM, _event(None, VICTIM, "deleted"), growth)
+    raw.send(VICTIM, None, growth)
     taken_over = victim.model_copy(update={"owner": "growth", "every": timedelta(hours=1)})
     raw.send(VICTIM, _event(taken_over, VICTIM, "upserted"), growth)
     posing = victim.model_copy(update={"every": timedelta(hours=1)})

@@ -1,0 +1,64 @@
+"""A change its ticker would refuse, refused before it is published: the CLI's and the SDK's check.
+
+In a signed deployment the tickers decide (`services/ticker/ownership.py`): the topic takes any
+team's records, and the ticker refuses a change its signer may not make. A publisher that signs
+checks the same rules first (`kairos.core.ownership.refusal`) against what the ticker holds
+(`kairos.streams.held_schedules`), so that `kairos schedules pause` of another team's schedule
+fails at once, saying why, rather than printing "paused" for a change the ticker then refuses.
+It saves the round trip and nothing more: a team's own Kafka client skips it, and the ticker
+refuses the change anyway.
+
+It applies only where the schedule's partition was last judged in signed mode (an open ticker
+takes every change), and uses the team registrations as the teams topic has them now.
+"""
+
+from __future__ import annotations
+
+from kairos.core.errors import KairosError
+from kairos.core.ownership import Change, Held, Team, refusal
+from kairos.streams.held_schedules import StoredSchedule
+from kairos.streams.settings import KafkaSettings
+from kairos.streams.team_events import TeamFeed
+
+
+class ChangeRefusedError(KairosError):
+    """A change the deployment's signed tickers would refuse; nothing was published."""
+
+
+class OwnershipPrecheck:
+    """The ownership rules, applied before publishing to what a team signs."""
+
+    def __init__(self, settings: KafkaSettings, team: str, timeout_s: float) -> None:
+        self._settings = settings
+        self._team_name = team
+        self._timeout_s = timeout_s
+        self._team: Team | None = None
+
+    def check(
+        self,
+        schedule_id: str,
+        change: Change,
+        held: StoredSchedule | None,
+        new_owner: str | None,
+    ) -> None:
+        """Raise `ChangeRefusedError` when the signed ticker would refuse `change`."""
+        team = self._registered()
+        state = None if held is None else Held(held.schedule.owner, held.schedule.paused)
+        reason = refusal(team, schedule_id, change, state, new_owner)
+        if reason is not None:
+            raise ChangeRefusedError(
+                f"{reason}; not published: this deployment's tickers would refuse it"
+            )
+
+    def _registered(self) -> Team:
+        if self._team is None:
+            with TeamFeed(self._settings, timeout_s=self._timeout_s) as feed:
+                registered = feed.refresh().get(self._team_name)
+            if registered is None or registered.team is None:
+                raise ChangeRefusedError(
+                    f"team {self._team_name!r}, which the signing key names, is not registered "
+                    "in this deployment: its tickers refuse every change it signs; an "
+                    "administrator registers it (`kairos teams put`)"
+                )
+            self._team = registered.team
+        return self._team
