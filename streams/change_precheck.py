@@ -9,16 +9,21 @@ It saves the round trip and nothing more: a team's own Kafka client skips it, an
 refuses the change anyway.
 
 It applies only where the schedule's partition was last judged in signed mode (an open ticker
-takes every change), and uses the team registrations as the teams topic has them now.
+takes every change), and uses the team registrations as the teams topic has them now; a
+publisher that may not read the teams topic is warned and publishes unchecked.
 """
 
 from __future__ import annotations
+
+import logging
 
 from kairos.core.errors import KairosError
 from kairos.core.ownership import Change, Held, Team, refusal
 from kairos.streams.held_schedules import StoredSchedule
 from kairos.streams.settings import KafkaSettings
-from kairos.streams.team_events import TeamFeed
+from kairos.streams.team_events import TeamFeed, TeamReadError
+
+logger = logging.getLogger(__name__)
 
 
 class ChangeRefusedError(KairosError):
@@ -41,8 +46,11 @@ class OwnershipPrecheck:
         held: StoredSchedule | None,
         new_owner: str | None,
     ) -> None:
-        """Raise `ChangeRefusedError` when the signed ticker would refuse `change`."""
+        """Raise `ChangeRefusedError` when the signed ticker would refuse `change`; nothing when
+        the teams topic cannot be read (the ticker decides)."""
         team = self._registered()
+        if team is None:
+            return
         state = None if held is None else Held(held.schedule.owner, held.schedule.paused)
         reason = refusal(team, schedule_id, change, state, new_owner)
         if reason is not None:
@@ -50,10 +58,14 @@ class OwnershipPrecheck:
                 f"{reason}; not published: this deployment's tickers would refuse it"
             )
 
-    def _registered(self) -> Team:
+    def _registered(self) -> Team | None:
         if self._team is None:
-            with TeamFeed(self._settings, timeout_s=self._timeout_s) as feed:
-                registered = feed.refresh().get(self._team_name)
+            try:
+                with TeamFeed(self._settings, timeout_s=self._timeout_s) as feed:
+                    registered = feed.refresh().get(self._team_name)
+            except TeamReadError as error:
+                logger.warning("ownership not checked before publishing: %s", error)
+                return None
             if registered is None or registered.team is None:
                 raise ChangeRefusedError(
                     f"team {self._team_name!r}, which the signing key names, is not registered "

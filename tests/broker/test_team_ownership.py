@@ -2,11 +2,12 @@
 
 Team `payments` owns a schedule. Team `growth`, which may publish to the schedules topic like
 every team, tries to overwrite, pause, delete, tombstone and re-run it: through the CLI signed
-with its own key (which refuses before publishing), and raw with its own Kafka client. Someone without a registered key forges
-`payments`' name, publishes unsigned, and replays one of `payments`' own signed records. Each
-attempt is refused by the ticker (`--ownership signed`), dead-lettered with its reason and
-reported to the team that signed it; the schedule keeps firing as `payments` defined it, and
-the teams' own changes, and the ticker's own after_last_run, are taken.
+with its own key (which refuses before publishing), and raw with its own Kafka client. Someone
+without a registered key forges `payments`' name, publishes unsigned, and replays one of
+`payments`' own signed records. Each raw attempt is refused by the ticker (`--ownership
+signed`), dead-lettered with its reason and reported to the team that signed it; the schedule
+keeps firing as `payments` defined it, and the teams' own changes, and the ticker's own
+after_last_run, are taken.
 """
 
 from __future__ import annotations
