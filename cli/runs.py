@@ -206,20 +206,20 @@ def _story(
             }
             for e in events
         ],
-        "version": None
-        if version is None
-        else {
-            "partition": version.partition,
-            "offset": version.offset,
-            "change": version.change,
-            "changed_by": version.changed_by,
-            "signed_by": version.signed_by,
-            "changed_at": version.changed_at,
-            "reason": version.reason,
-            "definition": (
-                version.definition.model_dump(mode="json") if version.definition else None
-            ),
-        },
+        "version": None if version is None else _version_document(version),
+    }
+
+
+def _version_document(version: HistoryEvent) -> dict[str, Any]:
+    return {
+        "partition": version.partition,
+        "offset": version.offset,
+        "change": version.change,
+        "changed_by": version.changed_by,
+        "signed_by": version.signed_by,
+        "changed_at": version.changed_at,
+        "reason": version.reason,
+        "definition": version.definition.model_dump(mode="json") if version.definition else None,
     }
 
 

@@ -88,7 +88,6 @@ def test_readers_and_an_administrators_pause_go_by_the_tickers_verdict(
     settings: KafkaSettings = deployment["settings"]
     payments_key, _ = deployment["keys"]["payments"]
     _, growth = deployment["keys"]["growth"]
-    platform_key, _ = deployment["keys"]["platform"]
     start = datetime.now(UTC).replace(microsecond=0)
     ledger = Schedule(id=VICTIM, cron="0 6 * * *", start_at=start, owner="payments")
     with SchedulesClient(_as(settings, payments_key), changed_by="alice") as payments:
@@ -114,6 +113,63 @@ def test_readers_and_an_administrators_pause_go_by_the_tickers_verdict(
     assert json.loads(described.stdout)["awaiting_ticker"] == 1
     _the_console_shows_what_the_ticker_holds(settings, tmp_path, deployment["tickers"])
 
+    _an_administrators_pause_waits_for_the_verdict(deployment, ledger, tmp_path)
+    _growths_apply_is_refused_before_publishing(settings, deployment["keys"]["growth"][0], tmp_path)
+    replayed = _cli(settings, payments_key, "replay", "--schedule", VICTIM)
+    assert replayed.returncode == 0, replayed.stderr
+    changes = [line for line in replayed.stdout.splitlines() if VICTIM in line]
+    assert len(changes) == 2, replayed.stdout  # growth's refused change is not history
+    assert "by alice (signed by team payments)" in changes[0]
+    assert "paused by console (signed by team platform)" in changes[1]
+
+
+def _growths_apply_is_refused_before_publishing(
+    settings: KafkaSettings, growth_key: Path, tmp_path: Path
+) -> None:
+    hijack_file = tmp_path / "hijack.yaml"
+    hijack_file.write_text(
+        f"schedules:\n  - id: {VICTIM}\n    cron: '0 7 * * *'\n    owner: payments\n"
+    )
+    applied = _cli(settings, growth_key, "apply", "-f", str(hijack_file))
+    assert applied.returncode == 2, applied.stdout + applied.stderr
+    assert "team 'growth' may not overwrite it" in applied.stderr
+    assert "nothing was published" in applied.stderr
+
+
+def _the_console_shows_what_the_ticker_holds(
+    settings: KafkaSettings, tmp_path: Path, processes: list[ServiceProcess]
+) -> None:
+    """The schedule's page, once the console read growth's change: payments' definition, the
+    change counted as awaiting the ticker."""
+    console = start_console(settings, tmp_path / "console", tmp_path)
+    processes.append(console)
+    base = address_of(console)
+
+    def read_growths_change() -> dict[str, Any] | None:
+        try:
+            page: dict[str, Any] = api(base, f"/api/v1/schedules/{VICTIM}")
+        except urllib.error.HTTPError:
+            return None  # 404 until the console read the schedule
+        return page if len(page["last_changes"]) == 2 else None
+
+    page = eventually(read_growths_change, timeout_s=30, message="the console did not read it")
+    shown = page["schedule"]
+    assert shown["labels"] == {}, "the console showed a change its ticker has not taken"
+    assert (shown["changed_by"], shown["signed_by"], shown["awaiting_ticker"]) == (
+        "alice",
+        "payments",
+        1,
+    )
+
+
+def _an_administrators_pause_waits_for_the_verdict(
+    deployment: dict[str, Any], ledger: Schedule, tmp_path: Path
+) -> None:
+    """An administrator's pause while growth's change awaits the ticker: refused until the
+    ticker judged it, then made on payments' definition; a resume made from the version before
+    is refused."""
+    settings: KafkaSettings = deployment["settings"]
+    platform_key, _ = deployment["keys"]["platform"]
     admin_settings = _as(settings, platform_key)
     with SchedulesClient(admin_settings, changed_by="console", await_judged_s=1.0) as admin:
         with pytest.raises(ScheduleAwaitingTickerError, match="has 1 change"):
@@ -142,45 +198,3 @@ def test_readers_and_an_administrators_pause_go_by_the_tickers_verdict(
         )
         assert admin.get(VICTIM).schedule.paused
         assert admin.get(VICTIM).offset == paused.offset
-    # growth's apply of payments' schedule is refused before anything is published.
-    growth_key, _ = deployment["keys"]["growth"]
-    hijack_file = tmp_path / "hijack.yaml"
-    hijack_file.write_text(
-        f"schedules:\n  - id: {VICTIM}\n    cron: '0 7 * * *'\n    owner: payments\n"
-    )
-    applied = _cli(settings, growth_key, "apply", "-f", str(hijack_file))
-    assert applied.returncode == 2, applied.stdout + applied.stderr
-    assert "team 'growth' may not overwrite it" in applied.stderr
-    assert "nothing was published" in applied.stderr
-    replayed = _cli(settings, payments_key, "replay", "--schedule", VICTIM)
-    assert replayed.returncode == 0, replayed.stderr
-    changes = [line for line in replayed.stdout.splitlines() if VICTIM in line]
-    assert len(changes) == 2, replayed.stdout  # growth's refused change is not history
-    assert "by alice (signed by team payments)" in changes[0]
-    assert "paused by console (signed by team platform)" in changes[1]
-
-
-def _the_console_shows_what_the_ticker_holds(
-    settings: KafkaSettings, tmp_path: Path, processes: list[ServiceProcess]
-) -> None:
-    """The schedule's page, once the console read growth's change: payments' definition, the
-    change counted as awaiting the ticker."""
-    console = start_console(settings, tmp_path / "console", tmp_path)
-    processes.append(console)
-    base = address_of(console)
-
-    def read_growths_change() -> dict[str, Any] | None:
-        try:
-            page: dict[str, Any] = api(base, f"/api/v1/schedules/{VICTIM}")
-        except urllib.error.HTTPError:
-            return None  # 404 until the console read the schedule
-        return page if len(page["last_changes"]) == 2 else None
-
-    page = eventually(read_growths_change, timeout_s=30, message="the console did not read it")
-    shown = page["schedule"]
-    assert shown["labels"] == {}, "the console showed a change its ticker has not taken"
-    assert (shown["changed_by"], shown["signed_by"], shown["awaiting_ticker"]) == (
-        "alice",
-        "payments",
-        1,
-    )

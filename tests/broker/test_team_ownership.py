@@ -215,34 +215,12 @@ def _runs_of(settings: KafkaSettings, schedule_id: str) -> list[dict[str, Any]]:
     return [run for run in committed_runs(settings) if run["schedule_id"] == schedule_id]
 
 
-def test_impersonation_of_every_kind_is_refused_and_reported(
-    deployment: dict[str, Any],
+def _attack_raw(
+    settings: KafkaSettings, victim: Schedule, growth: Signer, stranger: Signer
 ) -> None:
-    settings: KafkaSettings = deployment["settings"]
-    keys = deployment["keys"]
-    ticker: ServiceProcess = deployment["ticker"]
-    payments_key, _ = keys["payments"]
-    growth_key, growth = keys["growth"]
-    _, stranger = keys["stranger"]
-    victim = Schedule(id=VICTIM, every=timedelta(seconds=1), start_at=_now(), owner="payments")
-    with SchedulesClient(_as(settings, payments_key), changed_by="payments-ci") as owner:
-        owner.upsert(victim)
-        # The owner's own pause and resume are taken; the pause is replayed later.
-        owner.pause(VICTIM)
-        owner.resume(VICTIM)
-    eventually(lambda: len(_runs_of(settings, VICTIM)) >= 2, timeout_s=60, message="no runs")
-
-    attacks_began = datetime.now(UTC)
-    # growth, signing as itself, through the CLI: refused before anything is published, with
-    # the ticker's reason (the SDK checks the rules it signs under).
-    for verb in ("pause", "trigger", "delete"):
-        refused = _cli(settings, growth_key, "schedules", verb, VICTIM)
-        assert refused.returncode == 2, refused.stderr
-        assert "belongs to team 'payments'" in refused.stderr, refused.stderr
-        assert "not published" in refused.stderr
-    # The same, and more, with growth's own Kafka client, which checks nothing: the ticker
-    # refuses each. A pause, a re-run request, a delete (an event and its tombstone), an
-    # overwrite as itself and one posing as the owner, and a tombstone alone.
+    """Ten changes of `victim` sent with the attackers' own Kafka clients, which check nothing:
+    growth's pause, re-run request, delete (an event and its tombstone), overwrite as itself and
+    posing as the owner, and a tombstone alone; then the forged and the replayed ones."""
     raw = RawClient(settings)
     paused = victim.model_copy(update={"paused": True})
     raw.send(VICTIM, _event(paused, VICTIM, "paused"), growth)
@@ -270,6 +248,34 @@ def test_impersonation_of_every_kind_is_refused_and_reported(
     time.sleep(MAX_AGE_S + 1)
     signature = [(name, value) for name, value in pause_headers if name != IF_VERSION_HEADER]
     raw.send(VICTIM, pause_value, headers=signature)
+
+
+def test_impersonation_of_every_kind_is_refused_and_reported(
+    deployment: dict[str, Any],
+) -> None:
+    settings: KafkaSettings = deployment["settings"]
+    keys = deployment["keys"]
+    ticker: ServiceProcess = deployment["ticker"]
+    payments_key, _ = keys["payments"]
+    growth_key, growth = keys["growth"]
+    _, stranger = keys["stranger"]
+    victim = Schedule(id=VICTIM, every=timedelta(seconds=1), start_at=_now(), owner="payments")
+    with SchedulesClient(_as(settings, payments_key), changed_by="payments-ci") as owner:
+        owner.upsert(victim)
+        # The owner's own pause and resume are taken; the pause is replayed later.
+        owner.pause(VICTIM)
+        owner.resume(VICTIM)
+    eventually(lambda: len(_runs_of(settings, VICTIM)) >= 2, timeout_s=60, message="no runs")
+
+    attacks_began = datetime.now(UTC)
+    # growth, signing as itself, through the CLI: refused before anything is published, with
+    # the ticker's reason (the SDK checks the rules it signs under).
+    for verb in ("pause", "trigger", "delete"):
+        refused = _cli(settings, growth_key, "schedules", verb, VICTIM)
+        assert refused.returncode == 2, refused.stderr
+        assert "belongs to team 'payments'" in refused.stderr, refused.stderr
+        assert "not published" in refused.stderr
+    _attack_raw(settings, victim, growth, stranger)
 
     def all_ten() -> list[dict[str, Any]] | None:
         found = _refusals(settings)
