@@ -391,14 +391,14 @@ def _book(
     if book.skipped:
         first = book.skipped[0]
         typer.echo(
-            f"warning: skipped {len(book.skipped)} unreadable record(s) on the calendars topic; "
+            f"warning: skipped {book.skipped_count} unreadable record(s) on the calendars topic; "
             f"first at offset {first.version}: {first.reason}",
             err=True,
         )
     if book.refused:
         latest = book.refused[-1]
         typer.echo(
-            f"warning: {len(book.refused)} calendar change(s) on the topic do not count (not "
+            f"warning: {book.refused_count} calendar change(s) on the topic do not count (not "
             f"signed by a registered team that may make them); the latest, version "
             f"{latest.version} of {latest.calendar_id!r}: {latest.reason}",
             err=True,

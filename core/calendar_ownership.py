@@ -22,10 +22,12 @@ Without `teams` (open mode) every change counts.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Mapping
 
 from kairos.core.business_calendar import BusinessCalendar
 from kairos.core.calendar_versions import (
+    KEPT_PROBLEMS,
     CalendarBook,
     CalendarChange,
     CalendarSignature,
@@ -80,8 +82,10 @@ class CalendarLedger:
     def __init__(self) -> None:
         self._versions: dict[str, CalendarVersion] = {}
         self._last_owners: dict[str, str] = {}
-        self._skipped: list[SkippedCalendarRecord] = []
-        self._refused: list[RefusedCalendarChange] = []
+        self._skipped: deque[SkippedCalendarRecord] = deque(maxlen=KEPT_PROBLEMS)
+        self._refused: deque[RefusedCalendarChange] = deque(maxlen=KEPT_PROBLEMS)
+        self._skipped_count = 0
+        self._refused_count = 0
 
     def take(
         self, record: CalendarChange | SkippedCalendarRecord, teams: Mapping[str, Team] | None
@@ -90,6 +94,7 @@ class CalendarLedger:
         the contract or is refused). `teams`: the registered teams, or `None` in open mode."""
         if isinstance(record, SkippedCalendarRecord):
             self._skipped.append(record)
+            self._skipped_count += 1
             return None
         held = self._versions.get(record.calendar_id)
         if teams is not None:
@@ -100,6 +105,7 @@ class CalendarLedger:
                         record.calendar_id, record.version, reason, team, record.changed_at
                     )
                 )
+                self._refused_count += 1
                 return None
         version = record.in_force()
         if version is None:
@@ -112,8 +118,14 @@ class CalendarLedger:
         return record
 
     def book(self) -> CalendarBook:
-        """The calendars in force now, with every record skipped or refused so far."""
-        return CalendarBook(dict(self._versions), tuple(self._skipped), tuple(self._refused))
+        """The calendars in force now, with the latest records skipped or refused so far."""
+        return CalendarBook(
+            dict(self._versions),
+            tuple(self._skipped),
+            tuple(self._refused),
+            self._skipped_count,
+            self._refused_count,
+        )
 
     def _refusal(
         self, change: CalendarChange, held: CalendarVersion | None, teams: Mapping[str, Team]

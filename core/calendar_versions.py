@@ -93,14 +93,24 @@ class SkippedCalendarRecord:
     reason: str
 
 
+KEPT_PROBLEMS = 1_000
+"""How many skipped and refused records a book keeps (the latest): a ticker follows the topic for
+as long as it runs, and a team publishing refused changes one after another must not grow it."""
+
+
 @dataclass(frozen=True)
 class CalendarBook:
     """Every current calendar by id, as of a read of the calendars topic (or of a replay)."""
 
     versions: Mapping[str, CalendarVersion] = field(default_factory=dict)
     skipped: tuple[SkippedCalendarRecord, ...] = ()
+    """The latest records that break the contract, at most `KEPT_PROBLEMS`."""
     refused: tuple[RefusedCalendarChange, ...] = ()
-    """Changes a deployment that enforces ownership does not count (`CalendarLedger`)."""
+    """The latest changes a deployment that enforces ownership does not count (`CalendarLedger`),
+    at most `KEPT_PROBLEMS`."""
+    skipped_count: int = 0
+    refused_count: int = 0
+    """How many were met in all, those no longer kept included."""
 
     def get(self, calendar_id: str) -> CalendarVersion | None:
         return self.versions.get(calendar_id)

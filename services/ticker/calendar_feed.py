@@ -65,7 +65,7 @@ class TickerCalendars:
             "calendars read: %d from %s%s",
             len(self._book.versions),
             self._feed.topic,
-            f"; {len(refused)} changes refused, the latest: {_said(refused[-1])}"
+            f"; {self._book.refused_count} changes refused, the latest: {_said(refused[-1])}"
             if refused
             else "",
         )
@@ -84,7 +84,8 @@ class TickerCalendars:
             self._next_read_at = time.monotonic() + RETRY_S
             return
         self._next_read_at = time.monotonic() + REFRESH_S
-        for refused in self._book.refused[len(before.refused) :]:
+        new = self._book.refused_count - before.refused_count
+        for refused in self._book.refused[max(0, len(self._book.refused) - new) :]:
             logger.warning("calendar change refused: %s", _said(refused))
         after = self._book.versions
         changed = {

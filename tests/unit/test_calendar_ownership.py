@@ -15,7 +15,12 @@ import pytest
 from kairos.core.business_calendar import BusinessCalendar, parse_calendar
 from kairos.core.calendar_ownership import CalendarLedger, calendar_refusal
 from kairos.core.calendar_rules import as_of_history
-from kairos.core.calendar_versions import CalendarChange, CalendarSignature, SkippedCalendarRecord
+from kairos.core.calendar_versions import (
+    KEPT_PROBLEMS,
+    CalendarChange,
+    CalendarSignature,
+    SkippedCalendarRecord,
+)
 from kairos.core.ownership import Team
 
 T0 = datetime(2027, 3, 1, tzinfo=UTC)
@@ -220,6 +225,21 @@ def test_skipped_records_are_kept_and_change_nothing() -> None:
 
     assert len(taken) == 1
     assert ledger.book().skipped == (SkippedCalendarRecord(1, "bad"),)
+
+
+def test_a_flood_of_refused_and_unreadable_records_keeps_only_the_latest_and_counts_all() -> None:
+    """A ticker follows the calendars topic for as long as it runs: what a team publishes that
+    never counts must not grow it."""
+    flood = KEPT_PROBLEMS + 5
+    attacks = [change(n, FORGED, "growth") for n in range(1, flood + 1)]
+    unreadable = [SkippedCalendarRecord(flood + n, "bad") for n in range(1, flood + 1)]
+    ledger, taken = judged([change(0, TREASURY, "treasury"), *attacks, *unreadable])
+
+    assert [c.version for c in taken] == [0]
+    book = ledger.book()
+    assert (book.refused_count, book.skipped_count) == (flood, flood)
+    assert len(book.refused) == len(book.skipped) == KEPT_PROBLEMS
+    assert book.refused[-1].version == flood and book.skipped[-1].version == 2 * flood
 
 
 def test_the_audits_history_holds_only_what_counted_by_the_append_time() -> None:
