@@ -122,8 +122,12 @@ class TableFeed(Generic[Record]):
         self._consumer.close()
 
     def _consume_batch(self, records: list[Record], start: int, end: int) -> bool:
-        """Append one batch's records; whether the end (of committed records) was reached."""
+        """Append one batch's records; whether the end (of committed records) was reached.
+
+        The whole batch is taken even past an end: records published just after it arrive in
+        the same batch, and the consumer delivers none of them again."""
         # consume() waits its whole timeout unless the batch fills: keep the timeout short.
+        reached_end = False
         for message in self._consumer.consume(num_messages=1000, timeout=0.05):
             error = message.error()
             offset = message.offset()
@@ -136,13 +140,13 @@ class TableFeed(Generic[Record]):
                 # one further on is this read's (below the watermark when a transaction is open).
                 if offset is not None and (offset > start or offset >= end):
                     self._next_offset = max(self._next_offset, offset)
-                    return True
+                    reached_end = True
             elif error.fatal() or error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
                 raise self._read_error(self.topic, error.str(), error)
             else:
                 # librdkafka retries transient errors itself; the deadline bounds the wait.
                 logger.warning("reading %s: %s", self.topic, error.str())
-        return False
+        return reached_end
 
     def _check_partitions(
         self,

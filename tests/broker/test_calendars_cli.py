@@ -188,6 +188,24 @@ def test_a_feed_folds_in_only_what_was_published_since_its_last_refresh(
     assert refreshed.versions["us-federal"].calendar.description == "v2"
 
 
+def test_records_published_apart_and_fetched_in_one_batch_are_all_read(
+    kafka_settings: KafkaSettings, tmp_path: Path
+) -> None:
+    """The consumer fetches ahead: two records published a second apart between two reads wait
+    in its queue as one batch, each followed by the end it reached; the read takes both."""
+    federal, nyse = load_calendars(seeded_file(tmp_path).read_text(encoding="utf-8"), "yaml")
+    with CalendarFeed(kafka_settings) as feed, CalendarsClient(kafka_settings, "alice") as client:
+        client.upsert(federal)
+        assert list(feed.refresh().versions) == ["us-federal"]
+        client.upsert(federal.model_copy(update={"description": "v1"}))
+        time.sleep(1)
+        client.upsert(nyse)
+        time.sleep(1)
+        read = [change.version for change in feed.read(timeout_s=5)]
+        read += [change.version for change in feed.read(timeout_s=5)]
+    assert read == [1, 2]
+
+
 def test_an_invalid_file_publishes_nothing_and_names_each_problem(
     kafka_settings: KafkaSettings, tmp_path: Path
 ) -> None:

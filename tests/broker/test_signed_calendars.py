@@ -101,6 +101,17 @@ def _fire_on(settings: KafkaSettings, runs: int) -> None:
     )
 
 
+def _refusals(ticker: ServiceProcess, count: int) -> list[str]:
+    """The ticker's refusal log lines, once it has logged `count` of them (it reads the calendars
+    topic every second, or ten seconds after a read that failed)."""
+
+    def logged() -> list[str]:
+        return [line for line in ticker.log().splitlines() if "calendar change refused" in line]
+
+    eventually(lambda: len(logged()) >= count, timeout_s=30, message="the ticker refused nothing")
+    return logged()
+
+
 def _audited(settings: KafkaSettings, since: datetime, until: datetime) -> None:
     window = ["--from", f"{since:%Y-%m-%dT%H:%M:%SZ}", "--to", f"{until:%Y-%m-%dT%H:%M:%SZ}"]
     audit = _kairos(settings, "audit", "verify", *window, "--grace", "2s")
@@ -156,6 +167,8 @@ def test_another_teams_calendar_changes_count_for_nobody_the_owners_do(
     raw.produce(topic, key=CALENDAR.encode(), value=value)
     assert raw.flush(30) == 0
     posing = _apply(settings, growth_key, directory / "forged.yaml", _us_federal(_holidays()))
+    # A refused change alters nothing, so firing alone does not show the ticker read it.
+    _refusals(ticker, 2)
 
     _fire_on(settings, 3)
     assert _skipped(settings) == [], "growth's holidays skipped payments' runs"
@@ -164,12 +177,12 @@ def test_another_teams_calendar_changes_count_for_nobody_the_owners_do(
     headers = [(n, v) for n, v in growth.headers(topic, CALENDAR.encode(), None, now_ms) if v]
     raw.produce(topic, key=CALENDAR.encode(), value=None, headers=headers)
     assert raw.flush(30) == 0
+    refusals = _refusals(ticker, 3)
     _fire_on(settings, 2)
     attacks_ended = datetime.now(UTC)
 
     assert posing.exit_code == 2, posing.output
     assert "belongs to team 'treasury'" in posing.output
-    refusals = [line for line in ticker.log().splitlines() if "calendar change refused" in line]
     assert len(refusals) == 3, refusals
     assert "(unsigned or not verified): unsigned" in refusals[0]
     assert all("(signed by team growth)" in line for line in refusals[1:]), refusals
