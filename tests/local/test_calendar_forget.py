@@ -110,8 +110,8 @@ def test_a_calendar_change_forgets_only_the_states_of_the_schedules_naming_it(
     changed = {**FIRST, "us-federal": version("us-federal", 5, date(2027, 7, 1))}
     feed = Published(
         CalendarBook(FIRST),
-        CalendarBook(FIRST, refused=(FORGED,)),
-        CalendarBook(changed, refused=(FORGED,)),
+        CalendarBook(FIRST, refused=(FORGED,), refused_count=1),
+        CalendarBook(changed, refused=(FORGED,), refused_count=1),
     )
     calendars.start(feed)
     decoded = {
