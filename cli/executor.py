@@ -24,7 +24,8 @@ from kairos.cli.options import (
 from kairos.core.durations import parse_duration
 from kairos.core.errors import KairosError
 from kairos.services.executor import ExecutorSettings, Handlers, run_executor
-from kairos.services.executor.settings import BUILT_IN_KINDS
+from kairos.services.executor.runtime_policy import RuntimePolicy, load_runtime_policy
+from kairos.services.executor.settings import BUILT_IN_KINDS, DEFAULT_POOL
 from kairos.services.probes import DEFAULT_METRICS_HOST
 from kairos.streams.settings import KafkaSettings
 
@@ -43,6 +44,10 @@ def _load_handlers(reference: str) -> Handlers:
     if not isinstance(registry, Handlers):
         raise fail(f"--handlers {reference!r} is a {type(registry).__name__}, not Handlers")
     return registry
+
+
+def _listed(text: str) -> frozenset[str]:
+    return frozenset(item.strip() for item in text.split(",") if item.strip())
 
 
 _InstanceOption = Annotated[
@@ -83,6 +88,47 @@ _KindsOption = Annotated[
     ),
 ]
 
+_PoolOption = Annotated[
+    str,
+    typer.Option(
+        envvar="KAIROS_EXECUTOR_POOLS",
+        help="Comma-separated pools whose runs this executor takes (a schedule's pool).",
+    ),
+]
+
+_TeamsOption = Annotated[
+    str | None,
+    typer.Option(
+        "--teams",
+        envvar="KAIROS_EXECUTOR_TEAMS",
+        help="Comma-separated teams whose runs this executor takes; default: every team's.",
+        show_default=False,
+    ),
+]
+
+_SecretsRootOption = Annotated[
+    Path | None,
+    typer.Option(
+        envvar="KAIROS_SECRETS_ROOT",
+        help="Directory of the teams' secrets, one file per secret: <root>/<team>/<name>.",
+        show_default=False,
+    ),
+]
+
+_RuntimePolicyOption = Annotated[
+    Path | None,
+    typer.Option(
+        envvar="KAIROS_RUNTIME_POLICY",
+        help="YAML file of each team's uid, http egress and kafka topics (docs/executors.md).",
+        show_default=False,
+    ),
+]
+
+_OwnerShareOption = Annotated[
+    float,
+    typer.Option(help="Largest part of the pool's running runs one owner holds while others wait."),
+]
+
 _ConcurrencyOption = Annotated[int, typer.Option(min=1, help="Attempts running at once.")]
 
 _LeaseOption = Annotated[
@@ -119,6 +165,11 @@ def executor(
     group_id: _GroupIdOption = None,
     handlers: _HandlersOption = None,
     kinds: _KindsOption = None,
+    pool: _PoolOption = DEFAULT_POOL,
+    teams: _TeamsOption = None,
+    secrets_root: _SecretsRootOption = None,
+    runtime_policy: _RuntimePolicyOption = None,
+    owner_share: _OwnerShareOption = 0.5,
     concurrency: _ConcurrencyOption = 8,
     lease: _LeaseOption = "30s",
     shutdown_grace: _ShutdownGraceOption = "30s",
@@ -134,7 +185,7 @@ def executor(
     try:
         registry = Handlers.combined(_load_handlers(r) for r in handlers or [])
         if kinds is not None:
-            served = frozenset(k.strip() for k in kinds.split(",") if k.strip())
+            served = _listed(kinds)
         else:
             served = BUILT_IN_KINDS | ({"python"} if registry.names else set())
         settings = ExecutorSettings(
@@ -144,6 +195,13 @@ def executor(
             retention=parse_duration(dedupe_retention),
             group_id=group_id,
             kinds=served,
+            pools=_listed(pool),
+            teams=_listed(teams or ""),
+            secrets_root=secrets_root,
+            runtime_policy=RuntimePolicy()
+            if runtime_policy is None
+            else load_runtime_policy(runtime_policy),
+            owner_share=owner_share,
             concurrency=concurrency,
             lease=parse_duration(lease),
             shutdown_grace=parse_duration(shutdown_grace),
@@ -173,6 +231,10 @@ def executor_arguments(
     dedupe_retention: str | None = None,
     handlers: str | None = None,
     kinds: str | None = None,
+    pool: str | None = None,
+    teams: str | None = None,
+    secrets_root: Path | None = None,
+    runtime_policy: Path | None = None,
     concurrency: int | None = None,
     lease: str | None = None,
     shutdown_grace: str | None = None,
@@ -198,6 +260,10 @@ def executor_arguments(
             ("--dedupe-retention", dedupe_retention),
             ("--handlers", handlers),
             ("--kinds", kinds),
+            ("--pool", pool),
+            ("--teams", teams),
+            ("--secrets-root", secrets_root),
+            ("--runtime-policy", runtime_policy),
             ("--concurrency", concurrency),
             ("--lease", lease),
             ("--shutdown-grace", shutdown_grace),

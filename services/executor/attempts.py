@@ -23,6 +23,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from kairos.services.executor.handlers import Handlers, RunContext
+from kairos.services.executor.http_job import run_http
 from kairos.services.executor.jobs import (
     HttpJob,
     Invocation,
@@ -33,12 +34,11 @@ from kairos.services.executor.jobs import (
     PythonJob,
     ShellJob,
     job_params,
-    run_http,
-    run_kafka,
-    run_shell,
 )
+from kairos.services.executor.kafka_job import run_kafka
 from kairos.services.executor.metrics import ExecutorMetrics
 from kairos.services.executor.settings import ExecutorSettings
+from kairos.services.executor.shell_job import run_shell
 from kairos.services.executor.watchdog import JobWatchdog
 from kairos.streams.codec import Codec
 from kairos.streams.dedupe.base import (
@@ -303,6 +303,7 @@ class AttemptRunner:
         invocation = Invocation(
             run_id=lease.run_id,
             schedule_id=lease.schedule_id,
+            owner=request["owner"],
             attempt=lease.attempt,
             nominal_at=request["nominal_at"],
             timeout=timedelta(milliseconds=request["timeout_ms"]),

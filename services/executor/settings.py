@@ -8,12 +8,15 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from kairos.services.executor.jobs import JOB_KINDS
+from kairos.services.executor.runtime_policy import RuntimePolicy
 from kairos.services.probes import DEFAULT_METRICS_HOST
 from kairos.streams.dedupe import sqlite_url
 from kairos.streams.settings import EXECUTOR_GROUP, KafkaSettings
 
 BUILT_IN_KINDS = frozenset({"noop", "shell", "http", "kafka"})
 """What `kairos executor` runs by default; `python` needs handlers (see docs/executors.md)."""
+DEFAULT_POOL = "default"
+"""The pool of a schedule that names none, and of an executor started without `--pool`."""
 
 
 def dedupe_store_url(state_dir: Path, dedupe_url: str | None) -> str:
@@ -35,6 +38,16 @@ class ExecutorSettings(BaseModel):
     kinds: frozenset[str] = BUILT_IN_KINDS
     """Job kinds this executor runs; runs of other known kinds are left to the executors that
     run them (another consumer group), runs of unknown kinds are dead-lettered."""
+    pools: frozenset[str] = frozenset({DEFAULT_POOL})
+    """The pools whose runs this executor takes (a schedule's `pool`)."""
+    teams: frozenset[str] = frozenset()
+    """The teams whose runs this executor takes; empty: every team's (a shared executor)."""
+    secrets_root: Path | None = None
+    """Where a team's secrets are files, `<secrets_root>/<team>/<name>`, resolved at run time."""
+    runtime_policy: RuntimePolicy = RuntimePolicy()
+    """What each team's jobs run as and may reach (`kairos.services.executor.runtime_policy`)."""
+    owner_share: float = Field(default=0.5, gt=0, le=1)
+    """The largest part of the pool's running runs one owner may hold while others wait."""
     concurrency: int = Field(default=8, ge=1)
     """Attempts running at once in this process."""
     lease: timedelta = Field(default=timedelta(seconds=30), ge=timedelta(seconds=1))

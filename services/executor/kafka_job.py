@@ -1,0 +1,35 @@
+"""`kafka` jobs: one record produced, keyed by the run id."""
+
+from __future__ import annotations
+
+import threading
+
+from confluent_kafka import KafkaError, Message
+
+from kairos.services.executor.jobs import Invocation, JobFailedError, KafkaJob, payload_bytes
+from kairos.streams.ports import Producer
+
+
+def run_kafka(job: KafkaJob, invocation: Invocation, producer: Producer) -> None:
+    delivered = threading.Event()
+    failure: list[str] = []
+
+    def on_delivery(error: KafkaError | None, _: Message) -> None:
+        if error is not None:
+            failure.append(error.str())
+        delivered.set()
+
+    producer.produce(
+        job.topic,
+        key=invocation.run_id,
+        value=payload_bytes(job.payload),
+        headers=[*job.headers.items(), ("kairos-run-id", invocation.run_id)],
+        on_delivery=on_delivery,
+    )
+    # Several workers share the producer; whichever polls serves every delivery callback.
+    while not delivered.is_set() and invocation.remaining_s() > 0:
+        producer.poll(min(0.1, invocation.remaining_s()))
+    if not delivered.is_set():
+        raise JobFailedError(invocation.timed_out_reason())
+    if failure:
+        raise JobFailedError(f"producing to {job.topic} failed: {failure[0]}")
