@@ -310,6 +310,8 @@ class AttemptRunner:
             stop=attempt.stop,
             deadline=time.monotonic() + request["timeout_ms"] / 1000,
             process_groups=self._shell_jobs.groups_of(attempt),
+            runtime=self._settings.runtime_policy.of(request["owner"]),
+            secrets_root=self._settings.secrets_root,
         )
         started = time.monotonic()
         kind = request["job"]["kind"]

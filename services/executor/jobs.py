@@ -14,6 +14,7 @@ import threading
 import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any, Protocol
 
 from kairos.core.errors import KairosError
@@ -28,6 +29,7 @@ from kairos.core.job_kinds import (
     ShellJob,
     job_params,
 )
+from kairos.services.executor.runtime_policy import TeamRuntime
 
 # The parameter models are re-exported: the executor's modules read every job's rules here.
 __all__ = [
@@ -80,6 +82,10 @@ class Invocation:
     deadline: float
     """`time.monotonic()` value at which the attempt times out."""
     process_groups: ProcessGroups | None = None
+    runtime: TeamRuntime = TeamRuntime()
+    """What the owner's jobs run as and may reach here (the executor's runtime policy)."""
+    secrets_root: Path | None = None
+    """Where the teams' secrets are files (`<secrets_root>/<team>/<name>`); `None`: none."""
 
     def remaining_s(self) -> float:
         return max(0.0, self.deadline - time.monotonic())
