@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Protocol
@@ -82,7 +82,7 @@ class Invocation:
     deadline: float
     """`time.monotonic()` value at which the attempt times out."""
     process_groups: ProcessGroups | None = None
-    runtime: TeamRuntime = TeamRuntime()
+    runtime: TeamRuntime = field(default_factory=TeamRuntime)
     """What the owner's jobs run as and may reach here (the executor's runtime policy)."""
     secrets_root: Path | None = None
     """Where the teams' secrets are files (`<secrets_root>/<team>/<name>`); `None`: none."""
