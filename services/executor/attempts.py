@@ -49,7 +49,6 @@ from kairos.streams.dedupe.base import (
     Lease,
     LeaseLostError,
     LeaseStatus,
-    RunEnd,
 )
 from kairos.streams.ports import Producer
 from kairos.streams.records import job_from_record
@@ -244,10 +243,7 @@ class AttemptRunner:
         job_producer: Producer,
         clock: Clock,
         shell_jobs: ShellJobGuard,
-        on_dead_letter: Callable[[str, str | None], None],
     ) -> None:
-        self._on_dead_letter = on_dead_letter
-        """Told the schedule and the last error of each run that failed for good."""
         self._shell_jobs = shell_jobs
         self._store = store
         self._settings = settings
@@ -272,8 +268,6 @@ class AttemptRunner:
                 with attempt.recording_outcome():
                     end = self._store.finish(lease, result, self._clock(), transaction)
             self._metrics.outcomes.labels(end.value).inc()
-            if end is RunEnd.DEAD_LETTERED:
-                self._on_dead_letter(lease.schedule_id, result.reason)
             logger.info(
                 "run=%s attempt=%d %s%s",
                 lease.run_id,

@@ -126,7 +126,6 @@ class Executor:
         session = ExecutorSession.open(self._clients, self.kafka, s, self.codecs)
         try:
             workers = AttemptWorkers(
-                self.kafka,
                 session,
                 s,
                 codec=self.codecs.run_requested,

@@ -41,6 +41,5 @@ def shut_down(
         time.sleep(settings.poll_interval.total_seconds())
     workers.stop("the executor is shutting down and its grace period ended")
     turn.publish_events()
-    workers.failure_pause.close()
     session.close()
     logger.info("executor instance=%s stopped", settings.instance)

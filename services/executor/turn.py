@@ -6,7 +6,7 @@
 4. end attempts whose lease expired (any executor's), so their runs are retried;
 5. acquire ready, due runs (new ones, and retries whose backoff has passed) for the free
    workers: retries come from the store, never from Kafka;
-6. publish the outbox's lifecycle events, and pause the schedules that failed too often.
+6. publish the outbox's lifecycle events (the ticker follows them to apply `pause_on_failure`).
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
 from kairos.core.errors import KairosError
-from kairos.core.run_id import parse_run_id
 from kairos.services.executor.admission import ServedJobs
 from kairos.services.executor.attempts import Clock
 from kairos.services.executor.intake import Intake
@@ -29,7 +28,7 @@ from kairos.services.executor.settings import ExecutorSettings
 from kairos.services.executor.workers import AttemptWorkers
 from kairos.streams.authorization import RoleAccess
 from kairos.streams.codec import Codec
-from kairos.streams.dedupe.base import DedupeStoreError, OutboxEvent, RunEnd
+from kairos.streams.dedupe.base import DedupeStoreError, OutboxEvent
 from kairos.streams.failures import is_retryable
 
 logger = logging.getLogger(__name__)
@@ -106,7 +105,6 @@ class ExecutorTurn:
                 "executor instance=%s store unavailable: %s", self._settings.instance, error
             )
         self.publish_events()
-        self._workers.failure_pause.check()
 
     def publish_events(self) -> None:
         """Publish the outbox: a full batch means more may wait."""
@@ -129,12 +127,6 @@ class ExecutorTurn:
         self._metrics.show_groups(self._session.store.concurrency(now))
         reaped = self._session.store.reap_expired(now, self._settings.instance)
         self._metrics.reaped.inc(len(reaped))
-        for run_id, end in reaped:
-            if end is RunEnd.DEAD_LETTERED:
-                schedule_id, _ = parse_run_id(run_id)
-                self._workers.failure_pause.failed(
-                    schedule_id, "its executor stopped renewing the lease"
-                )
 
     def _report_missed_deadlines(self, now: datetime) -> None:
         for missed in self._session.store.report_missed_deadlines(now, self._settings.instance):

@@ -18,7 +18,6 @@ from kairos.services.executor.attempts import (
     LeaseKeeper,
     ShellJobGuard,
 )
-from kairos.services.executor.failure_pause import FailurePause
 from kairos.services.executor.handlers import Handlers
 from kairos.services.executor.metrics import ExecutorMetrics
 from kairos.services.executor.session import ExecutorSession
@@ -26,7 +25,6 @@ from kairos.services.executor.settings import ExecutorSettings
 from kairos.services.executor.watchdog import JobWatchdog
 from kairos.streams.codec import Codec
 from kairos.streams.dedupe.base import Lease
-from kairos.streams.settings import KafkaSettings
 
 _STOPPED_ATTEMPTS_WAIT_S = 10.0
 
@@ -34,7 +32,6 @@ _STOPPED_ATTEMPTS_WAIT_S = 10.0
 class AttemptWorkers:
     def __init__(
         self,
-        kafka: KafkaSettings,
         session: ExecutorSession,
         settings: ExecutorSettings,
         *,
@@ -44,7 +41,6 @@ class AttemptWorkers:
         clock: Clock,
     ) -> None:
         self.attempts = InFlightAttempts()
-        self.failure_pause = FailurePause(kafka, session.store, settings.instance)
         self._watchdog = JobWatchdog()
         shell_jobs = ShellJobGuard(self._watchdog, settings.lease)
         self._keeper = LeaseKeeper(session.store, self.attempts, settings.lease, clock, shell_jobs)
@@ -58,7 +54,6 @@ class AttemptWorkers:
             job_producer=session.job_producer,
             clock=clock,
             shell_jobs=shell_jobs,
-            on_dead_letter=self.failure_pause.failed,
         )
         self._pool = ThreadPoolExecutor(settings.concurrency, thread_name_prefix="attempt")
         self._keeper.start()

@@ -19,6 +19,7 @@ from kairos.streams.calendar_reader import CalendarFeed
 from kairos.streams.codec import Codecs
 from kairos.streams.passing import BROKER_GONE, LEADER_MOVING, ask_until_answered
 from kairos.streams.ports import EndOffsets, GroupMember, PartitionReader, TransactionalProducer
+from kairos.streams.run_outcomes import RunOutcome, RunOutcomeFeed, Wanted
 from kairos.streams.settings import KafkaSettings
 from kairos.streams.team_events import TeamChange, TeamFeed
 
@@ -46,6 +47,14 @@ class TeamSource(Protocol):
     def close(self) -> None: ...
 
 
+class RunOutcomeSource(Protocol):
+    """The run-events topic, followed from its end: the wanted runs that ended since the last
+    `take` (`kairos.streams.run_outcomes`)."""
+
+    def take(self, wanted: Wanted, max_records: int = 10_000) -> list[RunOutcome]: ...
+    def close(self) -> None: ...
+
+
 class TickerClients(Protocol):
     """Makes the clients of one group session; each is closed by the session that asked."""
 
@@ -54,6 +63,7 @@ class TickerClients(Protocol):
 
     def calendars(self) -> CalendarSource: ...
     def teams(self) -> TeamSource: ...
+    def run_outcomes(self) -> RunOutcomeSource: ...
     def group_member(self, config: dict[str, Any]) -> GroupMember: ...
     def transactional_producer(self, config: dict[str, Any]) -> TransactionalProducer: ...
     def partition_reader(self, config: dict[str, Any]) -> PartitionReader: ...
@@ -97,6 +107,9 @@ class ConfluentTickerClients:
 
     def teams(self) -> TeamSource:
         return TeamFeed(self._kafka, codecs=self._codecs)
+
+    def run_outcomes(self) -> RunOutcomeSource:
+        return RunOutcomeFeed(self._kafka, self._codecs.run_event)
 
     def group_member(self, config: dict[str, Any]) -> GroupMember:
         return Consumer(config)

@@ -1,4 +1,5 @@
-"""What the ticker publishes when a schedule fired its `max_runs`-th run: its `after_last_run`.
+"""What the ticker publishes itself: a schedule's `after_last_run` once it fired its `max_runs`-th
+run, and its pause once `pause_on_failure` is reached (`services/ticker/failure_pause.py`).
 
 The ticker that fired the last run publishes, in the same fenced transaction, a normal change of
 the schedules topic (`paused` with the whole definition, or `deleted` and a tombstone), as
@@ -36,14 +37,25 @@ def after_last_run_records(
     """(key, value, headers) of the change that ends a schedule whose runs ran out, in order."""
     schedule = state.schedule_with_id()
     action = schedule.after_last_run
-    delete = action is AfterLastRun.DELETE
+    reason = f"max_runs {schedule.max_runs} reached (after_last_run: {action.value})"
+    return ticker_change_records(
+        state, codecs, instance, now, delete=action is AfterLastRun.DELETE, reason=reason
+    )
+
+
+def ticker_change_records(
+    state: ScheduleState, codecs: Codecs, instance: str, now: datetime, *, delete: bool, reason: str
+) -> list[tuple[bytes, bytes | None, Headers]]:
+    """(key, value, headers) of the pause (or delete) of `state`'s schedule the ticker publishes
+    itself, marked for the version it ends: its `after_last_run`, its `pause_on_failure`."""
+    schedule = state.schedule_with_id()
     event = schedule_event_record(
         schedule.id,
         "deleted" if delete else "paused",
         None if delete else schedule.model_copy(update={"paused": True}),
         changed_by=f"ticker:{instance}",
         changed_at=now,
-        reason=f"max_runs {schedule.max_runs} reached (after_last_run: {action.value})",
+        reason=reason,
     )
     key = schedule.id.encode("utf-8")
     headers: Headers = [(IF_VERSION_HEADER, str(state.version).encode())]

@@ -11,9 +11,11 @@ After refusing a change, the ticker publishes in the same transaction the defini
 the key's latest record on the compacted topic, which readers and compaction go by, is again
 what the ticker holds; reading it back changes nothing.
 
-Two kinds of change are taken unsigned, because they change nothing anyone could not: a delete
-of a schedule the ticker does not hold, and the change a ticker itself publishes when a
-schedule's runs ran out (its `after_last_run`, `services/ticker/lifecycle.py`). A record that
+Three kinds of change are taken unsigned, because they change nothing the ticker would not: a
+delete of a schedule the ticker does not hold, the change a ticker itself publishes when a
+schedule's runs ran out (its `after_last_run`, `services/ticker/lifecycle.py`), and the pause it
+publishes when the schedule's `pause_on_failure` is reached, when its own count of the runs'
+outcomes says so too (`services/ticker/failure_pause.py`). A record that
 names a team (`kairos-team`) is verified whatever its kind: on every change a signed ticker
 took, the team named is one whose signature it verified, which readers show beside the
 self-asserted `changed_by` (`kairos.streams.ownership.Judged.verified_team`).
@@ -23,7 +25,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
 
 from confluent_kafka import Message
@@ -53,13 +55,16 @@ REFRESH_TIMEOUT_S = 2.0
 RETRY_S = 10.0
 
 Taken = ScheduleUpserted | ScheduleDeleted | RerunRequested
+PauseEarned = Callable[[ScheduleState], bool]
+"""Whether the ticker's own count of a schedule's failed runs reached its `pause_on_failure`."""
 
 
 class TickerOwnership:
     """The registered teams, followed, and the rules applied to each change taken."""
 
-    def __init__(self, max_age_ms: int) -> None:
+    def __init__(self, max_age_ms: int, pause_earned: PauseEarned) -> None:
         self._max_age_ms = max_age_ms
+        self._pause_earned = pause_earned
         self._feed: TeamSource | None = None
         self._teams: dict[str, Team] = {}
         self._limits_any = False
@@ -100,7 +105,8 @@ class TickerOwnership:
         last owner keeps it (`kairos.core.ownership.refusal`)."""
         held = None if state is None else Held(state.schedule.owner, state.paused)
         kind = _kind(change, held)
-        if named_team(message.headers()) is None and _unsigned_taken(state, change, kind):
+        unsigned = named_team(message.headers()) is None
+        if unsigned and _unsigned_taken(state, change, kind, self._pause_earned):
             return None
         signer = self._signed_by(message)
         if isinstance(signer, Refused):
@@ -158,11 +164,25 @@ def _kind(change: Taken, held: Held | None) -> Change:
     return upsert_change(held, change.schedule.paused)
 
 
-def _unsigned_taken(state: ScheduleState | None, change: Taken, kind: Change) -> bool:
-    """Whether `change` is one of the two kinds taken without a signature."""
+def _unsigned_taken(
+    state: ScheduleState | None, change: Taken, kind: Change, pause_earned: PauseEarned
+) -> bool:
+    """Whether `change` is one of the three kinds taken without a signature."""
     if state is None:
         return kind in (Change.DELETE, Change.TOMBSTONE)
-    return _ends_ran_out(state, change, kind)
+    if _ends_ran_out(state, change, kind):
+        return True
+    return _pauses_as_is(state, change, kind) and pause_earned(state)
+
+
+def _pauses_as_is(state: ScheduleState, change: Taken, kind: Change) -> bool:
+    """Whether `change` pauses `state`'s definition and changes nothing else."""
+    return (
+        isinstance(change, ScheduleUpserted)
+        and kind is Change.PAUSE
+        and change.schedule
+        == state.schedule.model_copy(update={"paused": True, "id": state.schedule_id})
+    )
 
 
 def _ends_ran_out(state: ScheduleState, change: Taken, kind: Change) -> bool:
@@ -171,12 +191,7 @@ def _ends_ran_out(state: ScheduleState, change: Taken, kind: Change) -> bool:
         return False
     if state.schedule.after_last_run is AfterLastRun.DELETE:
         return kind in (Change.DELETE, Change.TOMBSTONE)
-    return (
-        isinstance(change, ScheduleUpserted)
-        and kind is Change.PAUSE
-        and change.schedule
-        == state.schedule.model_copy(update={"paused": True, "id": state.schedule_id})
-    )
+    return _pauses_as_is(state, change, kind)
 
 
 def restoring_event(

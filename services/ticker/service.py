@@ -30,6 +30,7 @@ from kairos.services.ticker.calendar_feed import TickerCalendars
 from kairos.services.ticker.changes import ScheduleChanges
 from kairos.services.ticker.clients import ConfluentTickerClients, TickerClients
 from kairos.services.ticker.commit import CommitPath
+from kairos.services.ticker.failure_pause import FailurePauses
 from kairos.services.ticker.garbage import IdleCollector
 from kairos.services.ticker.metrics import TickerMetrics
 from kairos.services.ticker.ownership import TickerOwnership
@@ -101,8 +102,9 @@ class Ticker:
         names = DeploymentNames.of(kafka, ticker_group=settings.group(kafka))
         self._access = RoleAccess(kafka, Role.TICKER, names)
         self._clients = clients or ConfluentTickerClients(kafka, self.codecs, self._access)
+        self._failure_pauses = FailurePauses(kafka.schedules_partitions)
         self._ownership = (
-            TickerOwnership(int(settings.signature_max_age_s * 1000))
+            TickerOwnership(int(settings.signature_max_age_s * 1000), self._failure_pauses.earned)
             if settings.ownership is Ownership.SIGNED
             else None
         )
@@ -203,6 +205,7 @@ class Ticker:
         if self._ownership is not None:
             self._ownership.start(self._clients.teams())
         self._calendars.start(self._clients.calendars())
+        self._failure_pauses.start(self._clients.run_outcomes())
         self._session = TickerSession.open(self._clients, self._parts)
 
     def disconnect(self) -> None:
@@ -213,6 +216,7 @@ class Ticker:
                 session.close()
         finally:
             self._calendars.close()
+            self._failure_pauses.close()
             if self._ownership is not None:
                 self._ownership.close()
 
@@ -249,8 +253,10 @@ class Ticker:
         messages = session.member.consume(num_messages=10_000, timeout=max(0.0, wait_s))
         session.raise_callback_failure()
         work = self._planner.plan(self._changes_of(messages), owned, self.clock())
+        self._failure_pauses.add_pauses(work, owned)
         if not work.empty:
             self._commit.commit(work, owned, session.transactions, session.member)
+            self._failure_pauses.fired(work)
         self.metrics.schedules_decoded.set(sum(one.decoded for one in owned.values()))
         for partition in work.held & owned.keys():  # read again: a change still settles
             offset = owned[partition].next_offset

@@ -23,7 +23,7 @@ from confluent_kafka import (
 
 from kairos.core.clock import ClockAheadError, clock_skew_ms
 from kairos.core.firing import ScheduleState, decide_ahead
-from kairos.services.ticker.lifecycle import after_last_run_records
+from kairos.services.ticker.lifecycle import after_last_run_records, ticker_change_records
 from kairos.services.ticker.partition import Ahead
 from kairos.services.ticker.quarantine import PoisonedScheduleError
 from kairos.services.ticker.work import TransactionWork
@@ -307,6 +307,12 @@ class FiringTransactions:
                 state, self.codecs, self.ticker_instance, fired_at
             ):
                 self._produce(self.topics.schedules, ended, key, partition, headers=marked)
+        # After `pause_on_failure` failed runs in a row: the schedule's pause.
+        for partition, state, reason in work.failure_pauses:
+            for key, paused, marked in ticker_change_records(
+                state, self.codecs, self.ticker_instance, fired_at, delete=False, reason=reason
+            ):
+                self._produce(self.topics.schedules, paused, key, partition, headers=marked)
 
     def _produce_changelog(
         self,

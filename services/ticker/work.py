@@ -45,6 +45,9 @@ class TransactionWork:
     after it is taken in this transaction, and the consumer reads it again (see `settle`)."""
     ran_out: list[tuple[int, ScheduleState]] = field(default_factory=list)
     """(partition, state) of each schedule whose `max_runs`-th run this transaction fires."""
+    failure_pauses: list[tuple[int, ScheduleState, str]] = field(default_factory=list)
+    """(partition, state, reason) of each schedule this transaction pauses: its
+    `pause_on_failure` was reached (`services/ticker/failure_pause.py`)."""
     restores: dict[tuple[int, bytes], tuple[bytes | None, int]] = field(default_factory=dict)
     """(partition, key) -> (value, refused offset) of each key to restore after a refused change
     (`services/ticker/ownership.py`): the held definition's event, or `None`, a tombstone."""
@@ -62,7 +65,13 @@ class TransactionWork:
 
     @property
     def empty(self) -> bool:
-        return not (self.decisions or self.dead_letters or self.states or self.consumed)
+        return not (
+            self.decisions
+            or self.dead_letters
+            or self.states
+            or self.consumed
+            or self.failure_pauses
+        )
 
     def current(self, owned: OwnedPartition, schedule_id: str) -> ScheduleState | None:
         """The schedule's state including what this transaction already changed."""

@@ -22,6 +22,7 @@ from confluent_kafka import (
 from kairos.core.calendar_versions import CalendarBook
 from kairos.streams.calendar_ownership import SignedCalendars
 from kairos.streams.ports import DeliveryCallback, Headers, RebalanceCallback
+from kairos.streams.run_outcomes import RunOutcome, Wanted
 from tests.fakes.kafka_log import FakeKafka, GroupMetadata, Record, Transaction, group_metadata
 
 
@@ -410,6 +411,23 @@ class FakeCalendars:
         """Nothing held."""
 
 
+class FakeRunOutcomes:
+    """The run-events topic as a list a test appends `RunOutcome`s to; each take returns the
+    wanted ones appended since the last."""
+
+    def __init__(self) -> None:
+        self.published: list[RunOutcome] = []
+        self._taken = 0
+
+    def take(self, wanted: Wanted, max_records: int = 10_000) -> list[RunOutcome]:
+        new = self.published[self._taken : self._taken + max_records]
+        self._taken += len(new)
+        return [outcome for outcome in new if wanted(outcome.schedule_id)]
+
+    def close(self) -> None:
+        """Nothing held."""
+
+
 class FakeTickerClients:
     """`TickerClients` over one `FakeKafka`; remembers what it made, for tests to look at."""
 
@@ -418,12 +436,16 @@ class FakeTickerClients:
         self.clock = clock
         self.members: list[FakeGroupMember] = []
         self.producers: list[FakeProducer] = []
+        self.outcomes = FakeRunOutcomes()
 
     def check_access(self) -> None:
         """The fake cluster grants everything."""
 
     def calendars(self) -> FakeCalendars:
         return FakeCalendars("calendars")
+
+    def run_outcomes(self) -> FakeRunOutcomes:
+        return self.outcomes
 
     def group_member(self, config: dict[str, Any]) -> FakeGroupMember:
         member = FakeGroupMember(self.kafka, self.clock, config["group.id"])

@@ -25,6 +25,9 @@ def test_the_ticker_reads_schedules_writes_runs_and_owns_its_transactional_ids()
         "WRITE on topic prod.ticker-changelog",
         "WRITE on topic prod.runs",
         "WRITE on topic prod.dead-letters",
+        "WRITE on topic prod.run-events",
+        "READ on topic prod.run-events",
+        "DESCRIBE on group prod.history-readers",
         "READ on topic prod.calendars",
         "DESCRIBE on group prod.calendar-readers",
         "READ on topic prod.teams",
@@ -58,6 +61,12 @@ def test_calendar_publishers_publish_calendars_and_every_reader_judges_them() ->
         *judged,
     } <= _described(Role.AUDITOR)
     assert not any("calendars" in g.name for g in role_grants(Role.EXECUTOR, NAMES))
+
+
+def test_executors_hold_no_right_on_the_schedules() -> None:
+    """Team code runs on executors: nothing there may read or change a schedule
+    (`pause_on_failure` is the ticker's)."""
+    assert not any("schedules" in g.name for g in role_grants(Role.EXECUTOR, NAMES))
 
 
 def test_no_role_but_the_operator_may_create_topics_and_only_within_its_deployment() -> None:
@@ -98,12 +107,7 @@ def test_a_refused_group_names_the_roles_group_grants() -> None:
     error = refusal(KafkaError(KafkaError.GROUP_AUTHORIZATION_FAILED), Role.EXECUTOR, NAMES)
 
     assert isinstance(error, NotAuthorizedError)
-    assert [(g.resource, g.name) for g in error.needed] == [
-        (Resource.GROUP, "prod.schedule-readers"),
-        (Resource.GROUP, "prod.history-readers"),
-        (Resource.GROUP, "prod.tickers"),
-        (Resource.GROUP, "prod.executors"),
-    ]
+    assert [(g.resource, g.name) for g in error.needed] == [(Resource.GROUP, "prod.executors")]
 
 
 def test_refused_credentials_say_which_settings_to_check() -> None:

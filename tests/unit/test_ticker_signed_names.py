@@ -12,7 +12,7 @@ from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, Message
 from kairos.core.firing import ScheduleState
 from kairos.core.ownership import Team
 from kairos.core.schedule import Schedule
-from kairos.services.ticker.lifecycle import after_last_run_records
+from kairos.services.ticker.lifecycle import after_last_run_records, ticker_change_records
 from kairos.services.ticker.ownership import TickerOwnership
 from kairos.streams.codec import make_codecs
 from kairos.streams.schedule_events import read_schedule_message
@@ -39,8 +39,8 @@ class _Teams:
         pass
 
 
-def _ownership() -> TickerOwnership:
-    ownership = TickerOwnership(max_age_ms=300_000)
+def _ownership(earned: bool = False) -> TickerOwnership:
+    ownership = TickerOwnership(max_age_ms=300_000, pause_earned=lambda state: earned)
     ownership.start(_Teams())
     return ownership
 
@@ -61,9 +61,9 @@ def _message(key: str, value: bytes | None, signer: Signer | None, named: str | 
     )
 
 
-def _refused(message: Message, state: ScheduleState | None) -> str | None:
+def _refused(message: Message, state: ScheduleState | None, earned: bool = False) -> str | None:
     change = read_schedule_message(CODECS.schedule_event, message, 1)
-    refused = _ownership().refused(message, change, state, None)
+    refused = _ownership(earned).refused(message, change, state, None)
     return None if refused is None else refused.reason
 
 
@@ -81,3 +81,37 @@ def test_the_tickers_own_ending_is_taken_unsigned_but_not_under_a_forged_name() 
     assert _refused(_message(key.decode(), pause, None, None), ran_out) is None
     forged = _refused(_message(key.decode(), pause, STRANGER, "payments"), ran_out)
     assert forged is not None and "does not verify" in forged
+
+
+def test_a_pause_on_failure_is_taken_unsigned_only_when_the_tickers_own_count_reached_it() -> None:
+    flaky = Schedule(
+        id="payments.flaky",
+        every=timedelta(minutes=1),
+        start_at=NOW,
+        owner="payments",
+        pause_on_failure=3,
+    )
+    held = ScheduleState(flaky, 5, next_nominal=NOW)
+    ((key, pause, _),) = ticker_change_records(
+        held, CODECS, "t1", NOW, delete=False, reason="paused after 3 failed runs in a row: x"
+    )
+    unsigned = _message(key.decode(), pause, None, None)
+    assert _refused(unsigned, held, earned=True) is None
+    refused = _refused(unsigned, held, earned=False)
+    assert refused is not None, "a team's unsigned pause of another team's schedule was taken"
+
+
+def test_an_unsigned_change_that_pauses_and_changes_more_is_refused_even_when_earned() -> None:
+    flaky = Schedule(
+        id="payments.flaky",
+        every=timedelta(minutes=1),
+        start_at=NOW,
+        owner="payments",
+        pause_on_failure=3,
+    )
+    held = ScheduleState(flaky, 5, next_nominal=NOW)
+    taken_over = ScheduleState(flaky.model_copy(update={"owner": "growth"}), 5, next_nominal=NOW)
+    ((key, pause, _),) = ticker_change_records(
+        taken_over, CODECS, "t1", NOW, delete=False, reason="paused after 3 failed runs in a row"
+    )
+    assert _refused(_message(key.decode(), pause, None, None), held, earned=True) is not None
