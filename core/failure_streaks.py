@@ -99,6 +99,11 @@ class FailureStreaks:
             return None
         return StreakReached(schedule_id, version, len(reasons), reasons[0])
 
+    def counts(self, schedule_id: str) -> bool:
+        """Whether the tracker saw a run of `schedule_id` fired: only then are its outcomes
+        counted (and worth decoding)."""
+        return self._streaks.get(schedule_id) is not None
+
     def in_a_row(self, schedule_id: str, version: int) -> int:
         """How many of the latest runs under `version` failed in a row (0 when unknown)."""
         streak = self._streaks.get(schedule_id)

@@ -55,12 +55,9 @@ class FailurePauses:
         schedule whose streak reached its `pause_on_failure`."""
         if self._feed is None:
             return
-
-        def wanted(schedule_id: str) -> bool:
-            state = self._held(owned, schedule_id)
-            return state is not None and state.schedule.pause_on_failure is not None
-
-        for outcome in self._feed.take(wanted):
+        # A herd's run events pass here: a schedule none of whose runs this ticker fired is
+        # passed over without a look at its state.
+        for outcome in self._feed.take(self.streaks.counts):
             partition = partition_for(outcome.schedule_id, self._partitions)
             state = self._held(owned, outcome.schedule_id)
             limit = None if state is None else state.schedule.pause_on_failure
