@@ -3,6 +3,8 @@
 The limits live in the executors' dedupe store, so every executor sharing it keeps them, and a
 change holds from the next start on without restarting anything (docs/teams.md). Give the
 commands the executors' own --state-dir and --dedupe-url (or KAIROS_STATE_DIR, KAIROS_DEDUPE_URL).
+A label group is one team's (`label:payments/warehouse=eu`); a group spanning teams is made
+shared by the administrator who limits it (`shared:warehouse=eu`).
 """
 
 from __future__ import annotations
@@ -29,8 +31,9 @@ app = typer.Typer(
 GroupArgument = Annotated[
     str,
     typer.Argument(
-        help="owner:OWNER (a team's runs) or label:KEY=VALUE (the runs of schedules with the "
-        "label), e.g. owner:payments or label:warehouse=eu."
+        help="owner:OWNER (a team's runs), label:OWNER/KEY=VALUE (a team's runs of schedules "
+        "with the label) or shared:KEY=VALUE (every team's runs of schedules with the label), "
+        "e.g. owner:payments, label:payments/warehouse=eu or shared:warehouse=eu."
     ),
 ]
 _T = TypeVar("_T")

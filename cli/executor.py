@@ -23,11 +23,12 @@ from kairos.cli.options import (
 )
 from kairos.core.durations import parse_duration
 from kairos.core.errors import KairosError
+from kairos.core.pools import DEFAULT_POOL, pool_name
 from kairos.services.executor import ExecutorSettings, Handlers, run_executor
 from kairos.services.executor.runtime_policy import RuntimePolicy, load_runtime_policy
-from kairos.services.executor.settings import BUILT_IN_KINDS, DEFAULT_POOL
+from kairos.services.executor.settings import BUILT_IN_KINDS
 from kairos.services.probes import DEFAULT_METRICS_HOST
-from kairos.streams.settings import KafkaSettings
+from kairos.streams.settings import EXECUTOR_GROUP, KafkaSettings
 
 
 def _load_handlers(reference: str) -> Handlers:
@@ -46,8 +47,43 @@ def _load_handlers(reference: str) -> Handlers:
     return registry
 
 
+def _runtime_policy(path: Path | None) -> RuntimePolicy:
+    return RuntimePolicy() if path is None else load_runtime_policy(path)
+
+
 def _listed(text: str) -> frozenset[str]:
     return frozenset(item.strip() for item in text.split(",") if item.strip())
+
+
+def _served_kinds(
+    kinds: str | None, registry: Handlers, *, own_group: bool, pools: frozenset[str], teams: bool
+) -> frozenset[str]:
+    """The kinds to run. Only the deployment's group runs the built-in kinds unasked: a second
+    group that ran them would run every team's shell, http and kafka runs a second time."""
+    if not own_group and (pools != {DEFAULT_POOL} or teams):
+        # Members of one group split its partitions: runs this member passed over on its
+        # partitions would be run by no member of the group.
+        raise fail(
+            "--pool and --teams need a group of their own: give --group-id (such as "
+            f"executors-{min(pools - {DEFAULT_POOL}, default='payments')}) and --kinds. In the "
+            "deployment's group, the runs this executor passed over on its partitions would be "
+            "run by nobody"
+        )
+    if kinds is not None:
+        return _listed(kinds)
+    if not own_group:
+        return BUILT_IN_KINDS | ({"python"} if registry.names else set())
+    if registry.names:
+        logging.getLogger(__name__).info(
+            "serving python jobs only (--handlers in a group of its own, without --kinds)"
+        )
+        return frozenset({"python"})
+    raise fail(
+        "give --kinds explicitly: a second group serving the built-in kinds would run every "
+        "team's shell, http and kafka runs a second time (this executor's --group-id is not "
+        "the deployment's). For a pool's executors, --kinds names what that pool runs, such as "
+        "--kinds shell"
+    )
 
 
 _InstanceOption = Annotated[
@@ -67,7 +103,9 @@ _GroupIdOption = Annotated[
     str | None,
     typer.Option(
         envvar="KAIROS_EXECUTOR_GROUP",
-        help="Consumer group of the executors; default: the deployment's, <topic prefix>executors.",
+        help="Consumer group of the executors; default: the deployment's, <topic prefix>executors. "
+        "A group of its own (a team's or a pool's executors) needs --kinds, or --handlers alone "
+        "to run python jobs only.",
         show_default=False,
     ),
 ]
@@ -83,8 +121,10 @@ _HandlersOption = Annotated[
 _KindsOption = Annotated[
     str | None,
     typer.Option(
-        help="Comma-separated job kinds to run; default: noop,shell,http,kafka, "
-        "plus python with --handlers."
+        help="Comma-separated job kinds to run. Default in the deployment's group: "
+        "noop,shell,http,kafka, plus python with --handlers; in a group of its own: python with "
+        "--handlers, else required (so no second group runs the built-in kinds twice).",
+        show_default=False,
     ),
 ]
 
@@ -92,7 +132,8 @@ _PoolOption = Annotated[
     str,
     typer.Option(
         envvar="KAIROS_EXECUTOR_POOLS",
-        help="Comma-separated pools whose runs this executor takes (a schedule's pool).",
+        help="Comma-separated pools whose runs this executor takes (a schedule's pool); "
+        "another pool than default needs a --group-id of its own.",
     ),
 ]
 
@@ -101,7 +142,8 @@ _TeamsOption = Annotated[
     typer.Option(
         "--teams",
         envvar="KAIROS_EXECUTOR_TEAMS",
-        help="Comma-separated teams whose runs this executor takes; default: every team's.",
+        help="Comma-separated teams whose runs this executor takes; default: every team's. "
+        "Needs a --group-id of its own.",
         show_default=False,
     ),
 ]
@@ -184,10 +226,10 @@ def executor(
     logging.getLogger().setLevel(log_level.upper())
     try:
         registry = Handlers.combined(_load_handlers(r) for r in handlers or [])
-        if kinds is not None:
-            served = _listed(kinds)
-        else:
-            served = BUILT_IN_KINDS | ({"python"} if registry.names else set())
+        pools = frozenset(pool_name(p) for p in _listed(pool))
+        kafka = service_kafka_settings(context)
+        own_group = group_id not in (None, kafka.deployment_id(EXECUTOR_GROUP))
+        served = _served_kinds(kinds, registry, own_group=own_group, pools=pools, teams=bool(teams))
         settings = ExecutorSettings(
             instance=instance,
             state_dir=state_dir,
@@ -195,12 +237,10 @@ def executor(
             retention=parse_duration(dedupe_retention),
             group_id=group_id,
             kinds=served,
-            pools=_listed(pool),
+            pools=pools,
             teams=_listed(teams or ""),
             secrets_root=secrets_root,
-            runtime_policy=RuntimePolicy()
-            if runtime_policy is None
-            else load_runtime_policy(runtime_policy),
+            runtime_policy=_runtime_policy(runtime_policy),
             owner_share=owner_share,
             concurrency=concurrency,
             lease=parse_duration(lease),
@@ -215,8 +255,12 @@ def executor(
         raise invalid_settings(invalid) from invalid
     except (ValueError, KairosError) as error:
         raise fail(str(error)) from error
+    _run(kafka, settings, registry)
+
+
+def _run(kafka: KafkaSettings, settings: ExecutorSettings, registry: Handlers) -> None:
     try:
-        run_executor(service_kafka_settings(context), settings, registry)
+        run_executor(kafka, settings, registry)
     except KairosError as error:
         raise fail(str(error)) from error
 

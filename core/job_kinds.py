@@ -9,10 +9,10 @@ does not know (docs/executors.md, "Job kinds").
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from pydantic_core import ErrorDetails
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic_core import ErrorDetails, PydanticCustomError
 
 from kairos.core.errors import KairosError
 from kairos.core.schedule import JobSpec, Schedule, ScheduleValidationError
@@ -38,9 +38,29 @@ class NoopJob(_Params):
     """Does nothing and succeeds: the default job of a schedule without one."""
 
 
+SECRET_NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$"
+"""A secret is the file `<secrets root>/<team>/<name>`: a plain file name, so no `/` and no
+leading dot (which excludes `.` and `..`), and the executor still checks where it resolves."""
+ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
+HEADER_NAME_PATTERN = r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$"
+"""An HTTP header name: RFC 9110's token."""
+
+SecretName = Annotated[str, Field(pattern=SECRET_NAME_PATTERN)]
+EnvName = Annotated[str, Field(pattern=ENV_NAME_PATTERN)]
+HeaderName = Annotated[str, Field(pattern=HEADER_NAME_PATTERN)]
+
+
 class ShellJob(_Params):
     command: str = Field(min_length=1)
     env: dict[str, str] = Field(default_factory=dict)
+    secrets: dict[EnvName, SecretName] = Field(default_factory=dict)
+    """Environment variable → the name of one of the owner's secrets, read when the job runs."""
+
+    @field_validator("secrets")
+    @classmethod
+    def _not_also_in_env(cls, secrets: dict[str, str], info: ValidationInfo) -> dict[str, str]:
+        _refuse_twice_set(set(secrets), set(info.data.get("env", {})), "env and secrets")
+        return secrets
 
 
 class HttpJob(_Params):
@@ -48,6 +68,26 @@ class HttpJob(_Params):
     method: str = "POST"
     headers: dict[str, str] = Field(default_factory=dict)
     body: str | dict[str, Any] | list[Any] | None = None
+    secret_headers: dict[HeaderName, SecretName] = Field(default_factory=dict)
+    """Header → the name of one of the owner's secrets, read when the request is sent."""
+
+    @field_validator("secret_headers")
+    @classmethod
+    def _not_also_in_headers(cls, secret: dict[str, str], info: ValidationInfo) -> dict[str, str]:
+        # Header names are case-insensitive: `authorization` in one map shadows the other's.
+        plain = {name.lower() for name in info.data.get("headers", {})}
+        _refuse_twice_set({n.lower() for n in secret}, plain, "headers and secret_headers")
+        return secret
+
+
+def _refuse_twice_set(names: set[str], others: set[str], where: str) -> None:
+    both = sorted(names & others)
+    if both:
+        raise PydanticCustomError(
+            "set_twice",
+            "{names} set by both {where}; keep each in one of them",
+            {"names": ", ".join(both), "where": where},
+        )
 
 
 class KafkaJob(_Params):
@@ -78,6 +118,23 @@ _EXAMPLES = {
     "handler": "handler: record-settlement (a handler your executor registers)",
 }
 """How to write each required parameter, for the error that says it is missing."""
+
+_SECRET_NAME_RULE = (
+    "is not a secret name: use letters, digits, '_', '.' and '-', not starting with '.' "
+    "(a file of your team's secrets directory, no '/')"
+)
+_NAME_RULES = {
+    # (what a value of the map breaks, what a key breaks)
+    "secrets": (
+        _SECRET_NAME_RULE,
+        "is not an environment variable name: use letters, digits and '_', not starting with "
+        "a digit",
+    ),
+    "secret_headers": (
+        _SECRET_NAME_RULE,
+        "is not an HTTP header name: use letters, digits and !#$%&'*+.^_`|~-",
+    ),
+}
 
 
 def job_params(job: JobSpec) -> JobParams:
@@ -129,8 +186,11 @@ def _described(
 
 
 def _describe(kind: str, model: type[JobParams], detail: ErrorDetails) -> tuple[str, str]:
-    field = ".".join(str(part) for part in detail["loc"]) or "job"
-    name = str(detail["loc"][0]) if detail["loc"] else ""
+    # Pydantic places a map key's error at `<field>.<key>.[key]`; `<field>.<key>` says it.
+    is_key = detail["loc"][-1:] == ("[key]",)
+    place = detail["loc"][:-1] if is_key else detail["loc"]
+    field = ".".join(str(part) for part in place) or "job"
+    name = str(place[0]) if place else ""
     error = detail["type"]
     if error == "missing":
         example = _EXAMPLES.get(name)
@@ -146,6 +206,8 @@ def _describe(kind: str, model: type[JobParams], detail: ErrorDetails) -> tuple[
     got = f" (got {shown!r})" if isinstance(shown, str | int | float | bool) else ""
     if error == "string_pattern_mismatch" and name == "url":
         return field, f"must start with http:// or https://{got}"
+    if error == "string_pattern_mismatch" and name in _NAME_RULES:
+        return field, _NAME_RULES[name][is_key] + got
     if error == "string_too_short":
         example = _EXAMPLES.get(name)
         return field, "must not be empty" + (f"; for example {example}" if example else "")

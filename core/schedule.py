@@ -32,6 +32,7 @@ from kairos.core import schedule_lifecycle as lifecycle
 from kairos.core.cron import parse_cron
 from kairos.core.durations import format_duration, read_duration
 from kairos.core.errors import KairosError
+from kairos.core.pools import Pool
 from kairos.core.schedule_calendars import (
     BlackoutAction,
     CalendarIds,
@@ -276,6 +277,8 @@ class Schedule(BaseModel):
     owner: Text | None = None
     """The team that answers for the schedule."""
     labels: dict[Text, Text] = Field(default_factory=dict)
+    pool: Pool | None = None
+    """The executors' pool that runs it (`kairos.core.pools`); `None`: the default pool."""
     description: Text | None = None
     deadline: lifecycle.Deadline | None = None
     pause_on_failure: lifecycle.FailuresInARow | None = None

@@ -14,6 +14,7 @@ from typing import Any
 from kairos.core.definitions import shared_definition
 from kairos.core.firing import Decision, ScheduleState
 from kairos.core.lru import LruCache
+from kairos.core.pools import run_pool
 from kairos.core.rerun_request import RerunKind, RerunRequest
 from kairos.core.schedule import (
     DURATIONS_IN_MS,
@@ -124,6 +125,7 @@ def definition_record(schedule: Schedule, *, schedule_id: str | None = None) -> 
         "pause_on_failure": schedule.pause_on_failure,
         "max_runs": schedule.max_runs,
         "after_last_run": schedule.after_last_run.value,
+        "pool": schedule.pool,
     }
 
 
@@ -217,6 +219,7 @@ def _validated_schedule(record: dict[str, Any]) -> Schedule:
         "pause_on_failure": record["pause_on_failure"],
         "max_runs": record["max_runs"],
         "after_last_run": record["after_last_run"],
+        "pool": record["pool"],
     }
     schedule = Schedule.model_validate(
         {k: v for k, v in fields.items() if v is not None}, context=DURATIONS_IN_MS
@@ -321,6 +324,7 @@ def run_requested_record(
         "owner": schedule.owner,
         "rerun_request_id": None if rerun is None else rerun.request_id,
         "labels": schedule.labels,
+        "pool": run_pool(schedule.pool),
         # Durations, not instants: the same for every run of the definition, so they stay in
         # the bytes the run encoder keeps per definition (`kairos.streams.run_encoder`).
         **_run_deadline(schedule.deadline),

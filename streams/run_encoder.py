@@ -4,11 +4,11 @@
 
 A `RunRequested` holds the leading fields (run id, schedule id, nominal, due and fired instants,
 lateness), which differ from run to run; the schedule's offset (its version); and the rest (job,
-attempts, overlap, partition, ticker, owner, labels), which only the definition and the partition
-decide. So the codec encodes one run per definition and partition, the encoder keeps its bytes
-around the offset, shared by every schedule of that definition (the job, its parameters and the
-labels are most of a run), and each run writes its leading fields and offset, in Avro's binary
-encoding, around them. Nothing is kept per schedule but the fires decided ahead: at a million
+attempts, overlap, partition, ticker, owner, labels, pool), which only the definition and the
+partition decide. So the codec encodes one run per definition and partition, the encoder keeps
+its bytes around the offset, shared by every schedule of that definition (the job, its parameters
+and the labels are most of a run), and each run writes its leading fields and offset, in Avro's
+binary encoding, around them. Nothing is kept per schedule but the fires decided ahead: at a million
 schedules due within minutes, a template each was about 390 bytes a schedule.
 
 `TickerProgress`: six fields, written by hand after the codec's header.

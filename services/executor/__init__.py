@@ -17,12 +17,13 @@ The SDK of a team's own executor process (docs/executors.md):
 or, without a program of its own: `kairos executor --handlers billing.jobs:handlers --kinds python`.
 """
 
-from kairos.services.executor.handlers import Handlers, RunContext
+from kairos.services.executor.handlers import ANY_TEAM, Handlers, RunContext
 from kairos.services.executor.service import Executor, run_executor
 from kairos.services.executor.settings import ExecutorSettings
 from kairos.streams.dedupe.base import HandlerTransaction
 
 __all__ = [
+    "ANY_TEAM",
     "Executor",
     "ExecutorSettings",
     "HandlerTransaction",

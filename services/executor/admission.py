@@ -2,13 +2,16 @@
 
 Every check a `RunRequested` must pass happens here, before the claim: a record that fails one
 is dead-lettered with the reason (and never claimed), so a retry never meets a request it cannot
-run. A valid run of a kind this executor does not run is passed over, for the executors (in
-another consumer group) that do.
+run. A valid run is passed over, for the executors (in another consumer group) that run it, when
+its pool is not one this executor serves, its owner not one of the teams it is bound to, or its
+kind or handler not run here. A run naming a handler registered here for other teams than its
+owner is dead-lettered: handlers are the teams' code, and that refusal is final.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import cached_property
 from typing import Any
@@ -17,6 +20,7 @@ from pydantic import ValidationError
 
 from kairos.core.concurrency import run_groups
 from kairos.core.errors import KairosError
+from kairos.core.pools import DEFAULT_POOL
 from kairos.core.run_id import RunIdError, parse_run_id
 from kairos.core.schedule import OverlapPolicy
 from kairos.services.executor.handlers import Handlers
@@ -35,6 +39,15 @@ class RunRequestInvalidError(KairosError):
         super().__init__(f"run {run_id or '(no run id)'}: {problem}")
 
 
+class HandlerNotPermittedError(KairosError):
+    """A `python` run names a handler registered here, but not for the run's owner."""
+
+    def __init__(self, run_id: str, problem: str) -> None:
+        self.run_id = run_id
+        self.problem = problem
+        super().__init__(f"run {run_id}: {problem}")
+
+
 @dataclass(frozen=True, slots=True)
 class Rejected:
     """Dead-letter the record: `reason` and `error_class` go into the `DeadLetter`."""
@@ -45,7 +58,8 @@ class Rejected:
 
 @dataclass(frozen=True, slots=True)
 class PassedOver:
-    """A valid run that other executors run (its kind or handler is not served here)."""
+    """A valid run that other executors run (its pool, team, kind or handler is not served
+    here)."""
 
     run_id: str
     kind: str
@@ -57,10 +71,15 @@ Admissible = RunRequest | Rejected | PassedOver
 
 @dataclass(frozen=True)
 class ServedJobs:
-    """What this executor runs: job kinds, and the handlers of `python` jobs."""
+    """What this executor runs: job kinds, the handlers of `python` jobs, the pools whose runs it
+    takes and the teams it is bound to (empty: every team's)."""
 
     kinds: frozenset[str]
     handlers: Handlers
+    pools: frozenset[str] = frozenset({DEFAULT_POOL})
+    teams: frozenset[str] = frozenset()
+    passed_over_pool: Callable[[str], None] = field(default=lambda pool: None, repr=False)
+    """Told the pool of each run passed over for its pool (`pool_watch`)."""
 
     @cached_property
     def runners(self) -> frozenset[str]:
@@ -91,12 +110,19 @@ def read_request(
     except DecodeError as error:
         return _rejected(error)
     try:
-        request, kind = _valid_request(key, value, record, source)
+        request, kind, handler = _valid_request(key, value, record, source)
     except (RunRequestInvalidError, JobParamsError) as error:
         return _rejected(error)
-    if request.runner in served.runners:
-        return request
-    return PassedOver(request.run_id, kind)
+    pool, owner = record["pool"], record["owner"]
+    if pool not in served.pools:
+        served.passed_over_pool(pool)
+        return PassedOver(request.run_id, kind)
+    if (served.teams and owner not in served.teams) or request.runner not in served.runners:
+        return PassedOver(request.run_id, kind)
+    refusal = None if handler is None else served.handlers.refusal(handler, owner)
+    if refusal is not None:
+        return _rejected(HandlerNotPermittedError(request.run_id, refusal))
+    return request
 
 
 def _rejected(error: KairosError) -> Rejected:
@@ -105,8 +131,9 @@ def _rejected(error: KairosError) -> Rejected:
 
 def _valid_request(
     key: bytes | None, value: bytes, record: dict[str, Any], source: SourceRecord
-) -> tuple[RunRequest, str]:
-    """The run a decoded record asks for, and its job kind; raises what is wrong with it."""
+) -> tuple[RunRequest, str, str | None]:
+    """The run a decoded record asks for, its job kind and its handler (`python` jobs); raises
+    what is wrong with it."""
     run_id = record["run_id"]
 
     def invalid(problem: str) -> RunRequestInvalidError:
@@ -136,6 +163,7 @@ def _valid_request(
         job = job_from_record(record["job"])
     except (JobParamsRecordError, ValidationError) as error:
         raise invalid(f"its job is not valid: {error}") from None
+    params = job_params(job)
     request = RunRequest(
         run_id=run_id,
         schedule_id=schedule_id,
@@ -145,14 +173,14 @@ def _valid_request(
         overlap=OverlapPolicy(record["overlap"]),
         max_attempts=record["max_attempts"],
         retry_backoff=timedelta(milliseconds=record["retry_backoff_ms"]),
-        runner=runner_of(job.kind, job_params(job)),
+        runner=runner_of(job.kind, params),
         value=value,
         source=source,
         start_by=_after(nominal, record.get("deadline_start_by_ms")),
         finish_by=_after(nominal, record.get("deadline_finish_by_ms")),
         groups=run_groups(record["owner"], record["labels"]),
     )
-    return request, job.kind
+    return request, job.kind, params.handler if isinstance(params, PythonJob) else None
 
 
 def _after(nominal: datetime, milliseconds: int | None) -> datetime | None:

@@ -306,6 +306,7 @@ class AttemptRunner:
             process_groups=self._shell_jobs.groups_of(attempt),
             runtime=self._settings.runtime_policy.of(request["owner"]),
             secrets_root=self._settings.secrets_root,
+            executor_instance=self._settings.instance,
         )
         started = time.monotonic()
         kind = request["job"]["kind"]
@@ -371,6 +372,7 @@ class AttemptRunner:
                 RunContext(
                     run_id=invocation.run_id,
                     schedule_id=invocation.schedule_id,
+                    owner=invocation.owner,
                     attempt=invocation.attempt,
                     max_attempts=request["max_attempts"],
                     nominal_at=invocation.nominal_at,

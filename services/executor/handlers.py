@@ -8,11 +8,20 @@
         db.execute("INSERT INTO settlements (run_id, day) VALUES (%s, %s)",
                    (run.run_id, run.args["day"]))
 
-A schedule runs it with `{"kind": "python", "handler": "record-settlement", "args": {…}}`. The
-handler returns to succeed and raises to fail (the exception's text is the reason). It runs on a
-worker thread of the executor; a long handler should check `run.stop_requested` and return when
-it is set (timeout, replaced by a newer run, lease lost, shutdown): a thread cannot be killed, so
-the attempt's outcome waits for the handler and its lease is kept until then.
+A schedule runs it with `{"kind": "python", "handler": "record-settlement", "args": {…}}`.
+
+**Who may call a handler.** A handler is a team's code, and any team can write a schedule
+naming it, so each handler says whose runs may call it: `teams=("billing",)` (runs owned by
+those teams), or `teams=ANY_TEAM` (every run, owned or not: a shared utility). Without `teams`,
+only runs of schedules without an owner call it: what a deployment that sets no owners (open
+ownership) always had, while a team's owned run never reaches a handler its author did not open
+to it. A run naming a handler it may not call is dead-lettered with the reason at admission,
+never run (`kairos.services.executor.admission`).
+
+The handler returns to succeed and raises to fail (the exception's text is the reason). It runs
+on a worker thread of the executor; a long handler should check `run.stop_requested` and return
+when it is set (timeout, replaced by a newer run, lease lost, shutdown): a thread cannot be
+killed, so the attempt's outcome waits for the handler and its lease is kept until then.
 """
 
 from __future__ import annotations
@@ -25,6 +34,7 @@ from datetime import datetime
 from typing import Any
 
 from kairos.core.errors import KairosError
+from kairos.core.ownership import TEAM_NAME
 from kairos.streams.dedupe.base import AttemptTransaction, HandlerTransaction
 
 _NAME = re.compile(r"[A-Za-z0-9._:/-]{1,200}")
@@ -56,6 +66,9 @@ class RunContext:
     stop_requested: threading.Event
     """Set when the attempt must end early; a long handler returns (or raises) when it is."""
     _transaction: AttemptTransaction = field(repr=False)
+    owner: str | None = None
+    """The team that owns the run's schedule (`None`: a schedule without an owner); a handler
+    registered for several teams tells their runs apart by it."""
 
     def transaction(self) -> HandlerTransaction:
         """The dedupe store's database transaction for this attempt.
@@ -71,40 +84,108 @@ class RunContext:
 Handler = Callable[[RunContext], None]
 
 
+class AnyTeam:
+    """The `teams` of a handler every run may call (`ANY_TEAM`)."""
+
+    def __repr__(self) -> str:
+        return "ANY_TEAM"
+
+
+ANY_TEAM = AnyTeam()
+"""Register a handler with `teams=ANY_TEAM` to let every run call it, owned or not."""
+
+Callers = frozenset[str] | AnyTeam
+"""Whose runs may call a handler: these teams' (empty: only runs without an owner), or any."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Registered:
+    function: Handler
+    callers: Callers
+
+
 class Handlers:
-    """A registry of named `python` job handlers."""
+    """A registry of named `python` job handlers, each with the teams whose runs may call it."""
 
     def __init__(self) -> None:
-        self._handlers: dict[str, Handler] = {}
+        self._handlers: dict[str, _Registered] = {}
 
-    def handler(self, name: str | None = None) -> Callable[[Handler], Handler]:
-        """Register the decorated function under `name` (by default, the function's name)."""
+    def handler(
+        self, name: str | None = None, *, teams: Iterable[str] | AnyTeam = ()
+    ) -> Callable[[Handler], Handler]:
+        """Register the decorated function under `name` (by default, the function's name), for
+        the runs of `teams` (see the module docstring)."""
 
         def register(function: Handler) -> Handler:
-            self.add(name or function.__name__, function)
+            self.add(name or function.__name__, function, teams=teams)
             return function
 
         return register
 
-    def add(self, name: str, function: Handler) -> None:
+    def add(self, name: str, function: Handler, *, teams: Iterable[str] | AnyTeam = ()) -> None:
         if not _NAME.fullmatch(name):
             raise HandlerRegistrationError(name, "use 1–200 letters, digits and . _ : / -")
         if name in self._handlers:
             raise HandlerRegistrationError(name, "already registered; names must be unique")
-        self._handlers[name] = function
+        self._handlers[name] = _Registered(function, _callers(name, teams))
 
     def get(self, name: str) -> Handler | None:
-        return self._handlers.get(name)
+        registered = self._handlers.get(name)
+        return None if registered is None else registered.function
+
+    def refusal(self, name: str, owner: str | None) -> str | None:
+        """Why a run of `owner` (`None`: a schedule without one) may not call handler `name`
+        registered here, or `None` when it may."""
+        callers = self._handlers[name].callers
+        if isinstance(callers, AnyTeam) or owner in callers or (owner is None and not callers):
+            return None
+        if owner is None:
+            return (
+                f"handler {name} is registered for teams {_listed(callers)}; a run "
+                "without an owner may not call it: set the schedule's owner to one of them"
+            )
+        opened = "runs without an owner only" if not callers else f"teams {_listed(callers)}"
+        return (
+            f"handler {name} is registered for {opened}; team {owner} may not call it. To "
+            f"let it, its executor registers it with teams={tuple(sorted(callers | {owner}))!r} "
+            "or teams=ANY_TEAM"
+        )
 
     @property
     def names(self) -> frozenset[str]:
         return frozenset(self._handlers)
+
+    def callers(self, name: str) -> Callers:
+        return self._handlers[name].callers
 
     @classmethod
     def combined(cls, registries: Iterable[Handlers]) -> Handlers:
         """One registry holding every handler of `registries` (names must not clash)."""
         merged = cls()
         for registry in registries:
-            for name, function in registry._handlers.items():
-                merged.add(name, function)
+            for name, registered in registry._handlers.items():
+                merged.add(name, registered.function, teams=registered.callers)
         return merged
+
+
+def _listed(teams: frozenset[str]) -> str:
+    return ", ".join(sorted(teams))
+
+
+def _callers(name: str, teams: Iterable[str] | AnyTeam) -> Callers:
+    if isinstance(teams, AnyTeam):
+        return teams
+    if isinstance(teams, str):
+        # A bare string iterates as its letters: teams="payments" would admit team "p".
+        raise HandlerRegistrationError(
+            name, f"teams={teams!r} is one string; write teams=({teams!r},)"
+        )
+    callers = frozenset(teams)
+    bad = sorted(team for team in callers if not TEAM_NAME.fullmatch(team))
+    if bad:
+        raise HandlerRegistrationError(
+            name,
+            f"teams {bad} are not team names (lower-case letters, digits and inner hyphens); "
+            "name the teams whose runs may call it, or teams=ANY_TEAM for every run",
+        )
+    return callers

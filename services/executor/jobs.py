@@ -85,6 +85,8 @@ class Invocation:
     runtime: TeamRuntime = field(default_factory=TeamRuntime)
     """What the owner's jobs run as and may reach here (the executor's runtime policy)."""
     secrets_root: Path | None = None
+    executor_instance: str = ""
+    """The executor running the attempt (`KAIROS_EXECUTOR_INSTANCE` of a shell job)."""
     """Where the teams' secrets are files (`<secrets_root>/<team>/<name>`); `None`: none."""
 
     def remaining_s(self) -> float:

@@ -1,4 +1,8 @@
-"""`kafka` jobs: one record produced, keyed by the run id."""
+"""`kafka` jobs: one record produced, keyed by the run id, to a topic the team may write.
+
+The executor produces as its own principal, so Kafka's ACLs cannot tell one team's job from
+another's: which topics a team's jobs write is decided here (`egress.topic_refusal_reason`).
+"""
 
 from __future__ import annotations
 
@@ -6,11 +10,15 @@ import threading
 
 from confluent_kafka import KafkaError, Message
 
+from kairos.services.executor.egress import topic_refusal_reason
 from kairos.services.executor.jobs import Invocation, JobFailedError, KafkaJob, payload_bytes
 from kairos.streams.ports import Producer
 
 
 def run_kafka(job: KafkaJob, invocation: Invocation, producer: Producer) -> None:
+    refusal = topic_refusal_reason(job.topic, invocation.owner, invocation.runtime.kafka_topics)
+    if refusal is not None:
+        raise JobFailedError(refusal)
     delivered = threading.Event()
     failure: list[str] = []
 

@@ -63,14 +63,24 @@ class ExecutorMetrics:
             ["error_class"],
             registry=r,
         )
+        self._placement(r)
+        self._failure_signals(r)
+        self._concurrency_groups(r)
+
+    def _placement(self, r: CollectorRegistry) -> None:
         self.passed_over = Counter(
             "kairos_executor_runs_passed_over",
-            "Runs of a kind or handler this executor does not run, left to other executors.",
+            "Runs of a pool, team, kind or handler this executor does not run, left to others.",
             ["kind"],
             registry=r,
         )
-        self._failure_signals(r)
-        self._concurrency_groups(r)
+        self.unserved = Counter(
+            "kairos_executor_runs_unserved",
+            "Runs passed over for a pool no live executor advertises (counted by the default "
+            "pool's executors): they wait for an executor of it.",
+            ["pool"],
+            registry=r,
+        )
 
     def _failure_signals(self, r: CollectorRegistry) -> None:
         self.deadlines_missed = Counter(

@@ -19,22 +19,27 @@ import logging
 import signal
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from functools import partial
 from types import FrameType
 
 from confluent_kafka import TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from kairos.core.errors import KairosError
+from kairos.core.pools import DEFAULT_POOL, PoolNameError, pool_name
 from kairos.services.executor.admission import ServedJobs
 from kairos.services.executor.attempts import Clock
 from kairos.services.executor.clients import ConfluentExecutorClients, ExecutorClients
 from kairos.services.executor.handlers import Handlers
 from kairos.services.executor.metrics import ExecutorMetrics
 from kairos.services.executor.offsets import OffsetMarks
+from kairos.services.executor.pool_watch import PoolWatch, served_pools
 from kairos.services.executor.rebalance import CallbackFailures, ExecutorRebalance
 from kairos.services.executor.session import ExecutorSession
 from kairos.services.executor.settings import ExecutorSettings
+from kairos.services.executor.shell_job import check_runtime_capability
 from kairos.services.executor.shutdown import shut_down
 from kairos.services.executor.turn import ExecutorTurn
 from kairos.services.executor.workers import AttemptWorkers
@@ -44,6 +49,7 @@ from kairos.streams.authorization import RoleAccess
 from kairos.streams.codec import Codecs, make_codecs
 from kairos.streams.ports import GroupMember
 from kairos.streams.settings import KafkaSettings
+from kairos.streams.topics import TopicRole
 
 logger = logging.getLogger(__name__)
 
@@ -93,10 +99,13 @@ class Executor:
                 "python jobs need handlers: register them with "
                 "Handlers and pass them (kairos executor --handlers)"
             )
-        self.served = ServedJobs(settings.kinds, self.handlers)
+        if "shell" in settings.kinds:
+            # Refused before joining, not run by run: every shell run of those teams would fail.
+            check_runtime_capability(settings.runtime_policy)
         self.clock = clock
         self.codecs = codecs or make_codecs()
         self.metrics = ExecutorMetrics()
+        self.served = self._served(kafka, real_broker=clients is None)
         names = DeploymentNames.of(kafka, executor_group=settings.group(kafka))
         self._access = RoleAccess(kafka, Role.EXECUTOR, names)
         self._clients = clients or ConfluentExecutorClients(kafka, self._access)
@@ -140,12 +149,39 @@ class Executor:
         turn = self._join(session, workers, marks)
         self._connected = _Connected(session, workers, marks, turn)
         logger.info(
-            "executor instance=%s started store=%s kinds=%s handlers=%s",
+            "executor instance=%s started store=%s kinds=%s handlers=%s pools=%s teams=%s",
             s.instance,
             session.store.name,
             sorted(s.kinds),
             sorted(self.handlers.names),
+            sorted(s.pools),
+            sorted(s.teams) or "every team's",
         )
+
+    def _served(self, kafka: KafkaSettings, *, real_broker: bool) -> ServedJobs:
+        """What this executor takes; the executors of the default pool watch for runs of pools
+        nobody serves (`pool_watch`: a real broker only, the fakes have no groups to describe)."""
+        s = self.settings
+        for pool in s.pools:
+            try:
+                pool_name(pool)
+            except PoolNameError as error:
+                raise ExecutorConfigError(f"pool: {error}") from None
+        for name in sorted(self.handlers.names):
+            if self.handlers.callers(name) == frozenset():
+                logger.warning(
+                    "handler %s is registered without teams: only runs of schedules without an "
+                    "owner may call it (register it with teams=(...) or teams=ANY_TEAM)",
+                    name,
+                )
+        served = ServedJobs(s.kinds, self.handlers, s.pools, s.teams)
+        if DEFAULT_POOL not in s.pools or not real_broker:
+            return served
+        # Notices (level 6) off: the admin client's closing would log them as noise.
+        admin = AdminClient(kafka.consumer_config(log_level=5))
+        runs_topic = kafka.layout.name(TopicRole.RUNS)
+        watch = PoolWatch(partial(served_pools, admin, runs_topic), self.metrics.unserved)
+        return replace(served, passed_over_pool=watch.passed_over)
 
     def turn(self) -> None:
         """One pass of the loop (`turn.ExecutorTurn.run_once`)."""

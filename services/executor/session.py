@@ -21,6 +21,7 @@ from confluent_kafka import TopicPartition
 from kairos.services.executor.clients import AssignmentCheck, ExecutorClients
 from kairos.services.executor.events import EventPublisher
 from kairos.services.executor.fleet import advertised_client_id
+from kairos.services.executor.pool_watch import pools_tagged
 from kairos.services.executor.settings import ExecutorSettings
 from kairos.streams.codec import Codecs
 from kairos.streams.dedupe import open_dedupe_store
@@ -68,7 +69,9 @@ class ExecutorSession:
                 kafka, codecs, settings.instance, FLUSH_TIMEOUT_S, events_producer
             )
             job_producer = clients.producer(kafka.producer_config(**{"linger.ms": 0}))
-            client_id = advertised_client_id(settings.instance, store.store_id)
+            client_id = advertised_client_id(
+                pools_tagged(settings.instance, settings.pools), store.store_id
+            )
             consumer = clients.group_member(
                 kafka.group_member_config(
                     settings.group(kafka), client_id, settings.session_timeout_ms

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from kairos.core.pools import DEFAULT_POOL, Pool
 from kairos.services.executor.jobs import JOB_KINDS
 from kairos.services.executor.runtime_policy import RuntimePolicy
 from kairos.services.probes import DEFAULT_METRICS_HOST
@@ -15,8 +16,6 @@ from kairos.streams.settings import EXECUTOR_GROUP, KafkaSettings
 
 BUILT_IN_KINDS = frozenset({"noop", "shell", "http", "kafka"})
 """What `kairos executor` runs by default; `python` needs handlers (see docs/executors.md)."""
-DEFAULT_POOL = "default"
-"""The pool of a schedule that names none, and of an executor started without `--pool`."""
 
 
 def dedupe_store_url(state_dir: Path, dedupe_url: str | None) -> str:
@@ -38,7 +37,7 @@ class ExecutorSettings(BaseModel):
     kinds: frozenset[str] = BUILT_IN_KINDS
     """Job kinds this executor runs; runs of other known kinds are left to the executors that
     run them (another consumer group), runs of unknown kinds are dead-lettered."""
-    pools: frozenset[str] = frozenset({DEFAULT_POOL})
+    pools: frozenset[Pool] = frozenset({DEFAULT_POOL})
     """The pools whose runs this executor takes (a schedule's `pool`)."""
     teams: frozenset[str] = frozenset()
     """The teams whose runs this executor takes; empty: every team's (a shared executor)."""

@@ -141,7 +141,12 @@ class ExecutorTurn:
         free = settings.concurrency - len(self._workers.attempts)
         held_until = time.monotonic() + settings.lease.total_seconds()
         for lease in self._session.store.acquire(
-            settings.instance, self._served.runners, now, settings.lease, free
+            settings.instance,
+            self._served.runners,
+            now,
+            settings.lease,
+            free,
+            owner_share=settings.owner_share,
         ):
             logger.info("run=%s attempt=%d started", lease.run_id, lease.attempt)
             self._workers.start(lease, held_until)

@@ -40,6 +40,11 @@ implementation keeps these rules (tests/local/test_dedupe_contract.py checks the
    group's last place. A run held back stays ready and keeps its place: the runs of a group start
    in their due order, and a full group never holds up runs outside it. A limit applies to the
    starts after it is set; lowering it stops nothing already running.
+10. **Owners' turns.** `acquire` takes ready runs round-robin across their schedules' owners (runs
+   without owner are one more owner), each owner's in due order, so a team's runs start in the
+   first acquire after they are due however many runs of another team wait. While another
+   owner's runs can start, an owner running `owner_share` of the pool (running runs among the
+   runners asked for, plus `limit`; `kairos.core.concurrency.owner_cap`) starts no more.
 
 Methods raise `DedupeStoreError` when the database fails; the caller retries later.
 """
@@ -53,7 +58,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol
 
-from kairos.core.concurrency import GroupStatus
+from kairos.core.concurrency import DEFAULT_OWNER_SHARE, GroupStatus
 from kairos.core.errors import KairosError
 from kairos.core.overlap import RunState
 from kairos.core.schedule import OverlapPolicy
@@ -307,13 +312,20 @@ class DedupeStore(Protocol):
         ...
 
     def acquire(
-        self, owner: str, runners: Collection[str], now: datetime, lease: timedelta, limit: int
+        self,
+        owner: str,
+        runners: Collection[str],
+        now: datetime,
+        lease: timedelta,
+        limit: int,
+        *,
+        owner_share: float = DEFAULT_OWNER_SHARE,
     ) -> list[Lease]:
         """Start the next attempt of up to `limit` ready runs due at `now`, leased to `owner`
         until the database's clock passes its present reading plus `lease`.
 
-        Only runs of the given `runners` are taken, in order of their due instant; a `started`
-        event is written for each.
+        Only runs of the given `runners` are taken, by their owners' turns (rule 10), each
+        owner's in order of their due instant; a `started` event is written for each.
         """
         ...
 
@@ -373,14 +385,10 @@ class DedupeStore(Protocol):
         """Delete up to `limit` settled deadlines of pruned runs; returns how many."""
         ...
 
-    def failures_in_a_row(self, schedule_id: str, since: datetime, limit: int) -> int:
-        """How many of the schedule's latest ended runs fired since `since` failed for good in
-        a row (`kairos.streams.dedupe.streaks`), at most `limit`."""
-        ...
-
     def set_concurrency_limit(self, group: str, max_running: int, now: datetime) -> None:
-        """Limit `group` (`owner:OWNER` or `label:KEY=VALUE`) to `max_running` runs at once
-        across the store's executors; raises `ConcurrencyGroupError` for a bad group or limit."""
+        """Limit `group` (`owner:OWNER`, `label:OWNER/KEY=VALUE` or `shared:KEY=VALUE`) to
+        `max_running` runs at once across the store's executors; raises `ConcurrencyGroupError`
+        for a bad group or limit."""
         ...
 
     def remove_concurrency_limit(self, group: str) -> bool:

@@ -22,7 +22,7 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MS = timedelta(milliseconds=1)
 _TRANSIENT_RETRIES = 5
@@ -91,7 +91,8 @@ def schema_statements(*, bigint: str, blob: str, serial_key: str) -> list[str]:
             source_partition INTEGER NOT NULL,
             source_offset {bigint} NOT NULL,
             created_ms {bigint} NOT NULL,
-            updated_ms {bigint} NOT NULL)""",
+            updated_ms {bigint} NOT NULL,
+            owner TEXT NOT NULL DEFAULT '')""",
         "CREATE INDEX IF NOT EXISTS kairos_runs_by_next ON kairos_runs (state, next_ms)",
         "CREATE INDEX IF NOT EXISTS kairos_runs_by_lease ON kairos_runs (state, lease_expires_ms)",
         "CREATE INDEX IF NOT EXISTS kairos_runs_by_update ON kairos_runs (state, updated_ms)",
@@ -144,6 +145,38 @@ def _concurrency_statements(bigint: str) -> list[str]:
             max_running INTEGER NOT NULL,
             updated_ms {bigint} NOT NULL)""",
     ]
+
+
+_UNFINISHED_RUN = "state IN ('queued', 'ready', 'running')"
+_OWNER_OF_RUN = (
+    "FROM kairos_run_groups g WHERE g.run_id = kairos_runs.run_id AND g.group_key LIKE 'owner:%'"
+)
+UPGRADES: dict[int, list[str]] = {
+    # Version 1 had no owner column, and its label groups (`label:KEY=VALUE`) spanned owners:
+    # they become the shared groups, limits included, so a limit set before holds as it did.
+    # The unfinished runs get their owner and their owner's label groups; ended runs no longer
+    # count anywhere.
+    1: [
+        "ALTER TABLE kairos_runs ADD COLUMN owner TEXT NOT NULL DEFAULT ''",
+        "UPDATE kairos_run_groups SET group_key = 'shared:' || substr(group_key, 7) "
+        "WHERE group_key LIKE 'label:%'",
+        "UPDATE kairos_concurrency_limits SET group_key = 'shared:' || substr(group_key, 7) "
+        "WHERE group_key LIKE 'label:%'",
+        f"UPDATE kairos_runs SET owner = (SELECT substr(g.group_key, 7) {_OWNER_OF_RUN}) "
+        f"WHERE {_UNFINISHED_RUN} AND EXISTS (SELECT 1 {_OWNER_OF_RUN})",
+        "INSERT INTO kairos_run_groups (group_key, run_id) SELECT 'label:' || "
+        "replace(replace(r.owner, '%', '%25'), '/', '%2F') || '/' || substr(g.group_key, 8), "
+        "g.run_id FROM kairos_run_groups g JOIN kairos_runs r ON r.run_id = g.run_id "
+        f"WHERE g.group_key LIKE 'shared:%' AND r.owner <> '' AND r.{_UNFINISHED_RUN}",
+    ],
+}
+"""The statements that bring a store of each older version to the next one."""
+UPGRADED_INDEXES = [
+    # Each owner's ready runs in due order: `acquire` reads every owner's first few through it.
+    "CREATE INDEX IF NOT EXISTS kairos_runs_by_owner "
+    "ON kairos_runs (state, owner, next_ms, nominal_ms)",
+]
+"""Indexes on columns an upgrade may have added: made after the upgrades."""
 
 
 class Database(ABC):
@@ -270,6 +303,14 @@ class Database(ABC):
                 f"its schema version {row[0]} is newer than this Kairos knows "
                 f"({SCHEMA_VERSION}); upgrade this executor",
             )
+        else:
+            for version in range(row[0], SCHEMA_VERSION):
+                logger.info("store=%s upgrading its schema from version %d", self._name, version)
+                for statement in UPGRADES[version]:
+                    conn.execute(statement)
+            conn.execute(self.q("UPDATE kairos_dedupe_schema SET version = ?"), (SCHEMA_VERSION,))
+        for statement in UPGRADED_INDEXES:
+            conn.execute(statement)
         identity = conn.execute("SELECT store_id FROM kairos_dedupe_identity").fetchone()
         if identity is not None:
             return str(identity[0])

@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, ClassVar
 
+from kairos.core.concurrency import DEFAULT_OWNER_SHARE, owner_of
 from kairos.core.overlap import Admission as OverlapAdmission
 from kairos.core.overlap import (
     OverlapDecision,
@@ -52,7 +53,6 @@ from kairos.streams.dedupe.database import (
 )
 from kairos.streams.dedupe.deadlines import DeadlineBook
 from kairos.streams.dedupe.outbox import NewEvent, delete_events, oldest_events, write_event
-from kairos.streams.dedupe.streaks import FailureStreaks
 
 _MS = timedelta(milliseconds=1)
 _REAP_BATCH = 100
@@ -83,7 +83,7 @@ class _RunningAttempt:
     started_ms: int
 
 
-class SqlDedupeStore(DeadlineBook, FailureStreaks, ConcurrencyLimits):
+class SqlDedupeStore(DeadlineBook, ConcurrencyLimits):
     """A `DedupeStore` on a SQL database."""
 
     for_update: ClassVar[str]
@@ -164,8 +164,8 @@ class SqlDedupeStore(DeadlineBook, FailureStreaks, ConcurrencyLimits):
                 "INSERT INTO kairos_runs (run_id, schedule_id, nominal_ms, due_ms, fired_ms, "
                 "overlap, state, attempt, max_attempts, retry_backoff_ms, runner, next_ms, "
                 "deliveries, reason, value, source_topic, source_partition, source_offset, "
-                "created_ms, updated_ms) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?)"
+                "created_ms, updated_ms, owner) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?)"
             ),
             (
                 request.run_id,
@@ -186,6 +186,7 @@ class SqlDedupeStore(DeadlineBook, FailureStreaks, ConcurrencyLimits):
                 request.source.offset,
                 now_ms,
                 now_ms,
+                owner_of(request.groups),
             ),
         )
         self._record_groups(conn, request)
@@ -237,7 +238,14 @@ class SqlDedupeStore(DeadlineBook, FailureStreaks, ConcurrencyLimits):
     # -- leases ------------------------------------------------------------------------------
 
     def acquire(
-        self, owner: str, runners: Collection[str], now: datetime, lease: timedelta, limit: int
+        self,
+        owner: str,
+        runners: Collection[str],
+        now: datetime,
+        lease: timedelta,
+        limit: int,
+        *,
+        owner_share: float = DEFAULT_OWNER_SHARE,
     ) -> list[Lease]:
         now_ms, lease_ms = to_ms(now), lease // _MS
         served = sorted(runners)
@@ -246,7 +254,7 @@ class SqlDedupeStore(DeadlineBook, FailureStreaks, ConcurrencyLimits):
 
         def work(conn: Connection) -> list[Lease]:
             leases = []
-            for run_id in self._startable(conn, now_ms, served, limit):
+            for run_id in self._startable(conn, now_ms, served, limit, owner_share):
                 row = conn.execute(
                     self.q(
                         "UPDATE kairos_runs SET state = 'running', attempt = attempt + 1, "
@@ -259,18 +267,9 @@ class SqlDedupeStore(DeadlineBook, FailureStreaks, ConcurrencyLimits):
                 ).fetchone()
                 schedule_id, attempt, due_ms, value, expires_ms = row
                 write_event(self, conn, NewEvent(run_id, EventKind.STARTED, attempt, owner, now_ms))
-                leases.append(
-                    Lease(
-                        run_id,
-                        schedule_id,
-                        attempt,
-                        owner,
-                        now,
-                        from_ms(expires_ms),
-                        from_ms(due_ms),
-                        bytes(value),
-                    )
-                )
+                expires, due = from_ms(expires_ms), from_ms(due_ms)
+                held = Lease(run_id, schedule_id, attempt, owner, now, expires, due, bytes(value))
+                leases.append(held)
             return leases
 
         return self.transaction(work)

@@ -1,11 +1,11 @@
 """Concurrency groups across executor processes: a ticker fires herds, two executors share a store.
 
 Six schedules of `payments` fall due together every 5 s, each job taking a second; `payments` is
-limited to 2 runs at once. Two schedules labelled `warehouse=eu` (owned by another team) fire
-every 2 s and are limited to 1 at once through their label; `ops` is not limited. Every job
-writes its start and end to a ledger: the ledger shows each limited group at its limit and never
-above it, while the queued runs are counted in the executors' metrics and by
-`kairos concurrency list`, and every run succeeds once.
+limited to 2 runs at once. Two schedules labelled `warehouse=eu` (owned by growth) fire every 2 s
+and are limited to 1 at once through growth's label group; `ops` is not limited. Every job writes
+its start and end to a ledger: the ledger shows each limited group at its limit and never above it,
+while the queued runs are counted in the executors' metrics and by `kairos concurrency list`, and
+every run succeeds once.
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ def test_limited_groups_never_run_more_than_their_limit_across_executors(
 ) -> None:
     settings = runs_topic.settings
     _concurrency(store_url, tmp_path, "set", "owner:payments", "2")
-    _concurrency(store_url, tmp_path, "set", "label:warehouse=eu", "1")
+    _concurrency(store_url, tmp_path, "set", "label:growth/warehouse=eu", "1")
     ledger = tmp_path / "ledger"
     ledger.touch()
     start = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=20)
@@ -127,5 +127,5 @@ def test_limited_groups_never_run_more_than_their_limit_across_executors(
     assert len([r for r in fired if r.schedule_id.startswith("payments-")]) == 6 * HERDS
     assert (_most_at_once(ledger, "payments-"), _most_at_once(ledger, "loader-")) == (2, 1)
     groups = {g["group"]: (g["max_running"], g["running"]) for g in listed["groups"]}
-    assert set(groups) == {"owner:payments", "label:warehouse=eu"}
-    assert groups["owner:payments"][1] <= 2 and groups["label:warehouse=eu"][1] <= 1
+    assert set(groups) == {"owner:payments", "label:growth/warehouse=eu"}
+    assert groups["owner:payments"][1] <= 2 and groups["label:growth/warehouse=eu"][1] <= 1

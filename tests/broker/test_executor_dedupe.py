@@ -191,6 +191,13 @@ def idempotent_service() -> Iterator[tuple[str, type[_IdempotentService]]]:
     server.shutdown()
 
 
+def _loopback_allowed(tmp_path: Path) -> dict[str, str]:
+    """An executor environment whose runs without an owner may reach services on 127.0.0.1."""
+    policy = tmp_path / "runtime-policy.yaml"
+    policy.write_text("default: {http_allow: [127.0.0.1]}\n")
+    return {"KAIROS_RUNTIME_POLICY": str(policy)}
+
+
 def test_runs_cut_short_by_sigkill_are_retried_elsewhere_and_take_effect_once(
     runs_topic: RunsTopic,
     launch_executor: Launcher,
@@ -200,20 +207,17 @@ def test_runs_cut_short_by_sigkill_are_retried_elsewhere_and_take_effect_once(
 ) -> None:
     url, service = idempotent_service
     hanging = tmp_path / "hanging"
+    hang = {"hang_first_attempt": str(hanging)}
     payment = runs_topic.request(
-        "payments",
-        NOMINAL,
-        {
-            "kind": "python",
-            "handler": "record-payment",
-            "args": {"hang_first_attempt": str(hanging)},
-        },
+        "payments", NOMINAL, {"kind": "python", "handler": "record-payment", "args": hang}
     )
     transfer = runs_topic.request("transfers", NOMINAL, {"kind": "http", "url": url})
+    allowed = _loopback_allowed(tmp_path)
     first = launch_executor(
         "e1",
         dedupe_url=store_url,
         handlers=HANDLERS,
+        env=allowed,
     )
     runs_topic.publish(payment, transfer)
     eventually(
@@ -227,6 +231,7 @@ def test_runs_cut_short_by_sigkill_are_retried_elsewhere_and_take_effect_once(
         "e2",
         dedupe_url=store_url,
         handlers=HANDLERS,
+        env=allowed,
     )
     try:
         for run in (payment, transfer):

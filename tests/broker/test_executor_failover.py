@@ -24,7 +24,7 @@ LEASE_S = 2
 
 
 def journalled(journal: Path, seconds: float) -> dict[str, str]:
-    line = f'"$KAIROS_RUN_ID $KAIROS_ATTEMPT $WORKER $(date +%s.%N)" >> {journal}'
+    line = f'"$KAIROS_RUN_ID $KAIROS_ATTEMPT $KAIROS_EXECUTOR_INSTANCE $(date +%s.%N)" >> {journal}'
     return {"kind": "shell", "command": f"echo start {line}; sleep {seconds}; echo end {line}"}
 
 
@@ -55,15 +55,14 @@ def assert_never_twice_at_once(journal: Path, killed_at: float = float("inf")) -
 def launch_sharing_executors(
     launch_executor: Launcher, store_url: str
 ) -> dict[str, ServiceProcess]:
-    """e1 and e2 on one store, three jobs at once each, a short lease; `$WORKER` names each in
-    its jobs' journal lines."""
+    """e1 and e2 on one store, three jobs at once each, a short lease;
+    `$KAIROS_EXECUTOR_INSTANCE` names each in its jobs' journal lines."""
     executors = {
         name: launch_executor(
             name,
             dedupe_url=store_url,
             lease=f"{LEASE_S}s",
             concurrency=3,
-            env={"WORKER": name},
         )
         for name in ("e1", "e2")
     }

@@ -29,8 +29,12 @@ NOMINAL = datetime(2027, 3, 14, 7, 0, tzinfo=UTC)
 
 
 @pytest.fixture
-def executor(launch_executor: Launcher) -> Iterator[ServiceProcess]:
-    process = launch_executor("e1")
+def executor(launch_executor: Launcher, tmp_path: Path) -> Iterator[ServiceProcess]:
+    # The runs have no owner; their http and kafka jobs reach a server on 127.0.0.1 and write
+    # reminders-* topics, which such runs may only when the runtime policy's default allows it.
+    policy = tmp_path / "runtime-policy.yaml"
+    policy.write_text("default: {http_allow: [127.0.0.1], kafka_topics: ['reminders-*']}\n")
+    process = launch_executor("e1", env={"KAIROS_RUNTIME_POLICY": str(policy)})
     yield process
     assert process.stop() == 0, process.log()[-3000:]
 

@@ -24,7 +24,7 @@ NOMINAL = datetime(2027, 3, 14, 7, 0, tzinfo=UTC)
 
 
 def beating(journal: Path, background: Path, beats: int) -> dict[str, str]:
-    beat = f'echo "$KAIROS_ATTEMPT $WORKER $(date +%s.%N)" >> {journal}'
+    beat = f'echo "$KAIROS_ATTEMPT $KAIROS_EXECUTOR_INSTANCE $(date +%s.%N)" >> {journal}'
     return {
         "kind": "shell",
         "command": f"sleep 300 & echo $! > {background}.$KAIROS_ATTEMPT; "
@@ -56,8 +56,7 @@ def test_a_paused_executors_job_dies_before_the_run_is_retried_elsewhere(
     journal, background = tmp_path / "journal", tmp_path / "background"
     journal.touch()
     executors = {
-        name: launch_executor(name, dedupe_url=store_url, lease="2s", env={"WORKER": name})
-        for name in ("e1", "e2")
+        name: launch_executor(name, dedupe_url=store_url, lease="2s") for name in ("e1", "e2")
     }
     for process in executors.values():
         process.wait_for_log("partitions assigned")

@@ -22,21 +22,24 @@ def concurrency(state_dir: Path, *args: str) -> Result:
 def test_limits_are_set_listed_and_removed_in_the_executors_store(tmp_path: Path) -> None:
     open_dedupe_store(dedupe_store_url(tmp_path, None)).close()  # as an executor's first start
     assert concurrency(tmp_path, "set", "owner:payments", "3").exit_code == 0
-    assert concurrency(tmp_path, "set", "label:warehouse=eu", "1").exit_code == 0
+    assert concurrency(tmp_path, "set", "label:payments/warehouse=eu", "1").exit_code == 0
+    assert concurrency(tmp_path, "set", "shared:warehouse=eu", "4").exit_code == 0
     table = concurrency(tmp_path, "list")
     assert table.stdout.splitlines() == [
-        "GROUP               LIMIT  RUNNING  WAITING",
-        "label:warehouse=eu  1      0        0",
-        "owner:payments      3      0        0",
+        "GROUP                        LIMIT  RUNNING  WAITING",
+        "label:payments/warehouse=eu  1      0        0",
+        "owner:payments               3      0        0",
+        "shared:warehouse=eu          4      0        0",
     ]
     assert concurrency(tmp_path, "set", "owner:payments", "5").exit_code == 0
     listed = json.loads(concurrency(tmp_path, "list", "--json").stdout)["groups"]
     assert [(g["group"], g["max_running"]) for g in listed] == [
-        ("label:warehouse=eu", 1),
+        ("label:payments/warehouse=eu", 1),
         ("owner:payments", 5),
+        ("shared:warehouse=eu", 4),
     ]
-    assert concurrency(tmp_path, "remove", "label:warehouse=eu").exit_code == 0
-    again = concurrency(tmp_path, "remove", "label:warehouse=eu")
+    assert concurrency(tmp_path, "remove", "shared:warehouse=eu").exit_code == 0
+    again = concurrency(tmp_path, "remove", "shared:warehouse=eu")
     assert again.exit_code == 2 and "has no limit" in again.output
 
 
@@ -47,7 +50,10 @@ def test_bad_input_is_refused_with_what_to_do(tmp_path: Path) -> None:
     assert not (tmp_path / "typo").exists()
     open_dedupe_store(dedupe_store_url(tmp_path, None)).close()
     bad = concurrency(tmp_path, "set", "payments", "3")
-    assert bad.exit_code == 2 and "write owner:OWNER or label:KEY=VALUE" in bad.output
+    assert bad.exit_code == 2 and "write owner:OWNER, label:OWNER/KEY=VALUE" in bad.output
+    whose = concurrency(tmp_path, "set", "label:warehouse=eu", "3")
+    assert whose.exit_code == 2 and "a label group is one team's: name the owner" in whose.output
+    assert "shared:KEY=VALUE" in whose.output
     zero = concurrency(tmp_path, "set", "owner:payments", "0")
     assert zero.exit_code == 2 and "give at least 1" in zero.output
     assert "no group is limited" in concurrency(tmp_path, "list").stdout

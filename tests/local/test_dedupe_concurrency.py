@@ -58,10 +58,10 @@ def test_a_full_group_does_not_hold_up_runs_outside_it(store: DedupeStore) -> No
     ]
 
 
-def test_a_label_group_spans_owners_and_every_limited_group_of_a_run_must_have_room(
+def test_a_shared_label_group_spans_owners_and_every_limited_group_of_a_run_must_have_room(
     store: DedupeStore,
 ) -> None:
-    store.set_concurrency_limit("label:warehouse=eu", 1, T0)
+    store.set_concurrency_limit("shared:warehouse=eu", 1, T0)
     store.set_concurrency_limit("owner:growth", 5, T0)
     store.admit(
         [of("payments", 0, warehouse="eu"), of("growth", 1, warehouse="eu"), of("growth", 2)],
@@ -73,7 +73,27 @@ def test_a_label_group_spans_owners_and_every_limited_group_of_a_run_must_have_r
         "growth-2@2027-03-14T07:02:00Z",
     ]
     statuses = {s.group: (s.running, s.waiting) for s in store.concurrency(LATER)}
-    assert statuses == {"label:warehouse=eu": (1, 1), "owner:growth": (1, 1)}
+    assert statuses == {"shared:warehouse=eu": (1, 1), "owner:growth": (1, 1)}
+
+
+def test_a_teams_label_group_takes_no_place_of_another_team_with_the_same_label(
+    store: DedupeStore,
+) -> None:
+    """Payments is limited to one `warehouse=eu` run at once; growth labels its schedules
+    `warehouse=eu` too, and neither counts in nor is held back by payments' group."""
+    store.set_concurrency_limit("label:payments/warehouse=eu", 1, T0)
+    store.admit(
+        [of("payments", m, warehouse="eu") for m in range(3)]
+        + [of("growth", 10 + m, warehouse="eu") for m in range(3)],
+        T0,
+        "e1",
+    )
+    taken = started(store.acquire("e1", SHELL, LATER, LEASE, 10))
+    assert sorted(taken) == sorted(
+        ["payments-0@2027-03-14T07:00:00Z"]
+        + [f"growth-{10 + m}@2027-03-14T07:{10 + m}:00Z" for m in range(3)]
+    )
+    assert store.concurrency(LATER) == [GroupStatus("label:payments/warehouse=eu", 1, 1, 2)]
 
 
 def test_a_limit_set_after_runs_were_claimed_counts_them_and_removing_it_frees_the_rest(
@@ -138,9 +158,11 @@ def test_a_run_pruned_leaves_no_group_behind(store: DedupeStore) -> None:
 @pytest.mark.parametrize(
     ("group", "limit", "problem"),
     [
-        ("payments", 1, "write owner:OWNER or label:KEY=VALUE"),
+        ("payments", 1, "write owner:OWNER, label:OWNER/KEY=VALUE"),
         ("owner:", 1, "names no owner"),
-        ("label:warehouse", 1, "names no label KEY=VALUE"),
+        ("label:warehouse=eu", 1, "a label group is one team's: name the owner"),
+        ("label:payments/warehouse", 1, "names no label KEY=VALUE"),
+        ("shared:warehouse", 1, "names no label KEY=VALUE"),
         ("owner:payments", 0, "would hold every run back forever"),
     ],
 )

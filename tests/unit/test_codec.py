@@ -67,6 +67,7 @@ DEFINITION: dict[str, Any] = {
     "pause_on_failure": 3,
     "max_runs": None,
     "after_last_run": "pause",
+    "pool": "gpu",
 }
 ONE_SHOT: dict[str, Any] = {
     **DEFINITION,
@@ -96,6 +97,7 @@ ONE_SHOT: dict[str, Any] = {
     "pause_on_failure": None,
     "max_runs": 1,
     "after_last_run": "delete",
+    "pool": None,
 }
 
 
@@ -168,6 +170,7 @@ SAMPLES: list[tuple[RecordType, str, dict[str, Any]]] = [
             "deadline_start_by_ms": 600_000,
             "deadline_finish_by_ms": None,
             "labels": {"warehouse": "eu", "tier": "gold"},
+            "pool": "gpu",
         },
     ),
     (RecordType.RUN_EVENT, "started", _run_event("started", started_at=T1)),

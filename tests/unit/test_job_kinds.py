@@ -46,7 +46,7 @@ def problems_of(job: dict[str, Any]) -> list[str]:
         (
             {"kind": "shell", "comand": "echo hi"},
             "field 'job.comand': is not a parameter of a shell job; its parameters are: "
-            "command, env; did you mean 'command'?",
+            "command, env, secrets; did you mean 'command'?",
         ),
         (
             {"kind": "shel", "command": "echo hi"},
@@ -81,7 +81,7 @@ def test_the_executor_reads_the_same_rules_with_the_same_words() -> None:
         job_params(JobSpec.model_validate({"kind": "shell", "comand": "echo hi"}))
     assert str(refused.value) == (
         "job kind 'shell': command: is required for a shell job; add command: 'echo hi'; "
-        "comand: is not a parameter of a shell job; its parameters are: command, env; "
+        "comand: is not a parameter of a shell job; its parameters are: command, env, secrets; "
         "did you mean 'command'?"
     )
     for problem in problems_of({"kind": "shell", "comand": "echo hi"}):

@@ -34,13 +34,13 @@ def test_a_get_refreshes_recency() -> None:
     assert kept(cache, "a", "b", "c", "d") == ["a", "c", "d"]
 
 
-
 def test_setdefault_answers_what_is_kept_refreshed_else_keeps_the_value() -> None:
     cache = filled("a", "b", "c")
     assert cache.setdefault("a", 99) == 0
     assert cache.setdefault("d", 3) == 3
     assert kept(cache, "a", "b", "c", "d") == ["a", "c", "d"]
     assert cache.setdefault("d", 42) == 3
+
 
 def test_a_peek_answers_without_refreshing() -> None:
     cache = filled("a", "b", "c")
