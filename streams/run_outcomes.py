@@ -10,6 +10,7 @@ caller asks about: the run id in the key names the schedule, so the rest cost no
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -25,6 +26,8 @@ logger = logging.getLogger(__name__)
 
 _ENDED = frozenset({"succeeded", "dead_lettered"})
 _METADATA_TIMEOUT_S = 10.0
+_RETRY_S = 30.0
+"""How long the feed waits after a failed read before it tries again (each try logs)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,16 +62,25 @@ class RunOutcomeFeed:
             )
         )
         self._assigned = False
+        self._retry_at = 0.0
 
     def take(self, wanted: Wanted, max_records: int = 10_000) -> list[RunOutcome]:
         """The wanted outcomes published since the last take; none when the topic cannot be
-        read (logged, tried again at the next take)."""
+        read (logged, tried again at the first take 30 s later)."""
+        if time.monotonic() < self._retry_at:
+            return []
         try:
             if not self._assigned:
                 self._assign()
             messages = self._consumer.consume(num_messages=max_records, timeout=0)
         except KafkaException as error:
-            logger.warning("%s not read (pause_on_failure waits): %s", self.topic, error)
+            logger.warning(
+                "%s not read (pause_on_failure waits; next try in %gs): %s",
+                self.topic,
+                _RETRY_S,
+                error,
+            )
+            self._retry_at = time.monotonic() + _RETRY_S
             return []
         outcomes = []
         for message in messages:

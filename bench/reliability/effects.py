@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-from bench.reliability.load import EFFECT_HANDLER
+from bench.reliability.load import EFFECT_HANDLER, OWNER
 from kairos.services.executor.handlers import Handlers, RunContext
 
 EFFECTS_TABLE = "reliability_effects"
@@ -23,7 +23,7 @@ EXECUTED_TWICE = f"SELECT run_id, count(*) FROM {EFFECTS_TABLE} GROUP BY run_id 
 handlers = Handlers()
 
 
-@handlers.handler(EFFECT_HANDLER)
+@handlers.handler(EFFECT_HANDLER, teams=(OWNER,))
 def record_effect(run: RunContext) -> None:
     executor = os.environ.get("KAIROS_RELIABILITY_EXECUTOR", "unknown")
     run.transaction().execute(

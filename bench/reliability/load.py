@@ -26,6 +26,8 @@ ZONES = (
     "America/Sao_Paulo",
 )
 EFFECT_HANDLER = "reliability-effect"
+OWNER = "reliability"
+"""The team owning every schedule of the load (its handler is registered for it)."""
 SHELL_SECONDS = 3
 """How long a shell job runs: long enough that an executor killed at a random instant often
 holds one."""
@@ -64,7 +66,7 @@ def schedules(size: int, seed: int, now: datetime, shell_journal: str) -> Iterat
 def _schedule(
     kind: str, schedule_id: str, rng: random.Random, now: datetime, job: JobSpec
 ) -> Schedule:
-    common = {"id": schedule_id, "timezone": rng.choice(ZONES), "job": job, "owner": "reliability"}
+    common = {"id": schedule_id, "timezone": rng.choice(ZONES), "job": job, "owner": OWNER}
     return Schedule.model_validate({**common, **_trigger(kind, rng, now)})
 
 

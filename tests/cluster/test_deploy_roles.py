@@ -45,6 +45,7 @@ from typer.testing import CliRunner, Result
 from kairos.cli.acls import create_acls
 from kairos.cli.app import app
 from kairos.services.executor.fleet import advertised_client_id, advertised_store
+from kairos.services.executor.pool_watch import advertised_pools, pools_tagged
 from kairos.streams.acls import DeploymentNames, Role, role_grants
 from kairos.streams.settings import KafkaSettings
 from tests.cluster.conftest import SecureCluster
@@ -336,9 +337,12 @@ def _wait_until_ready(workload: str, process: ServiceProcess, port: int) -> None
 
 
 def _check_members(deployment: FilesDeployment, admin: AdminClient) -> None:
-    """Each joined its group under its pod's name (an executor's followed by its store)."""
+    """Each joined its group under its pod's name (an executor's followed by the pools it
+    serves, the default one here, and its store)."""
     names = DeploymentNames.of(deployment.settings)
     assert _group_members(admin, names.ticker_group) == {POD_NAMES["kairos-ticker"]}
     (member,) = _group_members(admin, names.executor_group)
     pod = POD_NAMES["kairos-executor"]
-    assert member == advertised_client_id(pod, advertised_store(member) or "")
+    assert advertised_pools(member) == {"default"}
+    tagged = pools_tagged(pod, {"default"})
+    assert member == advertised_client_id(tagged, advertised_store(member) or "")
