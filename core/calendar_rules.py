@@ -105,6 +105,16 @@ def fire_instant(
     return found, base + jitter_offset(schedule_id, schedule, nominal)
 
 
+def roll_target(
+    schedule: Schedule, nominal: datetime, calendars: CalendarLookup | None
+) -> datetime:
+    """Where `roll` moves the occurrence at `nominal`, blackouts aside: its own instant when it
+    is on a business day, when the schedule does not roll, or when no business day is near."""
+    if schedule.roll is None:
+        return nominal
+    return _by_business_days(schedule, nominal, calendars or _no_calendars).moved_to or nominal
+
+
 def _following(
     schedule: Schedule, nominal: datetime, calendars: CalendarLookup | None
 ) -> datetime | None:
@@ -138,7 +148,9 @@ def verdict(
     lookup = calendars or _no_calendars
     start = nominal
     moved: Verdict = ON_TIME
-    if schedule.exclude:
+    # A `business_day` occurrence is on a business day by construction, or one a calendar
+    # change left at its old instant to run late rather than never (`business_day_moved`).
+    if schedule.exclude and schedule.business_day is None:
         moved = _by_business_days(schedule, nominal, lookup)
         if moved.skip_reason is not None:
             return moved
@@ -272,6 +284,41 @@ def business_day_instants(
         year, month = (year + 1, 1) if month == 12 else (year, month + 1)
         if year > 9899:
             return
+
+
+def business_day_moved(
+    schedule: Schedule,
+    stored: datetime,
+    last_decided: datetime | None,
+    calendars: CalendarLookup | None,
+) -> datetime | None:
+    """Where a calendar change moved the `business_day` occurrence a state holds at `stored`,
+    or `None` when it stays.
+
+    The month of `stored` is derived again with the calendars as they are now. Its day moves
+    when the new one is still ahead of the change (after the latest `changed_at` of the
+    calendars it names); one the change put behind it runs at the old instant instead, late
+    rather than never. A month whose day has begun (`last_decided` in it) keeps that day: a
+    month never runs on two days. A calendar nobody published counts as changed long ago.
+    """
+    zone = schedule.zone
+    local = stored.astimezone(zone)
+    if last_decided is not None:
+        decided = last_decided.astimezone(zone)
+        if (decided.year, decided.month) == (local.year, local.month):
+            return None
+    month_start = resolve_wall_time(datetime(local.year, local.month, 1), zone)
+    derived = next_occurrence(schedule, month_start - timedelta(microseconds=1), calendars)
+    if derived is None or derived.nominal == stored:
+        return None
+    lookup = calendars or _no_calendars
+    in_force = [lookup(calendar_id, stored) for calendar_id in schedule.exclude]
+    changed_at = max(
+        (version.changed_at for version in in_force if version is not None), default=None
+    )
+    if changed_at is not None and derived.nominal <= changed_at:
+        return None
+    return derived.nominal
 
 
 def _nth_business_day(

@@ -9,10 +9,17 @@ Rules (docs/defaults.md states them for users):
 - A schedule owes the occurrences whose nominal instant is at or after the moment it was created
   or resumed (`owed_from`, the change's `changed_at`), and before it was paused or deleted.
 - Each occurrence is decided once: `FIRE` (a `RunRequested`) or `SKIP` (a recorded skip with its
-  reason). Decisions are strictly increasing in nominal instant per schedule, so a run id is
-  never decided twice, even when a change rewrites the definition.
-- A change first decides the occurrences the old definition owed before the change, so editing a
-  schedule never loses a run that was due under the version in force at the time. That settlement
+  reason), in the order of the instants they fire at. Without `roll` that is the order of their
+  nominal instants, and decisions are strictly increasing in nominal instant per schedule; with
+  `roll` a rolled occurrence holds up no other (`kairos.core.fire_order`). A change never
+  decides an occurrence at or before the last one decided, so a run id is never decided twice.
+- A `business_day` schedule's next occurrence follows its calendars as they change: a day that
+  is no longer the month's n-th business day moves to the one that is, when that one is still
+  after the change; otherwise it runs at the old instant, late rather than never. A month whose
+  day has begun (a time of it decided) keeps that day, so no month runs two days.
+- A change first decides the occurrences the old definition owed before the change (and, with
+  `roll`, those below the last one it decided), so editing a schedule never loses a run that was
+  due under the version in force at the time. That settlement
   is bounded like any catch-up (`limit`): a schedule far behind is settled over several calls, its
   state meanwhile the old definition held at the change (`settle_before`), which nothing decides
   at or after that instant and which is not due until the change is taken again.
@@ -35,18 +42,18 @@ from kairos.core.calendar_rules import (
     ON_TIME,
     CalendarLookup,
     Verdict,
+    business_day_moved,
     fire_instant,
     next_occurrence,
     uses_calendars,
 )
 from kairos.core.definitions import ANONYMOUS_ID, shared_definition
+from kairos.core.fire_order import after_deciding, rolled_order
 from kairos.core.limits import EARLIEST_INSTANT
+from kairos.core.misfire import MISFIRE_GRACE, misfire_reason
 from kairos.core.rerun_request import RerunProgress, RerunRequest
 from kairos.core.run_id import run_id
-from kairos.core.schedule import MisfirePolicy, Schedule
-
-MISFIRE_GRACE = timedelta(seconds=60)
-"""How late an occurrence may be decided and still count as on time (Quartz uses the same)."""
+from kairos.core.schedule import Schedule
 
 _JUST_BEFORE = timedelta(microseconds=1)
 
@@ -82,7 +89,8 @@ class ScheduleState:
     `id` is `ANONYMOUS_ID`, the schedule's own is `schedule_id`. A state made from a schedule
     with its id takes the id from it and shares its definition. `version` is the schedules-topic
     offset of the change that produced it; `next_nominal` is the first occurrence not yet
-    decided (`None`: it never fires again).
+    decided (`None`: it never fires again), and with `roll` the first of the days not parked in
+    `waiting` (`kairos.core.fire_order`).
     """
 
     schedule: Schedule
@@ -99,6 +107,9 @@ class ScheduleState:
     """The ids of the re-run requests last completed, oldest first: a retry fires nothing."""
     runs_fired: int = 0
     """Occurrences fired under this version (`max_runs` counts them; a change starts again)."""
+    waiting: tuple[datetime, ...] = ()
+    """With `roll`: the first undecided occurrence of each earlier day still owing some, oldest
+    first (`kairos.core.fire_order`); empty otherwise."""
     calendars: CalendarLookup | None = field(default=None, compare=False, repr=False)
     """The shared calendars the schedule's calendar fields are read with (not persisted: the
     ticker gives the latest it read, the audit the ones in force at each occurrence)."""
@@ -106,8 +117,10 @@ class ScheduleState:
     """The schedule's id; given when `schedule` is a shared definition, else taken from it."""
     due_at: datetime | None = field(init=False, compare=False, repr=False)
     """When the ticker must look at this schedule next; `None` when nothing is pending."""
+    due_nominal: datetime | None = field(init=False, compare=False, repr=False)
+    """The occurrence due at `due_at`: `next_nominal`, or with `roll` one of `waiting`."""
     verdict: Verdict = field(init=False, compare=False, repr=False)
-    """What the calendars make of the next occurrence (skip, roll, deferral)."""
+    """What the calendars make of the occurrence due next (skip, roll, deferral)."""
 
     def __post_init__(self) -> None:
         # Computed once: a fire asks for it several times (deciding, holds_at, the store's due
@@ -118,18 +131,41 @@ class ScheduleState:
             schedule = self.schedule
         elif self.schedule_id == ANONYMOUS_ID:
             raise ValueError("a state of a shared definition needs its schedule_id")
-        due = None
-        verdict = ON_TIME
-        if not schedule.paused and self.next_nominal is not None and self.settle_before is None:
-            schedule_id = self.schedule_id
-            if uses_calendars(schedule):
-                verdict, due = fire_instant(
-                    schedule_id, schedule, self.next_nominal, self.calendars
-                )
-            else:
-                due = fire_instant_with_jitter(schedule_id, schedule, self.next_nominal)
+        nominal, verdict, due = None, ON_TIME, None
+        if not schedule.paused and self.settle_before is None:
+            if schedule.roll is not None:
+                nominal, verdict, due = self._rolled_first()
+            elif self.next_nominal is not None:
+                if schedule.business_day is not None:
+                    self._follow_calendars()
+                nominal = self.next_nominal
+                if uses_calendars(schedule):
+                    verdict, due = fire_instant(self.schedule_id, schedule, nominal, self.calendars)
+                else:
+                    due = fire_instant_with_jitter(self.schedule_id, schedule, nominal)
         object.__setattr__(self, "due_at", due)
+        object.__setattr__(self, "due_nominal", nominal)
         object.__setattr__(self, "verdict", verdict)
+
+    def _rolled_first(self) -> tuple[datetime | None, Verdict, datetime | None]:
+        # Parking rewrites how the undecided occurrences are held, not which: safe to keep.
+        order = rolled_order(
+            self.schedule_id, self.schedule, self.next_nominal, self.waiting, self.calendars
+        )
+        object.__setattr__(self, "next_nominal", order.cursor)
+        object.__setattr__(self, "waiting", order.waiting)
+        first = order.first
+        if first is None:
+            return None, ON_TIME, None
+        return first.nominal, first.verdict, first.fire_at
+
+    def _follow_calendars(self) -> None:
+        assert self.next_nominal is not None
+        moved = business_day_moved(
+            self.schedule, self.next_nominal, self.last_decided_nominal, self.calendars
+        )
+        if moved is not None:
+            object.__setattr__(self, "next_nominal", moved)
 
     def _share_definition(self, schedule: Schedule) -> None:
         if self.schedule_id not in (ANONYMOUS_ID, schedule.id):
@@ -147,6 +183,11 @@ class ScheduleState:
     @property
     def paused(self) -> bool:
         return self.schedule.paused
+
+    @property
+    def first_undecided(self) -> datetime | None:
+        """The undecided occurrence with the earliest nominal instant (`None`: none is left)."""
+        return self.waiting[0] if self.waiting else self.next_nominal
 
     @property
     def settling(self) -> bool:
@@ -282,18 +323,22 @@ def _later(a: datetime | None, b: datetime | None) -> datetime | None:
 def _settle_before(
     state: ScheduleState, changed_at: datetime, now: datetime, limit: int | None
 ) -> Outcome:
-    """Decide up to `limit` occurrences the current definition owes before `changed_at`.
+    """Decide up to `limit` occurrences the current definition owes before `changed_at`, and
+    any still undecided below the last one decided (with `roll`, a day rolled back and decided
+    ahead of its nominal instant leaves the occurrences between them).
 
     Bounded on the nominal instant, not the jittered one: an occurrence owed under the old
     definition is decided now even if its jitter would have started it after the change. When
     some remain owed, the state returned is held at `changed_at` (`settling`).
     """
-    until = changed_at - _JUST_BEFORE
+    until = _later(changed_at - _JUST_BEFORE, state.last_decided_nominal)
+    assert until is not None
     resumed = replace(state, settle_before=None) if state.settling else state
     settled = _decide(resumed, until, now, limit, jittered=False)
     rest = settled.state
     assert rest is not None
-    if rest.paused or rest.next_nominal is None or rest.next_nominal > until:
+    first = rest.first_undecided
+    if rest.paused or first is None or first > until:
         return settled
     return Outcome(replace(rest, settle_before=_held_at(changed_at)), settled.decisions)
 
@@ -352,30 +397,16 @@ def _decide(
     current = state
     # Each state's `due_at` is the fire instant of its next occurrence: stepping through states
     # computes every occurrence's jitter hash once, the one of the returned state included.
-    while current.next_nominal is not None and (limit is None or len(decisions) < limit):
-        nominal, fire_at = current.next_nominal, current.due_at
-        assert fire_at is not None, "an unpaused state with a next occurrence is due"
+    while limit is None or len(decisions) < limit:
+        picked = _next_to_decide(current, jittered)
+        if picked is None:
+            break
+        nominal, verdict, fire_at = picked
         if (fire_at if jittered else nominal) > until:
             break
-        following = (
-            next_fire(schedule, nominal)  # `next_occurrence`'s own first step, saved per fire
-            if schedule.business_day is None
-            else next_occurrence(schedule, nominal, state.calendars)
-        )
-        # Built directly rather than with dataclasses.replace: this runs once per fire of a herd.
-        successor = ScheduleState(
-            schedule,
-            state.version,
-            following.nominal if following is not None else None,
-            nominal,
-            rerun=state.rerun,
-            reruns_done=state.reruns_done,
-            runs_fired=current.runs_fired,
-            calendars=state.calendars,
-            schedule_id=schedule_id,
-        )
-        moved_to = current.verdict.moved_to
-        reason = current.verdict.skip_reason or _skip_reason(
+        successor = _successor(current, nominal)
+        moved_to = verdict.moved_to
+        reason = verdict.skip_reason or misfire_reason(
             schedule,
             planned_at=moved_to or nominal,
             fire_at=fire_at,
@@ -400,34 +431,52 @@ def _decide(
     return Outcome(current, decisions)
 
 
+def _next_to_decide(
+    state: ScheduleState, jittered: bool
+) -> tuple[datetime, Verdict, datetime] | None:
+    """The occurrence due first, or (settling a change: `jittered` false) the earliest one."""
+    nominal = state.due_nominal
+    if nominal is None:
+        return None
+    assert state.due_at is not None, "an unpaused state with a next occurrence is due"
+    earliest = state.first_undecided
+    if jittered or earliest is None or earliest == nominal:
+        return nominal, state.verdict, state.due_at
+    verdict, fire_at = fire_instant(state.schedule_id, state.schedule, earliest, state.calendars)
+    return earliest, verdict, fire_at
+
+
+def _successor(current: ScheduleState, nominal: datetime) -> ScheduleState:
+    """The state once the occurrence at `nominal` is decided (the next one not yet)."""
+    schedule = current.schedule
+    waiting: tuple[datetime, ...] = ()
+    if schedule.roll is not None:
+        cursor, waiting = after_deciding(
+            schedule, current.next_nominal, current.waiting, nominal, current.calendars
+        )
+    else:
+        following = (
+            next_fire(schedule, nominal)  # `next_occurrence`'s own first step, saved per fire
+            if schedule.business_day is None
+            else next_occurrence(schedule, nominal, current.calendars)
+        )
+        cursor = None if following is None else following.nominal
+    # Built directly rather than with dataclasses.replace: this runs once per fire of a herd.
+    return ScheduleState(
+        schedule,
+        current.version,
+        cursor,
+        _later(current.last_decided_nominal, nominal),
+        rerun=current.rerun,
+        reruns_done=current.reruns_done,
+        runs_fired=current.runs_fired,
+        waiting=waiting,
+        calendars=current.calendars,
+        schedule_id=current.schedule_id,
+    )
+
+
 def _counted(successor: ScheduleState) -> ScheduleState:
     """The state after one more fire; after the `max_runs`-th nothing is owed any more."""
     counted = replace(successor, runs_fired=successor.runs_fired + 1)
-    return replace(counted, next_nominal=None) if counted.ran_out else counted
-
-
-def _skip_reason(
-    schedule: Schedule,
-    *,
-    planned_at: datetime,
-    fire_at: datetime,
-    following_at: datetime | None,
-    until: datetime,
-    now: datetime,
-) -> str | None:
-    # `planned_at`: the nominal instant, or where a calendar moved the occurrence, so that a
-    # roll over a long weekend is not taken for an occurrence missed by days.
-    window = schedule.catchup_window
-    if window is not None and now - planned_at > window:
-        return f"missed by more than catchup_window {window}"
-    if now - fire_at <= MISFIRE_GRACE:
-        return None
-    if schedule.misfire is MisfirePolicy.SKIP:
-        return "missed (misfire policy skip)"
-    if (
-        schedule.misfire is MisfirePolicy.LATEST
-        and following_at is not None
-        and following_at <= until
-    ):
-        return "superseded by a later missed occurrence (misfire policy latest)"
-    return None
+    return replace(counted, next_nominal=None, waiting=()) if counted.ran_out else counted

@@ -305,6 +305,7 @@ def progress_record(state: ScheduleState) -> dict[str, Any]:
         "next_nominal_at": state.next_nominal,
         "settle_before_at": state.settle_before,
         "runs_fired": state.runs_fired,
+        "waiting_nominals_at": list(state.waiting),
         "last_owner": None,
     }
 
@@ -319,6 +320,7 @@ def floor_record(schedule_id: str, floor: Floor) -> dict[str, Any]:
         "next_nominal_at": None,
         "settle_before_at": None,
         "runs_fired": 0,
+        "waiting_nominals_at": [],
         "last_owner": floor.last_owner,
     }
 
@@ -347,5 +349,6 @@ def state_from_records(
         rerun=_rerun_progress(definition),
         reruns_done=tuple(definition["reruns_done"]),
         runs_fired=progress["runs_fired"],
+        waiting=tuple(progress["waiting_nominals_at"]),
         calendars=calendars,
     )

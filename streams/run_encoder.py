@@ -73,6 +73,13 @@ def _optional_instant(instant: datetime | None) -> bytes:
     return b"\x00" if instant is None else b"\x02" + _long(_millis(instant))
 
 
+def _instants(instants: tuple[datetime, ...]) -> bytes:
+    # An array: one block of its items, then the empty block that ends it.
+    if not instants:
+        return b"\x00"
+    return b"".join((_long(len(instants)), *(_long(_millis(at)) for at in instants), b"\x00"))
+
+
 _NO_LAST_OWNER = b"\x00"
 """A live schedule's progress has no `last_owner` (only a floor does): the null branch."""
 
@@ -86,10 +93,11 @@ class ProgressEncoder:
             "next_nominal_at": None,
             "settle_before_at": None,
             "runs_fired": 0,
+            "waiting_nominals_at": [],
             "last_owner": None,
         }
         # Everything before the first field is the codec's header (single-object or registry):
-        # the sample's seven fields are one zero byte each.
+        # the sample's eight fields are one zero byte each.
         whole = codec.encode(sample)
         self._header = whole[: len(whole) - len(sample)]
 
@@ -104,6 +112,7 @@ class ProgressEncoder:
                 _optional_instant(state.next_nominal),
                 _optional_instant(state.settle_before),
                 _long(state.runs_fired),
+                _instants(state.waiting),
                 _NO_LAST_OWNER,
             )
         )

@@ -15,7 +15,8 @@ from datetime import datetime
 
 from confluent_kafka import Message
 
-from kairos.core.firing import MISFIRE_GRACE, ScheduleState, decide_due, holds_at
+from kairos.core.firing import ScheduleState, decide_due, holds_at
+from kairos.core.misfire import MISFIRE_GRACE
 from kairos.core.reruns import MAX_BACKFILL_RUNS
 from kairos.services.ticker.changes import ScheduleChanges
 from kairos.services.ticker.fairness import merged_by_rank

@@ -7,13 +7,13 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from kairos.core.firing import (
-    MISFIRE_GRACE,
     Action,
     ScheduleState,
     decide_due,
     deleted,
     upserted,
 )
+from kairos.core.misfire import MISFIRE_GRACE
 from kairos.core.schedule import Schedule
 
 T0 = datetime(2027, 1, 4, 12, 0, 30, tzinfo=UTC)

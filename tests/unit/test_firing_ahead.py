@@ -9,13 +9,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kairos.core.firing import (
-    MISFIRE_GRACE,
     ScheduleState,
     decide_ahead,
     decide_due,
     holds_at,
     upserted,
 )
+from kairos.core.misfire import MISFIRE_GRACE
 from kairos.core.schedule import Schedule
 
 pytestmark = pytest.mark.unit

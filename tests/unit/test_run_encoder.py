@@ -75,6 +75,7 @@ def test_encoder_matches_the_codec_byte_for_byte(
     following=st.none() | instants,
     settle_before=st.none() | instants,
     runs_fired=st.integers(0, 2**31),
+    waiting=st.lists(instants, max_size=70),
 )
 def test_progress_encoder_matches_the_codec_byte_for_byte(
     schedule_id: str,
@@ -83,6 +84,7 @@ def test_progress_encoder_matches_the_codec_byte_for_byte(
     following: datetime | None,
     settle_before: datetime | None,
     runs_fired: int,
+    waiting: list[datetime],
 ) -> None:
     codec = make_codecs().ticker_progress
     state = ScheduleState(
@@ -92,6 +94,7 @@ def test_progress_encoder_matches_the_codec_byte_for_byte(
         runs_fired=runs_fired,
         last_decided_nominal=last,
         settle_before=settle_before,
+        waiting=tuple(sorted(waiting)),
     )
     assert ProgressEncoder(codec).encode(state) == codec.encode(progress_record(state))
 
