@@ -219,11 +219,35 @@ class OwnedPartition:
 
     def forget_decoded(self, calendar_ids: Iterable[str]) -> None:
         """Drop the decoded states of the schedules naming these calendars (and what was
-        decided ahead from them), so each is read again with the calendars as they are now."""
-        for calendar_id in calendar_ids:
+        decided ahead from them), so each is read again with the calendars as they are now,
+        and index each schedule naming one at the instant it is due with them.
+
+        Every held schedule is looked at, decoded or not: a change may move an occurrence
+        earlier (a roll, a deferral, a `business_day` month) than the instant its schedule was
+        indexed at. The index moves in memory; the stored due follows at the schedule's next
+        write, so a later owner restoring the partition before that indexes it as it was.
+        """
+        changed = set(calendar_ids)
+        for calendar_id in changed:
             for schedule_id in self._naming.pop(calendar_id, ()):
                 self._states.pop(schedule_id)
                 self._ahead.pop(schedule_id)
+        for schedule_id in self.store.mentioning(name.encode() for name in changed):
+            self._states.pop(schedule_id)
+            self._ahead.pop(schedule_id)
+            stored = self.store.get(schedule_id)
+            try:
+                state = (
+                    None
+                    if stored is None
+                    else state_from_stored(self._codecs, *stored, self.calendars)
+                )
+            except Exception:  # the planner quarantines it when it meets it
+                continue
+            if state is None or not changed & {*state.schedule.exclude, *state.schedule.blackout}:
+                continue
+            due = state.due_at
+            self.store.reindex(schedule_id, None if due is None else to_ms(due))
 
     def committed(self, states: dict[str, ScheduleState | None], now: datetime) -> list[str]:
         """Keep decoded the states a committed transaction wrote (never those of an aborted
