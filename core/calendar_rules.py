@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import calendar as month_days
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import date, datetime, timedelta
 
 from kairos.core.calendar import Fire, jitter_offset, next_fire, real_time_fire
@@ -130,6 +130,9 @@ class Verdict:
     skip_reason: str | None = None
     moved_to: datetime | None = None
     moved_why: str | None = None
+    placed_at: datetime | None = None
+    """Of a moved occurrence: when the calendars that moved it last changed. A change that
+    moves it into the past makes it late from then, not missed (`kairos.core.misfire`)."""
 
 
 ON_TIME = Verdict()
@@ -143,13 +146,30 @@ def verdict(
 ) -> Verdict:
     """The calendars' verdict on the occurrence at `nominal`; `following(nominal)` is the next
     occurrence's nominal instant (a deferral coalesces into the last one in a window)."""
+    found = _verdict(schedule, nominal, calendars, following)
+    if found.moved_to is None:
+        return found
+    lookup = calendars or _no_calendars
+    in_force = [
+        lookup(calendar_id, nominal) for calendar_id in (*schedule.exclude, *schedule.blackout)
+    ]
+    changes = [version.changed_at for version in in_force if version is not None]
+    return replace(found, placed_at=max(changes)) if changes else found
+
+
+def _verdict(
+    schedule: Schedule,
+    nominal: datetime,
+    calendars: CalendarLookup | None,
+    following: Callable[[datetime], datetime | None],
+) -> Verdict:
     if schedule.pause_until is not None and nominal < schedule.pause_until:
         return Verdict(skip_reason=f"paused until {format_instant(schedule.pause_until)}")
     lookup = calendars or _no_calendars
     start = nominal
     moved: Verdict = ON_TIME
     # A `business_day` occurrence is on a business day by construction, or one a calendar
-    # change left at its old instant to run late rather than never (`business_day_moved`).
+    # change left at its old instant to run late rather than never (`business_day_in_force`).
     if schedule.exclude and schedule.business_day is None:
         moved = _by_business_days(schedule, nominal, lookup)
         if moved.skip_reason is not None:
@@ -286,38 +306,64 @@ def business_day_instants(
             return
 
 
-def business_day_moved(
+def business_day_following(
+    schedule: Schedule, decided: datetime, calendars: CalendarLookup | None
+) -> Fire | None:
+    """The `business_day` occurrence after the one decided at `decided`: a later time of its
+    day, or the next month's. Never another day of its month, should a calendar change have
+    moved the month's n-th business day since: a month runs on one day."""
+    assert schedule.cron is not None
+    zone = schedule.zone
+    day = decided.astimezone(zone)
+    midnight = datetime.combine(day.date(), datetime.min.time())
+    end = schedule.end_at
+    for seconds in parse_cron(schedule.cron).day_seconds:
+        instant = resolve_wall_time(midnight + timedelta(seconds=seconds), zone)
+        if instant > decided:
+            return None if end is not None and instant > end else real_time_fire(instant, zone)
+    year, month = (day.year + 1, 1) if day.month == 12 else (day.year, day.month + 1)
+    next_month = resolve_wall_time(datetime(year, month, 1), zone)
+    return next_occurrence(schedule, next_month - timedelta(microseconds=1), calendars)
+
+
+def business_day_in_force(
     schedule: Schedule,
     stored: datetime,
     last_decided: datetime | None,
     calendars: CalendarLookup | None,
 ) -> datetime | None:
-    """Where a calendar change moved the `business_day` occurrence a state holds at `stored`,
-    or `None` when it stays.
+    """The `business_day` occurrence a state holding `stored` owes next with the calendars as
+    they are now: `stored`, or where a calendar change moved it (`None`: none is left).
 
-    The month of `stored` is derived again with the calendars as they are now. Its day moves
-    when the new one is still ahead of the change (after the latest `changed_at` of the
-    calendars it names); one the change put behind it runs at the old instant instead, late
-    rather than never. A month whose day has begun (`last_decided` in it) keeps that day: a
-    month never runs on two days. A calendar nobody published counts as changed long ago.
+    The month of `stored` is derived again. Its day moves when the new one is still ahead of
+    the change (after the latest `changed_at` of the calendars it names); one the change put
+    behind it runs at the old instant instead, late rather than never. A month with no n-th
+    business day any more owes nothing. A month whose day has begun (`last_decided` in it)
+    keeps that day: a month never runs on two days. A deleted calendar has no `changed_at`
+    to date the change by: with one among those named, the day moves only later.
     """
     zone = schedule.zone
     local = stored.astimezone(zone)
     if last_decided is not None:
         decided = last_decided.astimezone(zone)
         if (decided.year, decided.month) == (local.year, local.month):
-            return None
+            return stored
     month_start = resolve_wall_time(datetime(local.year, local.month, 1), zone)
     derived = next_occurrence(schedule, month_start - timedelta(microseconds=1), calendars)
-    if derived is None or derived.nominal == stored:
+    if derived is None:
         return None
+    found = derived.nominal.astimezone(zone)
+    if found.date() == local.date():
+        return stored  # the same day: its times before `stored` were not owed
+    if (found.year, found.month) != (local.year, local.month):
+        return derived.nominal  # the month has no n-th business day any more
     lookup = calendars or _no_calendars
     in_force = [lookup(calendar_id, stored) for calendar_id in schedule.exclude]
-    changed_at = max(
-        (version.changed_at for version in in_force if version is not None), default=None
-    )
-    if changed_at is not None and derived.nominal <= changed_at:
-        return None
+    dated = [version.changed_at for version in in_force if version is not None]
+    if dated and derived.nominal <= max(dated):
+        return stored
+    if len(dated) < len(in_force) and derived.nominal < stored:
+        return stored  # a deleted calendar cannot date the change: never earlier, then
     return derived.nominal
 
 

@@ -7,14 +7,16 @@ One cursor in nominal order held every later occurrence behind a rolled one (Mon
 decided at 17:00, and skipped by `misfire: skip`).
 
 So such a state writes its undecided occurrences down as the cursor (`next_nominal`: every
-occurrence from it on) and the heads of the local days it parked (`waiting`: the first
-undecided occurrence of each day, the rest of that day undecided too); every other occurrence
-before the cursor is decided. A day's occurrences all roll to one business day at their wall
-times, so each day fires in its own order, and the next occurrence to decide is whichever of the
-heads and the cursor fires first. The cursor's day is parked, and the cursor moves on to the
-next day, while that day could fire first: before the earliest fire among the heads and the
-cursor. The bound is the start of the day its first occurrence rolls to; a roll keeps days in
-order (a later day never rolls to an earlier business day), so no later day fires before it.
+occurrence from it on) and the heads of the stretches it parked (`waiting`: the first undecided
+occurrence of each, the rest of that stretch undecided too); every other occurrence before the
+cursor is decided. A stretch is a local day, or the part of one before or after the clock goes
+back: its occurrences all roll to one business day at wall times that only increase, so each
+stretch fires in its own order (the hour a clock repeats would not), and the next occurrence to
+decide is whichever of the heads and the cursor fires first. The cursor's stretch is parked,
+and the cursor moves on to the next one, while that one could fire first: before the earliest
+fire among the heads and the cursor. The bound is the start of the day its first occurrence
+rolls to; a roll keeps days in order (a later day never rolls to an earlier business day), so
+no later stretch fires before it.
 
 Parking changes how the undecided occurrences are written down, never which are undecided, so a
 calendar change can make an occurrence fire elsewhere but never decides one twice or drops one.
@@ -25,8 +27,9 @@ from __future__ import annotations
 
 from bisect import insort
 from dataclasses import dataclass
-from datetime import date, datetime, time, timedelta
+from datetime import UTC, datetime, time, timedelta
 
+from kairos.core.calendar import transition_instant
 from kairos.core.calendar_rules import (
     CalendarLookup,
     Verdict,
@@ -70,12 +73,12 @@ def rolled_order(
     waiting: tuple[datetime, ...],
     calendars: CalendarLookup | None,
 ) -> RolledOrder:
-    """Park the cursor's day while the next day could fire first; the first to fire then."""
+    """Park the cursor's stretch while the next one could fire first; the first to fire then."""
     heads = [_candidate(schedule_id, schedule, head, calendars) for head in waiting]
     current = None if cursor is None else _candidate(schedule_id, schedule, cursor, calendars)
     while current is not None:
         best = min([*heads, current], key=lambda candidate: candidate.key)
-        following = _first_of_next_day(schedule, current.nominal, calendars)
+        following = _first_of_next_stretch(schedule, current.nominal, calendars)
         if following is None or _day_start(schedule, following, calendars) >= best.fire_at:
             break
         heads.append(current)
@@ -102,9 +105,7 @@ def after_deciding(
         return (None if following is None else following.nominal), waiting
     rest = [head for head in waiting if head != decided]
     following = next_occurrence(schedule, decided, calendars)
-    if following is not None and _local_day(schedule, following.nominal) == _local_day(
-        schedule, decided
-    ):
+    if following is not None and following.nominal < _stretch_end(schedule, decided):
         insort(rest, following.nominal)
     return cursor, tuple(rest)
 
@@ -116,14 +117,26 @@ def _candidate(
     return Candidate(nominal, verdict, fire_at)
 
 
-def _first_of_next_day(
+def _first_of_next_stretch(
     schedule: Schedule, nominal: datetime, calendars: CalendarLookup | None
 ) -> datetime | None:
-    zone = schedule.zone
-    tomorrow = _local_day(schedule, nominal) + timedelta(days=1)
-    midnight = resolve_wall_time(datetime.combine(tomorrow, time()), zone)
-    following = next_occurrence(schedule, midnight - timedelta(microseconds=1), calendars)
+    end = _stretch_end(schedule, nominal)
+    following = next_occurrence(schedule, end - timedelta(microseconds=1), calendars)
     return None if following is None else following.nominal
+
+
+def _stretch_end(schedule: Schedule, nominal: datetime) -> datetime:
+    """Where the stretch of `nominal` ends: the next local midnight, or the instant the clock
+    goes back before it (after which wall times begin again from the repeated hour)."""
+    zone = schedule.zone
+    local = nominal.astimezone(zone)
+    midnight = resolve_wall_time(datetime.combine(local.date() + timedelta(days=1), time()), zone)
+    offset = local.utcoffset()
+    later = midnight.astimezone(zone).utcoffset()
+    if offset is None or later is None or later >= offset:
+        return midnight
+    back = transition_instant(zone, int(nominal.timestamp()), int(midnight.timestamp()))
+    return datetime.fromtimestamp(back, UTC)
 
 
 def _day_start(schedule: Schedule, nominal: datetime, calendars: CalendarLookup | None) -> datetime:
@@ -132,7 +145,3 @@ def _day_start(schedule: Schedule, nominal: datetime, calendars: CalendarLookup 
     target = roll_target(schedule, nominal, calendars)
     day = min(nominal, target).astimezone(schedule.zone).date()
     return resolve_wall_time(datetime.combine(day, time()), schedule.zone)
-
-
-def _local_day(schedule: Schedule, nominal: datetime) -> date:
-    return nominal.astimezone(schedule.zone).date()

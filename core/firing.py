@@ -42,7 +42,8 @@ from kairos.core.calendar_rules import (
     ON_TIME,
     CalendarLookup,
     Verdict,
-    business_day_moved,
+    business_day_following,
+    business_day_in_force,
     fire_instant,
     next_occurrence,
     uses_calendars,
@@ -89,8 +90,8 @@ class ScheduleState:
     `id` is `ANONYMOUS_ID`, the schedule's own is `schedule_id`. A state made from a schedule
     with its id takes the id from it and shares its definition. `version` is the schedules-topic
     offset of the change that produced it; `next_nominal` is the first occurrence not yet
-    decided (`None`: it never fires again), and with `roll` the first of the days not parked in
-    `waiting` (`kairos.core.fire_order`).
+    decided (`None`: it never fires again), and with `roll` the first of the stretches not
+    parked in `waiting` (`kairos.core.fire_order`).
     """
 
     schedule: Schedule
@@ -108,8 +109,9 @@ class ScheduleState:
     runs_fired: int = 0
     """Occurrences fired under this version (`max_runs` counts them; a change starts again)."""
     waiting: tuple[datetime, ...] = ()
-    """With `roll`: the first undecided occurrence of each earlier day still owing some, oldest
-    first (`kairos.core.fire_order`); empty otherwise."""
+    """With `roll`: the first undecided occurrence of each earlier stretch (a local day, or its
+    part before or after the clock goes back) still owing some, oldest first
+    (`kairos.core.fire_order`); empty otherwise."""
     calendars: CalendarLookup | None = field(default=None, compare=False, repr=False)
     """The shared calendars the schedule's calendar fields are read with (not persisted: the
     ticker gives the latest it read, the audit the ones in force at each occurrence)."""
@@ -135,14 +137,15 @@ class ScheduleState:
         if not schedule.paused and self.settle_before is None:
             if schedule.roll is not None:
                 nominal, verdict, due = self._rolled_first()
-            elif self.next_nominal is not None:
-                if schedule.business_day is not None:
+            else:
+                if schedule.business_day is not None and self.next_nominal is not None:
                     self._follow_calendars()
                 nominal = self.next_nominal
-                if uses_calendars(schedule):
-                    verdict, due = fire_instant(self.schedule_id, schedule, nominal, self.calendars)
-                else:
-                    due = fire_instant_with_jitter(self.schedule_id, schedule, nominal)
+        if nominal is not None and due is None:
+            if uses_calendars(schedule):
+                verdict, due = fire_instant(self.schedule_id, schedule, nominal, self.calendars)
+            else:
+                due = fire_instant_with_jitter(self.schedule_id, schedule, nominal)
         object.__setattr__(self, "due_at", due)
         object.__setattr__(self, "due_nominal", nominal)
         object.__setattr__(self, "verdict", verdict)
@@ -161,11 +164,10 @@ class ScheduleState:
 
     def _follow_calendars(self) -> None:
         assert self.next_nominal is not None
-        moved = business_day_moved(
+        in_force = business_day_in_force(
             self.schedule, self.next_nominal, self.last_decided_nominal, self.calendars
         )
-        if moved is not None:
-            object.__setattr__(self, "next_nominal", moved)
+        object.__setattr__(self, "next_nominal", in_force)
 
     def _share_definition(self, schedule: Schedule) -> None:
         if self.schedule_id not in (ANONYMOUS_ID, schedule.id):
@@ -406,10 +408,17 @@ def _decide(
             break
         successor = _successor(current, nominal)
         moved_to = verdict.moved_to
+        planned_at, late_from = moved_to or nominal, fire_at
+        if verdict.placed_at is not None:
+            # A calendar change that moved it into the past made it late from then, not missed.
+            planned_at, late_from = (
+                max(planned_at, verdict.placed_at),
+                max(fire_at, verdict.placed_at),
+            )
         reason = verdict.skip_reason or misfire_reason(
             schedule,
-            planned_at=moved_to or nominal,
-            fire_at=fire_at,
+            planned_at=planned_at,
+            fire_at=late_from,
             following_at=successor.due_at,
             until=until,
             now=now,
@@ -458,7 +467,7 @@ def _successor(current: ScheduleState, nominal: datetime) -> ScheduleState:
         following = (
             next_fire(schedule, nominal)  # `next_occurrence`'s own first step, saved per fire
             if schedule.business_day is None
-            else next_occurrence(schedule, nominal, current.calendars)
+            else business_day_following(schedule, nominal, current.calendars)
         )
         cursor = None if following is None else following.nominal
     # Built directly rather than with dataclasses.replace: this runs once per fire of a herd.

@@ -1,0 +1,199 @@
+"""The ticker's own decision path against the brute-force account of what calendars owe.
+
+Random schedules (`exclude`, `roll` either way, `business_day`, blackouts skipping or
+deferring), random calendars in New York, Lord Howe and Chatham, and random calendar changes
+over three weeks. The ticker is driven as a healthy one runs: each schedule looked at when its
+indexed instant comes, a calendar change read at once and the schedules naming it indexed again
+(`OwnedPartition.forget_decoded`). What it decides must be exactly what
+`kairos.core.calendar_owed` (which shares none of the rules' code) says is owed: nothing owed
+skipped or missing, nothing decided twice or unowed, each decided where the calendars then in
+force put it (never early; late only when a change put it in the past).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from kairos.core.business_calendar import BusinessCalendar, parse_calendar
+from kairos.core.calendar_owed import BEGINNING, Era, OwedRun, owed_runs
+from kairos.core.calendar_rules import latest
+from kairos.core.calendar_versions import CalendarVersion
+from kairos.core.firing import Action, ScheduleState, decide_due, upserted
+from kairos.core.schedule import Schedule, parse_schedule
+
+pytestmark = pytest.mark.unit
+
+ZONES = ("America/New_York", "Australia/Lord_Howe", "Pacific/Chatham")
+START = datetime(2027, 3, 25, tzinfo=UTC)
+"""Spanning New York's spring and Lord Howe's and Chatham's autumn clock changes (April 4)."""
+WINDOW = timedelta(days=21)
+CALENDAR_IDS = ("desk", "market")
+WEEKDAYS = ("MON", "TUE", "WED", "THU", "FRI", "SAT", "SUN")
+
+
+@dataclass(frozen=True)
+class Decided:
+    nominal: datetime
+    skipped: bool
+    at: datetime
+
+
+def calendar_versions(calendar_id: str) -> st.SearchStrategy[BusinessCalendar]:
+    day = st.integers(-3, 24).map(lambda n: (START + timedelta(days=n)).date())
+    window = st.tuples(st.integers(0, 20 * 24), st.integers(1, 40)).map(
+        lambda hours: {
+            "name": "freeze",
+            "start": _wall(START + timedelta(hours=hours[0])),
+            "end": _wall(START + timedelta(hours=hours[0] + hours[1])),
+        }
+    )
+    week = st.one_of(
+        st.just(WEEKDAYS[:5]),
+        st.lists(st.sampled_from(WEEKDAYS), min_size=1, max_size=6, unique=True).map(tuple),
+    )
+    return st.builds(
+        lambda zone, days, holidays, windows: parse_calendar(
+            {
+                "id": calendar_id,
+                "owner": "ops",
+                "timezone": zone,
+                "business_days": list(days),
+                "holidays": [{"date": d.isoformat(), "name": "closed"} for d in holidays],
+                "windows": windows,
+            }
+        ),
+        st.sampled_from(ZONES),
+        week,
+        st.lists(day, max_size=5, unique=True),
+        st.lists(window, max_size=2),
+    )
+
+
+def _wall(instant: datetime) -> str:
+    return instant.replace(tzinfo=None).isoformat(timespec="minutes")
+
+
+def calendar_fields() -> st.SearchStrategy[dict[str, Any]]:
+    named = st.lists(st.sampled_from(CALENDAR_IDS), min_size=1, max_size=2, unique=True)
+    rolled = st.builds(
+        lambda ids, roll: {"exclude": ids, "roll": roll},
+        named,
+        st.sampled_from(["next_business_day", "previous_business_day"]),
+    )
+    business_day = st.builds(
+        lambda ids, n, cron: {"exclude": ids, "business_day": n, "cron": cron},
+        named,
+        st.sampled_from([1, 2, 5, -1, -2]),
+        st.sampled_from(["0 18 * * *", "0 9,17 * * *", "30 2 * * *"]),
+    )
+    blackout = st.builds(
+        lambda ids, action: {"blackout": ids, "blackout_action": action},
+        named,
+        st.sampled_from(["skip", "defer"]),
+    )
+    return st.one_of(named.map(lambda ids: {"exclude": ids}), rolled, business_day, blackout)
+
+
+schedules = st.builds(
+    lambda fields, cron, zone, misfire: parse_schedule(
+        {"id": "s", "cron": cron, "timezone": zone, "misfire": misfire, **fields}
+    ),
+    calendar_fields(),
+    st.sampled_from(["0 9,17 * * *", "*/45 * * * *", "30 2 * * *", "0 0 * * MON", "15 23 * * *"]),
+    st.sampled_from(ZONES),
+    st.sampled_from(["all", "skip"]),
+)
+
+
+@st.composite
+def histories(draw: st.DrawFn) -> list[Era]:
+    first: dict[str, BusinessCalendar | None] = {
+        calendar_id: draw(calendar_versions(calendar_id)) for calendar_id in CALENDAR_IDS
+    }
+    eras = [Era(BEGINNING, first)]
+    # Odd instants: never the very millisecond an occurrence is due.
+    offsets = draw(st.lists(st.integers(1, 20 * 24 * 60), max_size=4, unique=True))
+    for minutes in sorted(offsets):
+        calendar_id = draw(st.sampled_from(CALENDAR_IDS))
+        version = draw(st.none() | calendar_versions(calendar_id))
+        since = START + timedelta(minutes=minutes, seconds=17)
+        eras.append(Era(since, {**eras[-1].calendars, calendar_id: version}))
+    return eras
+
+
+@settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True
+)
+@given(schedule=schedules, eras=histories(), created_after=st.integers(0, 36 * 60))
+def test_a_healthy_ticker_decides_exactly_what_the_calendars_owe(
+    schedule: Schedule, eras: list[Era], created_after: int
+) -> None:
+    start = START + timedelta(minutes=created_after, seconds=31)
+    end = start + WINDOW
+    decided = decide_as_a_ticker(schedule, eras, start, end)
+    nominals = [d.nominal for d in decided]
+    assert len(nominals) == len(set(nominals)), "an occurrence decided twice"
+    owed = owed_runs(schedule.id, schedule, eras, start, end)
+    # Occurrences decided at one instant may be listed in any order.
+    assert sorted(map(_said, decided)) == sorted(map(_said, owed))
+
+
+def decide_as_a_ticker(
+    schedule: Schedule, eras: list[Era], start: datetime, end: datetime
+) -> list[Decided]:
+    """Each decision with the instant a ticker that is up makes it."""
+    changes = [era for era in eras if era.since > start]
+    versions: dict[str, CalendarVersion] = {}
+    for era in eras[: len(eras) - len(changes)]:
+        versions = _versions(versions, era)
+    outcome = upserted(None, schedule, 0, start, start, calendars=latest(versions))
+    state = outcome.state
+    assert state is not None
+    decided: list[Decided] = []
+    now = start
+    while True:
+        due = state.due_at
+        at = None if due is None else max(due, now)
+        if changes and (at is None or changes[0].since <= at):
+            era = changes.pop(0)
+            versions = _versions(versions, era)
+            state, now = replace(state, calendars=latest(versions)), era.since
+            continue
+        if at is None or at >= end:
+            return decided
+        state = _decide(state, at, decided)
+        now = at
+
+
+def _decide(state: ScheduleState, now: datetime, decided: list[Decided]) -> ScheduleState:
+    outcome = decide_due(state, until=now, now=now, limit=None)
+    assert outcome.decisions, "looked at when due, it decides"
+    decided += [Decided(d.nominal, d.action is Action.SKIP, now) for d in outcome.decisions]
+    assert outcome.state is not None
+    return outcome.state
+
+
+def _versions(before: dict[str, CalendarVersion], era: Era) -> dict[str, CalendarVersion]:
+    """The versions in force in `era`: a calendar it left as it was keeps its `changed_at`."""
+    versions = {}
+    for calendar_id, calendar in era.calendars.items():
+        kept = before.get(calendar_id)
+        if calendar is None:
+            continue
+        versions[calendar_id] = (
+            kept
+            if kept is not None and kept.calendar is calendar
+            else CalendarVersion(calendar, 1, era.since, "ops")
+        )
+    return versions
+
+
+def _said(run: Decided | OwedRun) -> str:
+    action = "skip" if run.skipped else "fire"
+    return f"{run.at:%m-%d %H:%M:%S}: {run.nominal:%m-%d %H:%M} {action}"
