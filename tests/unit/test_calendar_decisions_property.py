@@ -197,3 +197,73 @@ def _versions(before: dict[str, CalendarVersion], era: Era) -> dict[str, Calenda
 def _said(run: Decided | OwedRun) -> str:
     action = "skip" if run.skipped else "fire"
     return f"{run.at:%m-%d %H:%M:%S}: {run.nominal:%m-%d %H:%M} {action}"
+
+
+def test_a_roll_on_a_cron_firing_twice_a_day_holds_up_nothing_and_skips_nothing() -> None:
+    """Review H3: Saturday's 17:00, rolled to Monday, held Monday's own 09:00 until 17:00, and
+    `misfire: skip` then skipped it."""
+    schedule = parse_schedule(
+        {
+            "id": "s",
+            "cron": "0 9,17 * * *",
+            "timezone": "America/New_York",
+            "exclude": ["desk"],
+            "roll": "next_business_day",
+            "misfire": "skip",
+        }
+    )
+    week = parse_calendar({"id": "desk", "owner": "ops", "timezone": "America/New_York"})
+    friday = datetime(2027, 5, 7, 12, tzinfo=UTC)
+    eras = [Era(BEGINNING, {"desk": week})]
+    decided = decide_as_a_ticker(schedule, eras, friday, friday + timedelta(days=4))
+    assert sorted(map(_said, decided)) == sorted(
+        map(_said, owed_runs("s", schedule, eras, friday, friday + timedelta(days=4)))
+    )
+    assert not [d for d in decided if d.skipped]
+    monday = [d for d in decided if d.at.date() == datetime(2027, 5, 10).date()]
+    assert [d.at.hour for d in monday] == [13, 13, 13, 21, 21, 21], "each at its wall time"
+
+
+@pytest.mark.parametrize(
+    ("holidays_before", "holidays_after", "changed", "expected"),
+    [
+        # A holiday removed on Dec 30 at 10:00: the close moves to Dec 31, once.
+        (["2027-12-31"], [], datetime(2027, 12, 30, 15, tzinfo=UTC), "12-31 18:00"),
+        # A holiday added on Dec 31 at 10:00, after Dec 30's 18:00: the close runs at its old
+        # instant, late rather than never.
+        ([], ["2027-12-31"], datetime(2027, 12, 31, 15, tzinfo=UTC), "12-31 18:00"),
+        # Added on Dec 29: Dec 30 is still ahead, the close moves there.
+        ([], ["2027-12-31"], datetime(2027, 12, 29, 15, tzinfo=UTC), "12-30 18:00"),
+    ],
+    ids=["holiday-removed", "holiday-added-too-late", "holiday-added-in-time"],
+)
+def test_a_month_end_close_runs_once_whatever_the_calendar_does(
+    holidays_before: list[str], holidays_after: list[str], changed: datetime, expected: str
+) -> None:
+    """Review H4: the month-end close ran twice (two run ids) or never."""
+    schedule = parse_schedule(
+        {
+            "id": "close",
+            "cron": "0 18 * * *",
+            "timezone": "America/New_York",
+            "business_day": -1,
+            "exclude": ["desk"],
+        }
+    )
+
+    def desk(holidays: list[str]) -> BusinessCalendar:
+        named = [{"date": day, "name": "closed"} for day in holidays]
+        return parse_calendar({"id": "desk", "owner": "ops", "holidays": named})
+
+    eras = [
+        Era(BEGINNING, {"desk": desk(holidays_before)}),
+        Era(changed, {"desk": desk(holidays_after)}),
+    ]
+    start, end = datetime(2027, 11, 1, tzinfo=UTC), datetime(2028, 1, 2, tzinfo=UTC)
+    decided = decide_as_a_ticker(schedule, eras, start, end)
+    december = [d for d in decided if d.nominal.astimezone(schedule.zone).month == 12]
+    assert [f"{d.nominal.astimezone(schedule.zone):%m-%d %H:%M}" for d in december] == [expected]
+    assert not december[0].skipped
+    assert sorted(map(_said, decided)) == sorted(
+        map(_said, owed_runs("close", schedule, eras, start, end))
+    )
