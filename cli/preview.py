@@ -30,7 +30,7 @@ from kairos.core.preview_histogram import (
     histogram_text,
 )
 from kairos.core.preview_listing import heading, occurrence_line, runs_json, upcoming
-from kairos.core.quotas import schedules_use
+from kairos.core.quotas import Trigger, schedules_use
 from kairos.core.schedule import Schedule
 from kairos.streams.acls import Role
 
@@ -249,7 +249,7 @@ def _show_quota(context: typer.Context, owner: str, schedules: list[Schedule]) -
         why = "is not registered" if team is None else "is registered"
         typer.echo(f"team {owner} {why}: it has no quota")
         return
-    use = schedules_use(schedule.every for schedule in schedules)
+    use = schedules_use(Trigger.of(schedule) for schedule in schedules)
     typer.echo(
         f"quota of team {owner}: {describe_quota(team.quota)}; its {use.schedules} schedules "
         f"count {use.fires_per_minute} fires a minute against it (each at its most in any "

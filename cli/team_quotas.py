@@ -7,7 +7,6 @@ first is where the next change is refused.
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Annotated, Any
 
 import typer
@@ -17,7 +16,15 @@ from kairos.cli.output import JsonAliasOption, OutputOption, chosen, render, tab
 from kairos.cli.schedules import ChangedByOption, changed_by_or_default
 from kairos.core.errors import KairosError
 from kairos.core.ownership import Team
-from kairos.core.quotas import MAX_LIMIT, NO_USE, Quota, Use, partition_share, schedules_use
+from kairos.core.quotas import (
+    MAX_LIMIT,
+    NO_USE,
+    Quota,
+    Trigger,
+    Use,
+    partition_share,
+    schedules_use,
+)
 from kairos.streams.acls import Role
 from kairos.streams.codec import make_codecs
 from kairos.streams.schedule_reader import ScheduleReader
@@ -114,11 +121,11 @@ def quota(
         snapshot = ScheduleReader(settings, make_codecs()).read_all()
     except KairosError as error:
         raise fail(str(error)) from error
-    everies: dict[int, list[timedelta | None]] = {}
+    triggers: dict[int, list[Trigger]] = {}
     for stored in snapshot.schedules.values():
         if stored.schedule.owner == team:
-            everies.setdefault(stored.partition, []).append(stored.schedule.every)
-    use = {partition: schedules_use(held) for partition, held in everies.items()}
+            triggers.setdefault(stored.partition, []).append(Trigger.of(stored.schedule))
+    use = {partition: schedules_use(held) for partition, held in triggers.items()}
     document = _quota_document(registered, use, snapshot.partitions)
     render(document, chosen(output, as_json), lambda: _print(document))
 

@@ -6,8 +6,11 @@ whether the change keeps the team within its quota. docs/teams.md states the rul
 - A team's use is its schedules (paused ones too: they may resume at any moment, or by
   themselves at `pause_until`) and the fires a minute they may be due at, each schedule counted
   at its most in any 60 seconds: one for a `cron` or `at` schedule, `ceil(60 s / every)` for an
-  `every` shorter than a minute. So the quota bounds the team's worst minute, whatever its
-  schedules' calendars do, and a fire is never refused: only the change that would exceed it.
+  `every` shorter than a minute; times `ROLL_PEAK` with `roll` (a business day takes the
+  occurrences of up to 15 days at each wall time, two of a day whose clock goes back), and
+  twice with `blackout_action: defer` (one deferred to a window's end beside one of its own).
+  So the quota bounds the team's worst minute, whatever its schedules' calendars do, and a
+  fire is never refused: only the change that would exceed it.
 - A quota is enforced per schedules partition, each holding a share of it: `ceil(limit /
   partitions)`. The verdict on a change then depends on nothing but its own partition's state,
   which every owner of the partition restores to the same, so it is the same on every ticker
@@ -28,6 +31,10 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import timedelta
+
+from kairos.core.calendar_rules import LONGEST_ROLL_DAYS
+from kairos.core.schedule import Schedule
+from kairos.core.schedule_calendars import BlackoutAction
 
 _MINUTE = timedelta(minutes=1)
 MAX_LIMIT = 2**31 - 1
@@ -78,24 +85,46 @@ class Use:
 NO_USE = Use()
 
 
-def peak_fires_per_minute(every: timedelta | None) -> int:
+ROLL_PEAK = 2 * (LONGEST_ROLL_DAYS + 1)
+"""How many occurrences a roll may put on one wall minute of a business day, per occurrence a
+day has there: the business day's own and those of up to `LONGEST_ROLL_DAYS` days rolled to it,
+each twice on a day whose clock goes back (a wildcard cron fires in both passes)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Trigger:
+    """What of a schedule its peak depends on: `every` (`None` for `cron` or `at`), a roll and
+    a deferral."""
+
+    every: timedelta | None = None
+    rolls: bool = False
+    defers: bool = False
+
+    @classmethod
+    def of(cls, schedule: Schedule) -> Trigger:
+        defers = bool(schedule.blackout) and schedule.blackout_action is BlackoutAction.DEFER
+        return cls(schedule.every, schedule.roll is not None, defers)
+
+
+def peak_fires_per_minute(trigger: Trigger) -> int:
     """The most fires one schedule may be due at in any 60 seconds: `every`'s, or one (`cron`
-    names minutes, so it fires at most once in any of them; `at` fires once)."""
-    if every is None or every >= _MINUTE:
-        return 1
-    return math.ceil(_MINUTE / every)
+    names minutes, so it fires at most once in any of them; `at` fires once), as many times
+    over as a roll and a deferral may gather there."""
+    every = trigger.every
+    peak = 1 if every is None or every >= _MINUTE else math.ceil(_MINUTE / every)
+    return peak * (ROLL_PEAK if trigger.rolls else 1) * (2 if trigger.defers else 1)
 
 
-def schedule_use(every: timedelta | None) -> Use:
+def schedule_use(trigger: Trigger) -> Use:
     """What one schedule takes of its owner's quota."""
-    return Use(1, peak_fires_per_minute(every))
+    return Use(1, peak_fires_per_minute(trigger))
 
 
-def schedules_use(everies: Iterable[timedelta | None]) -> Use:
-    """What schedules (each given by its `every`, `None` for `cron` or `at`) take together."""
+def schedules_use(triggers: Iterable[Trigger]) -> Use:
+    """What schedules take together."""
     total = NO_USE
-    for every in everies:
-        total += schedule_use(every)
+    for trigger in triggers:
+        total += schedule_use(trigger)
     return total
 
 

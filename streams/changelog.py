@@ -32,7 +32,7 @@ from confluent_kafka import KafkaError, Message
 from kairos.core.calendar_rules import CalendarLookup
 from kairos.core.errors import KairosError
 from kairos.core.firing import ScheduleState
-from kairos.core.quotas import Use, schedule_use
+from kairos.core.quotas import Trigger, Use, schedule_use
 from kairos.core.rerun_request import RerunProgress
 from kairos.streams.codec import Codecs
 from kairos.streams.records import definition_record, shared_definition_of
@@ -259,8 +259,12 @@ def quota_use_from_stored(codecs: Codecs, definition: bytes) -> tuple[str, Use] 
     if held is None or held["owner"] is None:
         return None
     every_ms = held["every_ms"]
-    every = None if every_ms is None else timedelta(milliseconds=every_ms)
-    return held["owner"], schedule_use(every)
+    trigger = Trigger(
+        every=None if every_ms is None else timedelta(milliseconds=every_ms),
+        rolls=held["roll"] is not None,
+        defers=bool(held["blackout"]) and held["blackout_action"] == "defer",
+    )
+    return held["owner"], schedule_use(trigger)
 
 
 def floor_from_stored(codecs: Codecs, progress: bytes) -> Floor:

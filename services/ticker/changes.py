@@ -16,7 +16,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
 from kairos.core.errors import KairosError
 from kairos.core.firing import Outcome, ScheduleState, deleted, upserted
-from kairos.core.quotas import quota_refusal, rerun_quota_refusal, schedule_use
+from kairos.core.quotas import Trigger, quota_refusal, rerun_quota_refusal, schedule_use
 from kairos.core.reruns import judge_rerun, take_rerun
 from kairos.services.ticker.lifecycle import stale_reason
 from kairos.services.ticker.ownership import TickerOwnership, restoring_event
@@ -261,7 +261,7 @@ class ScheduleChanges:
             return None
         assert self.partitions is not None, "learn_partitions comes with every connection"
         used = work.use_of(owned, team)
-        after = used + schedule_use(change.schedule.every)
+        after = used + schedule_use(Trigger.of(change.schedule))
         held = state_use(state)
         if held is not None and held[0] == team:
             after = after - held[1]

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from kairos.core.firing import ScheduleState
-from kairos.core.quotas import NO_USE, Use, schedule_use
+from kairos.core.quotas import NO_USE, Trigger, Use, schedule_use
 from kairos.streams.changelog import quota_use_from_stored
 from kairos.streams.codec import Codecs
 from kairos.streams.state_store import PartitionStore, StateStoreError, StoreScan
@@ -41,7 +41,7 @@ def state_use(state: ScheduleState | None) -> tuple[str, Use] | None:
     """The team a held state counts against, and what it takes; `None`: none or no owner."""
     if state is None or state.schedule.owner is None:
         return None
-    return state.schedule.owner, schedule_use(state.schedule.every)
+    return state.schedule.owner, schedule_use(Trigger.of(state.schedule))
 
 
 @dataclass

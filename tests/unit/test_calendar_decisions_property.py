@@ -12,6 +12,7 @@ force put it (never early; late only when a change put it in the past).
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -25,6 +26,7 @@ from kairos.core.calendar_owed import BEGINNING, Era, OwedRun, owed_runs
 from kairos.core.calendar_rules import latest
 from kairos.core.calendar_versions import CalendarVersion
 from kairos.core.firing import Action, ScheduleState, decide_due, upserted
+from kairos.core.quotas import Trigger, peak_fires_per_minute
 from kairos.core.schedule import Schedule, parse_schedule
 
 pytestmark = pytest.mark.unit
@@ -142,6 +144,9 @@ def test_a_healthy_ticker_decides_exactly_what_the_calendars_owe(
     owed = owed_runs(schedule.id, schedule, eras, start, end)
     # Occurrences decided at one instant may be listed in any order.
     assert sorted(map(_said, decided)) == sorted(map(_said, owed))
+    fired = Counter(d.at.replace(second=0, microsecond=0) for d in decided if not d.skipped)
+    worst = max(fired.values(), default=0)
+    assert worst <= peak_fires_per_minute(Trigger.of(schedule)), "the quota counts too few"
 
 
 def decide_as_a_ticker(
@@ -267,3 +272,21 @@ def test_a_month_end_close_runs_once_whatever_the_calendar_does(
     assert sorted(map(_said, decided)) == sorted(
         map(_said, owed_runs("close", schedule, eras, start, end))
     )
+
+
+def test_a_minutely_roll_onto_a_monday_only_week_gathers_a_week_a_minute_within_the_quota() -> None:
+    """Review H3: 8,641 runs were decided in Monday's last minute, counted as one a minute."""
+    schedule = parse_schedule(
+        {"id": "s", "cron": "* * * * *", "exclude": ["desk"], "roll": "next_business_day"}
+    )
+    mondays = parse_calendar({"id": "desk", "owner": "ops", "business_days": ["MON"]})
+    eras = [Era(BEGINNING, {"desk": mondays})]
+    start = datetime(2027, 5, 4, tzinfo=UTC)
+    end = start + timedelta(days=8)
+    decided = decide_as_a_ticker(schedule, eras, start, end)
+    assert sorted(map(_said, decided)) == sorted(
+        map(_said, owed_runs("s", schedule, eras, start, end))
+    )
+    per_minute = Counter(d.at for d in decided)
+    assert max(per_minute.values()) == 7, "Tuesday to Sunday's occurrences beside Monday's own"
+    assert max(per_minute.values()) <= peak_fires_per_minute(Trigger.of(schedule))

@@ -12,6 +12,7 @@ from kairos.core.quotas import (
     NO_USE,
     Quota,
     QuotaDefinitionError,
+    Trigger,
     Use,
     partition_share,
     peak_fires_per_minute,
@@ -36,8 +37,8 @@ pytestmark = pytest.mark.unit
     ],
 )
 def test_a_schedule_counts_its_most_fires_in_any_minute(every: timedelta | None, peak: int) -> None:
-    assert peak_fires_per_minute(every) == peak
-    assert schedule_use(every) == Use(1, peak)
+    assert peak_fires_per_minute(Trigger(every)) == peak
+    assert schedule_use(Trigger(every)) == Use(1, peak)
 
 
 @given(st.integers(1, 3600 * 3), st.integers(0, 3600))
@@ -46,7 +47,7 @@ def test_the_peak_bounds_every_window_of_a_minute(every_s: int, window_start_s: 
     start = window_start_s
     first = -(-start // every_s)
     in_window = len(range(first * every_s, start + 60, every_s))
-    assert in_window <= peak_fires_per_minute(timedelta(seconds=every_s))
+    assert in_window <= peak_fires_per_minute(Trigger(timedelta(seconds=every_s)))
 
 
 @pytest.mark.parametrize(
@@ -109,7 +110,7 @@ def test_a_team_never_holds_more_than_its_limit_rounded_up_to_the_partitions(
             held[partition] = max(0, held[partition] - 1)
             continue
         used = Use(held[partition], held[partition])
-        after = used + schedule_use(None)
+        after = used + schedule_use(Trigger())
         refused = quota_refusal("t", quota, used, after, partition=partition, partitions=partitions)
         if refused is None:
             held[partition] += 1
