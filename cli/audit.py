@@ -53,6 +53,7 @@ from kairos.core.audit_report import (
     Verdict,
 )
 from kairos.core.audit_verdict import OutcomeCheck, Unsettled, verify
+from kairos.core.calendar_owed import calendar_eras
 from kairos.core.calendar_rules import as_of_history
 from kairos.core.durations import DurationError, parse_duration
 from kairos.core.errors import KairosError
@@ -199,7 +200,8 @@ def audit_window(
     warnings = _horizon_warnings(settings, start, as_of)
     with history_reader(settings) as reader:
         read = _read(reader, schedule, start, end, outcome_grace)
-    calendars = as_of_history(read_calendar_history(settings))
+    changes = read_calendar_history(settings)
+    calendars = as_of_history(changes)
     if read.rejected:
         warnings.append(f"{read.rejected} record(s) were not valid events and were skipped")
     report = verify(
@@ -209,6 +211,7 @@ def audit_window(
             end,
             fired_through(read.fired),
             calendars=calendars,
+            eras=calendar_eras(changes),
             reruns=read.reruns,
         ),
         read.fired,

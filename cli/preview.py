@@ -18,7 +18,6 @@ from kairos.cli.preview_calendars import preview_calendars
 from kairos.cli.preview_sources import PreviewInputError, file_schedules, published_schedules
 from kairos.cli.team_quotas import describe_quota, registered_team
 from kairos.core import limits
-from kairos.core.audit import TimeArgumentError, parse_time
 from kairos.core.calendar import never_fires_reason
 from kairos.core.calendar_rules import CalendarLookup
 from kairos.core.durations import format_duration, parse_duration
@@ -32,6 +31,7 @@ from kairos.core.preview_histogram import (
 from kairos.core.preview_listing import heading, occurrence_line, runs_json, upcoming
 from kairos.core.quotas import Trigger, schedules_use
 from kairos.core.schedule import Schedule
+from kairos.core.time_arguments import TimeArgumentError, parse_time
 from kairos.streams.acls import Role
 
 DEFAULT_COUNT = 5

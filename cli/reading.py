@@ -12,8 +12,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn
 
 from kairos.cli.options import fail
-from kairos.core.audit import TimeArgumentError, parse_time
 from kairos.core.run_id import format_instant
+from kairos.core.time_arguments import TimeArgumentError, parse_time
 from kairos.streams.history import HistoryReader, ReadProgress
 from kairos.streams.schedule_reader import ScheduleReader, ScheduleSnapshot
 from kairos.streams.settings import KafkaSettings

@@ -23,7 +23,6 @@ from kairos.cli.schedules import (
     ScheduleIdArgument,
     changed_by_or_default,
 )
-from kairos.core.audit import parse_time
 from kairos.core.errors import KairosError
 from kairos.core.rerun_request import RerunKind, RerunRequest
 from kairos.core.reruns import (
@@ -34,6 +33,7 @@ from kairos.core.reruns import (
 )
 from kairos.core.run_id import check_request_id, format_instant
 from kairos.core.schedule import OverlapPolicy, Schedule
+from kairos.core.time_arguments import parse_time
 from kairos.streams.schedule_publisher import SchedulesClient
 
 RequestIdOption = Annotated[

@@ -34,55 +34,19 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
+from kairos.core.audit_calendars import calendar_debts
+from kairos.core.calendar_owed import Era
 from kairos.core.calendar_rules import CalendarLookup, next_occurrence
-from kairos.core.durations import parse_duration
-from kairos.core.errors import KairosError
 from kairos.core.firing import Decision, ScheduleState, deleted, upserted
 from kairos.core.rerun_request import RerunRequest
 from kairos.core.reruns import completed, judge_rerun, rerun_occurrences
-from kairos.core.run_id import rerun_id
+from kairos.core.run_id import rerun_id, run_id
 from kairos.core.schedule import Schedule
 
 _JUST_BEFORE = timedelta(microseconds=1)
-
-
-class TimeArgumentError(KairosError, ValueError):
-    """A time argument could not be read; `text` is the input."""
-
-    def __init__(self, text: str, problem: str) -> None:
-        self.text = text
-        self.problem = problem
-        super().__init__(
-            f"invalid time {text!r}: {problem}; give an ISO-8601 instant with an offset such as "
-            "2027-03-14T07:00:00Z, 'now', or a time relative to now such as -10m, -2h30m or +2h"
-        )
-
-
-def parse_time(text: str, now: datetime) -> datetime:
-    """An instant from `2027-03-14T07:00:00Z`, `now`, `-10m` (ten minutes before `now`) or
-    `+2h` (two hours after it)."""
-    value = text.strip()
-    if value == "now":
-        return now
-    if value[:1] in ("-", "+"):
-        try:
-            offset = parse_duration(value[1:])
-            return now - offset if value[0] == "-" else now + offset
-        except (ValueError, OverflowError) as error:
-            raise TimeArgumentError(text, str(error)) from None
-    try:
-        instant = datetime.fromisoformat(value)
-    except ValueError:
-        raise TimeArgumentError(text, "not an ISO-8601 instant") from None
-    if instant.tzinfo is None or instant.utcoffset() is None:
-        raise TimeArgumentError(text, "it has no UTC offset, so it is not an instant")
-    try:
-        return instant.astimezone(UTC)
-    except OverflowError:
-        raise TimeArgumentError(text, "it is outside the years 1 to 9999 in UTC") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +93,9 @@ class ExpectedOccurrence:
     nominal: datetime
     due_at: datetime
     version: int
+    calendar_skipped: bool | None = None
+    """Whether the calendars in force skip it, when `kairos.core.calendar_owed` worked it out
+    (`None`: the schedule names no calendar, so no calendar may skip it)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,6 +162,7 @@ def expected_occurrences(
     fired_through: Mapping[tuple[str, int], datetime] | None = None,
     *,
     calendars: CalendarLookup | None = None,
+    eras: Sequence[Era] = (),
     reruns: Sequence[RequestedRerun] = (),
 ) -> dict[str, list[ExpectedOccurrence]]:
     """Every occurrence owed with `start <= nominal < end`, per schedule, oldest first.
@@ -211,8 +179,11 @@ def expected_occurrences(
     (`stopped_spans`): a fire there is a breach, not a debt.
 
     `calendars` gives the shared calendars in force at each occurrence (`as_of_history`), for
-    the schedules that name some: which business days count, where rolls and deferrals move an
-    occurrence. What they skip is owed as a decision like any other (the skip record says why).
+    the re-runs of schedules that name some. `eras` are the same history as `calendar_eras`
+    makes them: what a definition naming calendars owes (which business days count, where rolls
+    and deferrals move an occurrence, what they skip) is worked out from them by
+    `kairos.core.calendar_owed`, which shares none of the ticker's calendar code. What they
+    skip is owed as a decision like any other (the skip record says why).
 
     `reruns` are the re-run requests the schedules topic holds: each the ticker takes
     (`kairos.core.reruns.judge_rerun`, judged here as the ticker judges it) owes the runs
@@ -227,9 +198,14 @@ def expected_occurrences(
     owed: dict[str, list[ExpectedOccurrence]] = {}
     for sid, schedule_events in events.items():
         stops = stopped_spans(schedule_events).get(sid, [])
+        replayed = _owed(schedule_events, start, end, fired, calendars)
+        if eras:
+            replayed = _by_calendars(
+                sid, schedule_events, replayed, (start, end), fired=fired, eras=eras
+            )
         owed[sid] = [
             occurrence
-            for occurrence in _owed(schedule_events, start, end, fired, calendars)
+            for occurrence in replayed
             if not any(stop.holds(occurrence.nominal) for stop in stops)
         ]
     requests: dict[str, list[RequestedRerun]] = {}
@@ -240,6 +216,33 @@ def expected_occurrences(
             _rerun_owed(events.get(sid, []), asked, calendars, (start, end))
         )
     return owed
+
+
+def _by_calendars(
+    sid: str,
+    events: Sequence[HistoryEvent],
+    replayed: list[ExpectedOccurrence],
+    window: tuple[datetime, datetime],
+    *,
+    fired: Mapping[tuple[str, int], datetime],
+    eras: Sequence[Era],
+) -> list[ExpectedOccurrence]:
+    """`replayed`, with what each definition naming calendars owes worked out apart."""
+    floors: dict[int, datetime] = {}
+    for occurrence in replayed:
+        floors[occurrence.version] = max(
+            occurrence.nominal, floors.get(occurrence.version, occurrence.nominal)
+        )
+    debts = calendar_debts(events, floors, window, fired, eras)
+    kept = [occurrence for occurrence in replayed if occurrence.version not in debts]
+    worked_out = [
+        ExpectedOccurrence(
+            run_id(sid, run.nominal), sid, run.nominal, run.at, version, run.calendar_skipped
+        )
+        for version, runs in debts.items()
+        for run in runs
+    ]
+    return sorted([*kept, *worked_out], key=lambda occurrence: occurrence.nominal)
 
 
 def _rerun_owed(
@@ -316,6 +319,7 @@ def _owed(
     calendars: CalendarLookup | None,
 ) -> list[ExpectedOccurrence]:
     state: ScheduleState | None = None
+    floor: datetime | None = None
     owed: list[ExpectedOccurrence] = []
     for event in events:
         if state is not None:
@@ -336,6 +340,7 @@ def _owed(
             if state is not None:
                 outcome = deleted(state, event.changed_at, now=event.changed_at)
                 owed += _occurrences(state, outcome.decisions)
+                floor = outcome.floor  # as the ticker keeps it: the id created again owes after
             state = None
             continue
         outcome = upserted(
@@ -344,6 +349,7 @@ def _owed(
             event.offset,
             event.changed_at,
             now=event.changed_at,
+            floor=floor if state is None else None,
             calendars=calendars,
         )
         if state is not None:

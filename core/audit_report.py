@@ -29,6 +29,8 @@ class FindingKind(StrEnum):
     EARLY = "early"
     DEAD_LETTERED = "dead_lettered_at_admission"
     UNREPORTED = "unreported"
+    CALENDAR = "against_its_calendars"
+    """Fired though the calendars in force skip it, or skipped by a calendar though they run it."""
     HIDDEN = "hidden_by_open_transaction"
     """Not a breach: the audit cannot decide until the transaction ends."""
 

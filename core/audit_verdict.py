@@ -47,6 +47,7 @@ from kairos.core.audit_report import (
     FindingKind,
     ScheduleAudit,
 )
+from kairos.core.misfire import is_misfire_reason
 from kairos.core.run_id import rerun_request_of
 
 _MS = timedelta(milliseconds=1)
@@ -229,6 +230,8 @@ def _audit_one(
             first = min(runs, key=lambda r: r.offset)
             due = _millis(occurrence.due_at)
             findings += _fire_findings(first, due, runs, events, seen)
+            if occurrence.calendar_skipped:
+                findings.append(_calendar_finding(occurrence, "fired though its calendars skip it"))
             if rerun_request_of(occurrence.run_id) is not None:
                 reruns += 1  # asked for by a person, fired when asked: not the schedule's lateness
                 continue
@@ -240,6 +243,9 @@ def _audit_one(
         skip = next((e for e in events if e.kind == "skipped"), None)
         if skip is not None:
             skipped.append((occurrence.run_id, skip.reason))
+            if occurrence.calendar_skipped is False and not is_misfire_reason(skip.reason):
+                detail = f"skipped ({skip.reason}) though the calendars in force run it"
+                findings.append(_calendar_finding(occurrence, detail))
         elif (schedule_id, occurrence.nominal) in seen.rerun_of:
             recovered += 1
         elif occurrence.due_at >= seen.settled_before:
@@ -409,6 +415,20 @@ def _lost(occurrence: ExpectedOccurrence) -> Finding:
     detail = f"owed by schedules offset {occurrence.version}: no committed fire, no recorded skip"
     return Finding(
         FindingKind.LOST,
+        occurrence.schedule_id,
+        occurrence.run_id,
+        occurrence.nominal,
+        occurrence.due_at,
+        None,
+        detail,
+    )
+
+
+def _calendar_finding(occurrence: ExpectedOccurrence, detail: str) -> Finding:
+    """The ticker and the brute-force account of its calendars (`kairos.core.calendar_owed`)
+    disagree on whether the occurrence runs."""
+    return Finding(
+        FindingKind.CALENDAR,
         occurrence.schedule_id,
         occurrence.run_id,
         occurrence.nominal,

@@ -9,7 +9,8 @@ force from the instant the broker appended it until the next:
 
 - An occurrence is decided at the first instant the calendars then in force put it at or
   before: at its place under a version, or at the version's start when that version put it in
-  the past. Its place: its nominal instant; with `exclude` a holiday skips it (decided there);
+  the past. Its place: its nominal instant (skipped before `pause_until`); with `exclude` a
+  holiday skips it (decided there);
   with `roll` a day that is not a business day moves it to the same wall time on the nearest
   business day in the roll's direction within 14 days, or skips it; a blackout window holding
   where it runs skips it or (`defer`) moves it to where the windows holding it end, unless the
@@ -29,12 +30,13 @@ builds on; the rules above are its own.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 
 from kairos.core.business_calendar import BusinessCalendar
 from kairos.core.calendar import jitter_offset, next_fire
+from kairos.core.calendar_versions import CalendarChange
 from kairos.core.calendar_windows import resolve_wall_time
 from kairos.core.cron import parse_cron
 from kairos.core.misfire import MISFIRE_GRACE
@@ -61,39 +63,73 @@ class Era:
 
 @dataclass(frozen=True, slots=True)
 class OwedRun:
-    """An occurrence the calendars leave owed: `skipped` by one of them or fired, decided at
-    `at` (jitter included) by a ticker that is up."""
+    """An occurrence the calendars leave owed, decided at `at` (jitter included) by a ticker
+    that is up: fired, or `skipped` (by a calendar, `calendar_skipped`, or as missed)."""
 
     nominal: datetime
     skipped: bool
     at: datetime
+    calendar_skipped: bool | None = False
+    """`None`: too close to a calendar change to tell (see `kairos.core.audit_calendars`)."""
+
+
+def calendar_eras(changes: Iterable[CalendarChange]) -> list[Era]:
+    """The eras a calendars topic's changes that count make, in order, the first from the
+    beginning of time (no calendar published)."""
+    eras = [Era(BEGINNING, {})]
+    for change in sorted(changes, key=lambda change: change.changed_at):
+        version = change.in_force()
+        calendar = None if version is None else version.calendar
+        calendars = {**eras[-1].calendars, change.calendar_id: calendar}
+        if change.changed_at <= eras[-1].since:
+            eras[-1] = Era(eras[-1].since, calendars)
+        else:
+            eras.append(Era(change.changed_at, calendars))
+    return eras
 
 
 def owed_runs(
     schedule_id: str, schedule: Schedule, eras: Sequence[Era], start: datetime, end: datetime
 ) -> list[OwedRun]:
     """Every occurrence owed from `start` (the schedule in force from then on) that a ticker
-    that is up decides before `end`, in the order decided. `eras` begin with the one in force
-    at `start` and are in order."""
+    that is up decides before `end`, in the order decided. `eras` are in order, the first in
+    force at `start`."""
+    horizon = end + timedelta(days=ROLL_REACH_DAYS + 1)
+    runs = owed_between(schedule_id, schedule, eras, start, horizon)
+    return sorted((run for run in runs if run.at < end), key=lambda run: (run.at, run.nominal))
+
+
+def owed_between(
+    schedule_id: str,
+    schedule: Schedule,
+    eras: Sequence[Era],
+    start: datetime,
+    until: datetime,
+    *,
+    created: datetime | None = None,
+) -> list[OwedRun]:
+    """Every occurrence owed from `start` whose nominal instant is before `until`, wherever
+    and whenever the calendars run it, in nominal order. `created`: when the schedule came to
+    owe them (nothing is decided before), `start` unless given."""
+    since = start if created is None else created
     if schedule.business_day is not None:
-        runs = list(_business_day_runs(schedule_id, schedule, eras, start, end))
-    else:
-        runs = []
-        horizon = end + timedelta(days=ROLL_REACH_DAYS + 1)
-        for nominal, following in _pairs(_nominals(schedule, start, horizon)):
-            run = _decided(schedule_id, schedule, nominal, following, eras=eras, start=start)
-            if run.at < end:
-                runs.append(run)
-    return sorted(runs, key=lambda run: (run.at, run.nominal))
+        return list(_business_day_runs(schedule_id, schedule, eras, start, until))
+    runs = []
+    for nominal, following in _pairs(_nominals(schedule, start, until)):
+        if nominal >= until:
+            break
+        runs.append(_decided(schedule_id, schedule, nominal, following, eras=eras, start=since))
+    return runs
 
 
 def _nominals(schedule: Schedule, start: datetime, until: datetime) -> Iterator[datetime]:
+    """The trigger's instants from `start`, up to the first at or after `until`."""
     fire = next_fire(schedule, start - timedelta(microseconds=1))
-    while fire is not None and fire.nominal < until:
+    while fire is not None:
         yield fire.nominal
+        if fire.nominal >= until:
+            return
         fire = next_fire(schedule, fire.nominal)
-    if fire is not None:
-        yield fire.nominal
 
 
 def _pairs(instants: Iterator[datetime]) -> Iterator[tuple[datetime, datetime | None]]:
@@ -102,6 +138,8 @@ def _pairs(instants: Iterator[datetime]) -> Iterator[tuple[datetime, datetime | 
         assert previous is not None
         yield previous, instant
         previous = instant
+    if previous is not None:
+        yield previous, None
 
 
 def _decided(
@@ -125,7 +163,7 @@ def _decided(
             # Moved into the past by a change of its calendars: late from the change on.
             late_from = max(due, _changed_at(schedule, eras, index) or due)
         missed = schedule.misfire is MisfirePolicy.SKIP and at - late_from > MISFIRE_GRACE
-        return OwedRun(nominal, skipped or missed, at)
+        return OwedRun(nominal, skipped or missed, at, calendar_skipped=skipped)
     raise AssertionError("the last era decides every occurrence")
 
 
@@ -149,6 +187,8 @@ def _place(
     schedule: Schedule, nominal: datetime, following: datetime | None, calendars: Calendars
 ) -> tuple[datetime, bool]:
     """Where one version of the calendars puts the occurrence, and whether it skips it."""
+    if schedule.pause_until is not None and nominal < schedule.pause_until:
+        return nominal, True
     zone = schedule.zone
     local = nominal.astimezone(zone)
     runs_at = nominal
@@ -228,10 +268,12 @@ def _business_day_run(
     due = nominal + jitter_offset(schedule_id, schedule, nominal)
     at = max(due, moved_at)
     placed, skipped = _blackout(schedule, nominal, nominal, None, _at(eras, at))
+    if schedule.pause_until is not None and nominal < schedule.pause_until:
+        placed, skipped = nominal, True
     if placed != nominal:
         at = max(placed + (due - nominal), moved_at)
     missed = schedule.misfire is MisfirePolicy.SKIP and at - due > MISFIRE_GRACE
-    return OwedRun(nominal, skipped or missed, at)
+    return OwedRun(nominal, skipped or missed, at, calendar_skipped=skipped)
 
 
 def _month_day(

@@ -15,6 +15,15 @@ from kairos.core.schedule import MisfirePolicy, Schedule
 MISFIRE_GRACE = timedelta(seconds=60)
 """How late an occurrence may be decided and still count as on time (Quartz uses the same)."""
 
+_MISSED = "missed (misfire policy skip)"
+_SUPERSEDED = "superseded by a later missed occurrence (misfire policy latest)"
+_TOO_LATE = "missed by more than catchup_window"
+
+
+def is_misfire_reason(reason: str | None) -> bool:
+    """Whether a recorded skip's reason is one of these rules' (not a calendar's)."""
+    return reason is not None and reason.startswith((_MISSED, _SUPERSEDED, _TOO_LATE))
+
 
 def misfire_reason(
     schedule: Schedule,
@@ -29,15 +38,15 @@ def misfire_reason(
     # roll over a long weekend is not taken for an occurrence missed by days.
     window = schedule.catchup_window
     if window is not None and now - planned_at > window:
-        return f"missed by more than catchup_window {window}"
+        return f"{_TOO_LATE} {window}"
     if now - fire_at <= MISFIRE_GRACE:
         return None
     if schedule.misfire is MisfirePolicy.SKIP:
-        return "missed (misfire policy skip)"
+        return _MISSED
     if (
         schedule.misfire is MisfirePolicy.LATEST
         and following_at is not None
         and following_at <= until
     ):
-        return "superseded by a later missed occurrence (misfire policy latest)"
+        return _SUPERSEDED
     return None

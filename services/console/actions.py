@@ -23,11 +23,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from kairos.core.audit import parse_time
 from kairos.core.errors import KairosError
 from kairos.core.rerun_request import RerunKind
 from kairos.core.reruns import MAX_BACKFILL_RUNS, planned_rerun_ids, rerun_request
 from kairos.core.run_id import format_instant
+from kairos.core.time_arguments import parse_time
 from kairos.streams.schedule_publisher import SchedulesClient
 from kairos.streams.settings import KafkaSettings
 

@@ -21,7 +21,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, RedirectRespons
 from starlette.routing import Route
 from starlette.templating import Jinja2Templates
 
-from kairos.core.audit import TimeArgumentError, parse_time
+from kairos.core.time_arguments import TimeArgumentError, parse_time
 from kairos.services.build import register_build_info
 from kairos.services.console import audits, documents, queries
 from kairos.services.console.acting import Acting, ActionDoor

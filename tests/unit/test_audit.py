@@ -12,15 +12,14 @@ from kairos.core.audit import (
     FiredRun,
     HistoryEvent,
     RunEventRecord,
-    TimeArgumentError,
     changed_fields,
     expected_occurrences,
     fired_through,
-    parse_time,
 )
 from kairos.core.audit_report import LatenessSummary
 from kairos.core.audit_verdict import verify
 from kairos.core.schedule import Schedule
+from kairos.core.time_arguments import TimeArgumentError, parse_time
 
 DAY = datetime(2027, 1, 4, tzinfo=UTC)
 

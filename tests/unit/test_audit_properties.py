@@ -91,6 +91,7 @@ def simulate_ticker(
     """Every decision with the version (offset of the definition) it was made under."""
     decided: list[tuple[Decision, int]] = []
     state: ScheduleState | None = None
+    floor: datetime | None = None
     moments = sorted({*seen, *(T0 + t * MINUTE for t in ticks), end + 2 * 60 * MINUTE})
     pending = list(zip(events, seen, strict=True))
     for now in moments:
@@ -100,9 +101,17 @@ def simulate_ticker(
                 if state is not None:
                     outcome = deleted(state, event.changed_at, now)
                     decided += [(d, state.version) for d in outcome.decisions]
+                    floor = outcome.floor
                 state = None
             else:
-                outcome = upserted(state, event.definition, event.offset, event.changed_at, now)
+                outcome = upserted(
+                    state,
+                    event.definition,
+                    event.offset,
+                    event.changed_at,
+                    now,
+                    floor=floor if state is None else None,
+                )
                 if state is not None:
                     decided += [(d, state.version) for d in outcome.decisions]
                 state = outcome.state
