@@ -208,14 +208,22 @@ def expected_occurrences(
             for occurrence in replayed
             if not any(stop.holds(occurrence.nominal) for stop in stops)
         ]
+    _add_reruns(owed, events, reruns, calendars, (start, end))
+    return owed
+
+
+def _add_reruns(
+    owed: dict[str, list[ExpectedOccurrence]],
+    events: Mapping[str, Sequence[HistoryEvent]],
+    reruns: Sequence[RequestedRerun],
+    calendars: CalendarLookup | None,
+    window: tuple[datetime, datetime],
+) -> None:
     requests: dict[str, list[RequestedRerun]] = {}
     for rerun in reruns:
         requests.setdefault(rerun.request.schedule_id, []).append(rerun)
     for sid, asked in requests.items():
-        owed.setdefault(sid, []).extend(
-            _rerun_owed(events.get(sid, []), asked, calendars, (start, end))
-        )
-    return owed
+        owed.setdefault(sid, []).extend(_rerun_owed(events.get(sid, []), asked, calendars, window))
 
 
 def _by_calendars(

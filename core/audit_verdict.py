@@ -243,9 +243,7 @@ def _audit_one(
         skip = next((e for e in events if e.kind == "skipped"), None)
         if skip is not None:
             skipped.append((occurrence.run_id, skip.reason))
-            if occurrence.calendar_skipped is False and not is_misfire_reason(skip.reason):
-                detail = f"skipped ({skip.reason}) though the calendars in force run it"
-                findings.append(_calendar_finding(occurrence, detail))
+            findings += _skip_findings(occurrence, skip)
         elif (schedule_id, occurrence.nominal) in seen.rerun_of:
             recovered += 1
         elif occurrence.due_at >= seen.settled_before:
@@ -422,6 +420,14 @@ def _lost(occurrence: ExpectedOccurrence) -> Finding:
         None,
         detail,
     )
+
+
+def _skip_findings(occurrence: ExpectedOccurrence, skip: RunEventRecord) -> list[Finding]:
+    """A skip for a calendar's reason (not a misfire policy's) of one the calendars run."""
+    if occurrence.calendar_skipped is not False or is_misfire_reason(skip.reason):
+        return []
+    detail = f"skipped ({skip.reason}) though the calendars in force run it"
+    return [_calendar_finding(occurrence, detail)]
 
 
 def _calendar_finding(occurrence: ExpectedOccurrence, detail: str) -> Finding:
