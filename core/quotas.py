@@ -9,8 +9,9 @@ whether the change keeps the team within its quota. docs/teams.md states the rul
   `every` shorter than a minute; times `ROLL_PEAK` with `roll` (a business day takes the
   occurrences of up to 15 days at each wall time, two of a day whose clock goes back), and
   twice with `blackout_action: defer` (one deferred to a window's end beside one of its own).
-  So the quota bounds the team's worst minute, whatever its schedules' calendars do, and a
-  fire is never refused: only the change that would exceed it.
+  So the quota bounds the fires due in the team's worst minute, whatever its schedules'
+  calendars say (a calendar change that puts occurrences in the past runs them at once, as a
+  catch-up does), and a fire is never refused: only the change that would exceed it.
 - A quota is enforced per schedules partition, each holding a share of it: `ceil(limit /
   partitions)`. The verdict on a change then depends on nothing but its own partition's state,
   which every owner of the partition restores to the same, so it is the same on every ticker
