@@ -68,7 +68,9 @@ def calendar_debts(
         )
         margin = _MONTH_AND_A_HALF if definition.business_day is not None else timedelta(0)
         begin = max(owed_from, start - margin)
-        runs = owed_between(event.schedule_id, definition, eras, begin, until, created=owed_from)
+        runs = owed_between(
+            event.schedule_id, definition, eras, begin, until, created=event.changed_at
+        )
         changes = [era.since for era in eras]
         debts[event.offset] = [
             _unless_racing(run, changes) for run in runs if start <= run.nominal < end

@@ -277,7 +277,11 @@ def _beyond_owed(
     schedule_id: str, seen: _Seen, stops: Sequence[StopSpan], known: bool
 ) -> tuple[list[str], dict[str, int], list[Finding]]:
     """The schedule's fires nothing owed, its extra commits by run id, and their findings."""
-    unexpected = [run_id for run_id in sorted(seen.commits) if _unowed(run_id, schedule_id, seen)]
+    unexpected = [
+        run_id
+        for run_id in sorted(seen.commits)
+        if _unowed(run_id, schedule_id, seen) and not _fired_before_its_stop(run_id, seen, stops)
+    ]
     findings: list[Finding] = []
     for run_id in unexpected:
         findings += _unowed_findings(run_id, seen, stops, known)
@@ -288,6 +292,15 @@ def _beyond_owed(
         if len(runs) > 1 and runs[0].schedule_id == schedule_id
     }
     return unexpected, duplicates, findings
+
+
+def _fired_before_its_stop(run_id: str, seen: _Seen, stops: Sequence[StopSpan]) -> bool:
+    """Fired before the delete or pause its nominal instant falls in, under an earlier version:
+    a roll to an earlier business day decides an occurrence before its nominal instant, and
+    what was decided before the user said stop is not run against it."""
+    first = min(seen.commits[run_id], key=lambda r: r.offset)
+    stop = next((s for s in stops if s.holds(first.nominal)), None)
+    return stop is not None and first.fired_at < stop.start and first.schedule_offset < stop.offset
 
 
 def _unowed(run_id: str, schedule_id: str, seen: _Seen) -> bool:

@@ -17,9 +17,8 @@ Rules (docs/defaults.md states them for users):
   is no longer the month's n-th business day moves to the one that is, when that one is still
   after the change; otherwise it runs at the old instant, late rather than never. A month whose
   day has begun (a time of it decided) keeps that day, so no month runs two days.
-- A change first decides the occurrences the old definition owed before the change (and, with
-  `roll`, those below the last one it decided), so editing a schedule never loses a run that was
-  due under the version in force at the time. That settlement
+- A change first decides the occurrences the old definition owed before the change, so editing
+  a schedule never loses a run that was due under the version in force at the time. That settlement
   is bounded like any catch-up (`limit`): a schedule far behind is settled over several calls, its
   state meanwhile the old definition held at the change (`settle_before`), which nothing decides
   at or after that instant and which is not due until the change is taken again.
@@ -265,7 +264,9 @@ def upserted(
     changed_at = _change_instant(state, changed_at, now)
     decisions: list[Decision] = []
     if state is not None:
-        settled = _settle_before(state, changed_at, now, limit)
+        # An edit settles the old definition through its last decision (a pause never runs
+        # what it stops): see `_settle_before`.
+        settled = _settle_before(state, changed_at, now, limit, edit=not schedule.paused)
         if settled.settling:
             return settled
         decisions = settled.decisions
@@ -291,7 +292,7 @@ def deleted(
     `limit` bounds the settlement as in `upserted`. Once settled, the outcome has no state and
     carries the schedule's `floor`.
     """
-    settled = _settle_before(state, _change_instant(state, changed_at, now), now, limit)
+    settled = _settle_before(state, _change_instant(state, changed_at, now), now, limit, edit=False)
     if settled.settling:
         return settled
     assert settled.state is not None
@@ -323,18 +324,21 @@ def _later(a: datetime | None, b: datetime | None) -> datetime | None:
 
 
 def _settle_before(
-    state: ScheduleState, changed_at: datetime, now: datetime, limit: int | None
+    state: ScheduleState, changed_at: datetime, now: datetime, limit: int | None, *, edit: bool
 ) -> Outcome:
-    """Decide up to `limit` occurrences the current definition owes before `changed_at`, and
-    any still undecided below the last one decided (with `roll`, a day rolled back and decided
-    ahead of its nominal instant leaves the occurrences between them).
+    """Decide up to `limit` occurrences the current definition owes before `changed_at`.
 
     Bounded on the nominal instant, not the jittered one: an occurrence owed under the old
     definition is decided now even if its jitter would have started it after the change. When
-    some remain owed, the state returned is held at `changed_at` (`settling`).
+    some remain owed, the state returned is held at `changed_at` (`settling`). With a roll to
+    an earlier business day, occurrences after the change may have been decided already (ahead
+    of their nominal instants), and the new definition owes only after the last decided: an
+    `edit` then also decides those left between (at once, early), so none is lost; a pause or a
+    delete never runs them.
     """
-    until = _later(changed_at - _JUST_BEFORE, state.last_decided_nominal)
-    assert until is not None
+    until = changed_at - _JUST_BEFORE
+    if edit and state.last_decided_nominal is not None:
+        until = max(until, state.last_decided_nominal)
     resumed = replace(state, settle_before=None) if state.settling else state
     settled = _decide(resumed, until, now, limit, jittered=False)
     rest = settled.state

@@ -16,6 +16,7 @@ from collections import Counter
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -300,3 +301,35 @@ def test_a_minutely_roll_onto_a_monday_only_week_gathers_a_week_a_minute_within_
     per_minute = Counter(d.due for d in decided)
     assert max(per_minute.values()) == 7, "Tuesday to Sunday's occurrences beside Monday's own"
     assert max(per_minute.values()) <= peak_fires_per_minute(Trigger.of(schedule))
+
+
+def test_a_pause_runs_nothing_a_roll_back_left_after_it_and_an_edit_loses_nothing() -> None:
+    """Friday 09:00 ran Saturday's and Sunday's 09:00 too (rolled back); a pause at noon runs
+    neither Friday's 17:00 nor Saturday's (their nominal instants are in the pause), and an
+    edit at noon decides them (at once) rather than owe them to neither definition."""
+    fields = {
+        "id": "s",
+        "cron": "0 9,17 * * *",
+        "timezone": "America/New_York",
+        "exclude": ["desk"],
+        "roll": "previous_business_day",
+    }
+    week = latest(
+        {"desk": CalendarVersion(parse_calendar({"id": "desk", "owner": "ops"}), 1, BEGINNING, "o")}
+    )
+    created, noon = datetime(2027, 5, 6, 12, tzinfo=UTC), datetime(2027, 5, 7, 16, tzinfo=UTC)
+    state = upserted(None, parse_schedule(fields), 0, created, created, calendars=week).state
+    assert state is not None
+    state = decide_due(state, until=noon, now=noon, limit=None).state
+    assert state is not None
+    paused = upserted(
+        state, parse_schedule({**fields, "paused": True}), 1, noon, noon, calendars=week
+    )
+    assert paused.decisions == []
+    edited = upserted(
+        state, parse_schedule({**fields, "jitter": "1s"}), 1, noon, noon, calendars=week
+    )
+    local = [
+        f"{d.nominal.astimezone(ZoneInfo(fields['timezone'])):%a %H:%M}" for d in edited.decisions
+    ]
+    assert local == ["Fri 17:00", "Sat 17:00"]
