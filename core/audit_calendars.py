@@ -59,7 +59,7 @@ def calendar_debts(
             break
         definition = event.definition
         if definition is None or definition.paused or not names_calendars(definition):
-            floor = _later(floor, replayed_floors.get(event.offset))
+            floor = _latest(floor, replayed_floors.get(event.offset))
             continue
         following = events[index + 1] if index + 1 < len(events) else None
         until = _owed_until(event, following, end, fired)
@@ -76,7 +76,7 @@ def calendar_debts(
             _unless_racing(run, changes) for run in runs if start <= run.nominal < end
         ]
         if runs:
-            floor = _later(floor, runs[-1].nominal)
+            floor = _latest(floor, runs[-1].nominal)
     return debts
 
 
@@ -102,7 +102,5 @@ def _owed_until(
     return until
 
 
-def _later(a: datetime | None, b: datetime | None) -> datetime | None:
-    if a is None or b is None:
-        return a if b is None else b
-    return max(a, b)
+def _latest(*instants: datetime | None) -> datetime | None:
+    return max((instant for instant in instants if instant is not None), default=None)

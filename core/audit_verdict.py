@@ -230,8 +230,7 @@ def _audit_one(
             first = min(runs, key=lambda r: r.offset)
             due = _millis(occurrence.due_at)
             findings += _fire_findings(first, due, runs, events, seen)
-            if occurrence.calendar_skipped:
-                findings.append(_calendar_finding(occurrence, "fired though its calendars skip it"))
+            findings += _calendar_findings(occurrence, skip=None)
             if rerun_request_of(occurrence.run_id) is not None:
                 reruns += 1  # asked for by a person, fired when asked: not the schedule's lateness
                 continue
@@ -243,7 +242,7 @@ def _audit_one(
         skip = next((e for e in events if e.kind == "skipped"), None)
         if skip is not None:
             skipped.append((occurrence.run_id, skip.reason))
-            findings += _skip_findings(occurrence, skip)
+            findings += _calendar_findings(occurrence, skip)
         elif (schedule_id, occurrence.nominal) in seen.rerun_of:
             recovered += 1
         elif occurrence.due_at >= seen.settled_before:
@@ -254,7 +253,6 @@ def _audit_one(
             lost.append(occurrence)
             findings.append(_lost(occurrence))
     unexpected, duplicates, beyond = _beyond_owed(schedule_id, seen, stops, known)
-    findings += beyond
     return ScheduleAudit(
         schedule_id=schedule_id,
         expected=len(owed),
@@ -267,7 +265,7 @@ def _audit_one(
         duplicate_runs=duplicates,
         unexpected_runs=tuple(unexpected),
         skipped_runs=tuple(skipped),
-        findings=tuple(sorted(findings, key=lambda f: (f.nominal, f.run_id, f.kind))),
+        findings=tuple(sorted([*findings, *beyond], key=lambda f: (f.nominal, f.run_id, f.kind))),
         reruns=reruns,
         recovered=recovered,
     )
@@ -424,30 +422,31 @@ def _hidden(run_id: str, seen: _Seen, what: str) -> Finding:
 
 def _lost(occurrence: ExpectedOccurrence) -> Finding:
     detail = f"owed by schedules offset {occurrence.version}: no committed fire, no recorded skip"
-    return Finding(
-        FindingKind.LOST,
-        occurrence.schedule_id,
-        occurrence.run_id,
-        occurrence.nominal,
-        occurrence.due_at,
-        None,
-        detail,
-    )
+    return _owed_finding(FindingKind.LOST, occurrence, detail)
 
 
-def _skip_findings(occurrence: ExpectedOccurrence, skip: RunEventRecord) -> list[Finding]:
-    """A skip for a calendar's reason (not a misfire policy's) of one the calendars run."""
+def _calendar_findings(
+    occurrence: ExpectedOccurrence, skip: RunEventRecord | None
+) -> list[Finding]:
+    """Where the ticker and the brute-force account of its calendars
+    (`kairos.core.calendar_owed`) disagree on whether the occurrence runs: fired (`skip` is
+    `None`) though they skip it, or skipped for a calendar's reason (not a misfire policy's)
+    though they run it."""
+    if skip is None:
+        if not occurrence.calendar_skipped:
+            return []
+        return [
+            _owed_finding(FindingKind.CALENDAR, occurrence, "fired though its calendars skip it")
+        ]
     if occurrence.calendar_skipped is not False or is_misfire_reason(skip.reason):
         return []
     detail = f"skipped ({skip.reason}) though the calendars in force run it"
-    return [_calendar_finding(occurrence, detail)]
+    return [_owed_finding(FindingKind.CALENDAR, occurrence, detail)]
 
 
-def _calendar_finding(occurrence: ExpectedOccurrence, detail: str) -> Finding:
-    """The ticker and the brute-force account of its calendars (`kairos.core.calendar_owed`)
-    disagree on whether the occurrence runs."""
+def _owed_finding(kind: FindingKind, occurrence: ExpectedOccurrence, detail: str) -> Finding:
     return Finding(
-        FindingKind.CALENDAR,
+        kind,
         occurrence.schedule_id,
         occurrence.run_id,
         occurrence.nominal,
