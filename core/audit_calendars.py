@@ -69,7 +69,13 @@ def calendar_debts(
         margin = _MONTH_AND_A_HALF if definition.business_day is not None else timedelta(0)
         begin = max(owed_from, start - margin)
         runs = owed_between(
-            event.schedule_id, definition, eras, begin, until, created=event.changed_at
+            event.schedule_id,
+            definition,
+            eras,
+            begin,
+            until,
+            created=event.changed_at,
+            decided_day=floor if _on_business_days(events, index - 1) else None,
         )
         changes = [era.since for era in eras]
         debts[event.offset] = [
@@ -78,6 +84,12 @@ def calendar_debts(
         if runs:
             floor = _latest(floor, runs[-1].nominal)
     return debts
+
+
+def _on_business_days(events: Sequence[HistoryEvent], index: int) -> bool:
+    """Whether the version at `index` ran on business days: a month it began keeps its day."""
+    definition = events[index].definition if index >= 0 else None
+    return definition is not None and definition.business_day is not None
 
 
 def _unless_racing(run: OwedRun, changes: Sequence[datetime]) -> OwedRun:

@@ -20,7 +20,8 @@ force from the instant the broker appended it until the next:
   Each later version moves the day when its day is still after the latest change of the named
   calendars there then (a deleted one cannot date it: with one gone, the day moves only later);
   a version that puts it in the past leaves it. A month whose n-th business day does not exist
-  then owes nothing. The day is fixed once its first time is decided.
+  then owes nothing. The day is fixed once its first time is decided, through a pause and
+  resume or an edit (a later version of the definition runs the begun month on that day).
 
 Brute force is fine here: a window is hours to weeks, a business week is checked day by day.
 Cron and interval arithmetic (`next_fire`, `parse_cron`), wall times across DST
@@ -107,13 +108,16 @@ def owed_between(
     until: datetime,
     *,
     created: datetime | None = None,
+    decided_day: datetime | None = None,
 ) -> list[OwedRun]:
     """Every occurrence owed from `start` whose nominal instant is before `until`, wherever
     and whenever the calendars run it, in nominal order. `created`: when the schedule came to
-    owe them (nothing is decided before), `start` unless given."""
+    owe them (nothing is decided before), `start` unless given. `decided_day`: the last
+    occurrence an earlier `business_day` version of the schedule decided; its month keeps its
+    day."""
     since = start if created is None else created
     if schedule.business_day is not None:
-        return list(_business_day_runs(schedule_id, schedule, eras, start, until))
+        return list(_business_day_runs(schedule_id, schedule, eras, (start, until), decided_day))
     runs = []
     for nominal, following in _pairs(_nominals(schedule, start, until)):
         if nominal >= until:
@@ -244,14 +248,23 @@ def _business(named: Sequence[BusinessCalendar | None], day: date) -> bool:
 
 
 def _business_day_runs(
-    schedule_id: str, schedule: Schedule, eras: Sequence[Era], start: datetime, end: datetime
+    schedule_id: str,
+    schedule: Schedule,
+    eras: Sequence[Era],
+    window: tuple[datetime, datetime],
+    decided_day: datetime | None,
 ) -> Iterator[OwedRun]:
+    start, end = window
     zone = schedule.zone
     expression = parse_cron(schedule.cron or "")
     worked_out_at = start
     month = start.astimezone(zone).date().replace(day=1)
+    begun = None if decided_day is None else decided_day.astimezone(zone).date()
     while resolve_wall_time(datetime.combine(month, datetime.min.time()), zone) < end:
-        day, moved_at = _month_day(schedule, month, eras, worked_out_at)
+        if begun is not None and begun.replace(day=1) == month:
+            day, moved_at = begun, start
+        else:
+            day, moved_at = _month_day(schedule, month, eras, worked_out_at)
         if day is not None and month.month in expression.months:
             midnight = datetime.combine(day, datetime.min.time())
             for seconds in expression.day_seconds:

@@ -307,19 +307,27 @@ def business_day_instants(
 
 
 def business_day_following(
-    schedule: Schedule, decided: datetime, calendars: CalendarLookup | None
+    schedule: Schedule,
+    decided: datetime,
+    calendars: CalendarLookup | None,
+    after: datetime | None = None,
 ) -> Fire | None:
-    """The `business_day` occurrence after the one decided at `decided`: a later time of its
-    day, or the next month's. Never another day of its month, should a calendar change have
-    moved the month's n-th business day since: a month runs on one day."""
+    """The first `business_day` occurrence after `after` (`decided` unless given) of a
+    schedule whose last decided occurrence is at `decided`: a later time of that day, or a
+    later month's. Never another day of its month, should a calendar change have moved the
+    month's n-th business day since: a month runs on one day, whatever paused or edited it."""
     assert schedule.cron is not None
+    after = decided if after is None else after
     zone = schedule.zone
     day = decided.astimezone(zone)
+    later = after.astimezone(zone)
+    if (later.year, later.month) != (day.year, day.month):
+        return next_occurrence(schedule, after, calendars)
     midnight = datetime.combine(day.date(), datetime.min.time())
     end = schedule.end_at
     for seconds in parse_cron(schedule.cron).day_seconds:
         instant = resolve_wall_time(midnight + timedelta(seconds=seconds), zone)
-        if instant > decided:
+        if instant > after and (schedule.start_at is None or instant >= schedule.start_at):
             return None if end is not None and instant > end else real_time_fire(instant, zone)
     year, month = (day.year + 1, 1) if day.month == 12 else (day.year, day.month + 1)
     next_month = resolve_wall_time(datetime(year, month, 1), zone)

@@ -229,13 +229,24 @@ def _first_owed(
     owed_from: datetime,
     floor: datetime | None,
     calendars: CalendarLookup | None,
+    *,
+    month_begun: bool,
 ) -> datetime | None:
     # Never at or before an occurrence already decided: its run id must not be reused.
     after = owed_from - _JUST_BEFORE
     if floor is not None and floor > after:
         after = floor
-    fire = next_occurrence(schedule, after, calendars)
+    if month_begun and schedule.business_day is not None and floor is not None:
+        # A pause and resume or an edit must not run a begun month on a second day that a
+        # calendar change (or the edit) made its n-th business day since.
+        fire = business_day_following(schedule, floor, calendars, after)
+    else:
+        fire = next_occurrence(schedule, after, calendars)
     return fire.nominal if fire is not None else None
+
+
+def _on_business_days(state: ScheduleState | None) -> bool:
+    return state is not None and state.schedule.business_day is not None
 
 
 def upserted(
@@ -275,7 +286,9 @@ def upserted(
     new_state = ScheduleState(
         schedule=schedule,
         version=version,
-        next_nominal=_first_owed(schedule, changed_at, floor, calendars),
+        next_nominal=_first_owed(
+            schedule, changed_at, floor, calendars, month_begun=_on_business_days(state)
+        ),
         last_decided_nominal=floor,
         rerun=None if state is None else state.rerun,
         reruns_done=() if state is None else state.reruns_done,

@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kairos.core.business_calendar import BusinessCalendar, parse_calendar
-from kairos.core.calendar_owed import BEGINNING, Era, OwedRun, owed_runs
+from kairos.core.calendar_owed import BEGINNING, Era, OwedRun, owed_between, owed_runs
 from kairos.core.calendar_rules import latest
 from kairos.core.calendar_versions import CalendarVersion
 from kairos.core.firing import Action, ScheduleState, decide_due, upserted
@@ -333,3 +333,47 @@ def test_a_pause_runs_nothing_a_roll_back_left_after_it_and_an_edit_loses_nothin
         f"{d.nominal.astimezone(ZoneInfo(fields['timezone'])):%a %H:%M}" for d in edited.decisions
     ]
     assert local == ["Fri 17:00", "Sat 17:00"]
+
+
+@pytest.mark.parametrize("change", ["pause-and-resume", "edit"])
+def test_a_business_day_month_begun_keeps_its_day_through_a_pause_or_an_edit(change: str) -> None:
+    """Dec 30 09:00 began December's close (Dec 31 a holiday); the holiday is then removed. A
+    pause and resume, or an edit, at 11:00 must not run December again on Dec 31."""
+    fields = {
+        "id": "close",
+        "cron": "0 9,17 * * *",
+        "timezone": "America/New_York",
+        "business_day": -1,
+        "exclude": ["desk"],
+    }
+    closed = [{"date": "2027-12-31", "name": "closed"}]
+    desk = parse_calendar({"id": "desk", "owner": "ops", "holidays": closed})
+    reopened = parse_calendar({"id": "desk", "owner": "ops"})
+    removed_at = datetime(2027, 12, 30, 15, 30, tzinfo=UTC)
+    eras = [Era(BEGINNING, {"desk": desk}), Era(removed_at, {"desk": reopened})]
+    before = latest({"desk": CalendarVersion(desk, 1, BEGINNING, "ops")})
+    after = latest({"desk": CalendarVersion(reopened, 2, removed_at, "ops")})
+    created, eleven = datetime(2027, 12, 1, tzinfo=UTC), datetime(2027, 12, 30, 16, tzinfo=UTC)
+    state = upserted(None, parse_schedule(fields), 0, created, created, calendars=before).state
+    assert state is not None
+    state = decide_due(state, until=eleven, now=eleven, limit=None).state
+    assert state is not None
+    state = replace(state, calendars=after)
+    paused = {**fields, "paused": True}
+    versions = [paused, fields] if change == "pause-and-resume" else [{**fields, "jitter": "1s"}]
+    for version, definition in enumerate(versions, start=1):
+        changed = upserted(
+            state, parse_schedule(definition), version, eleven, eleven, calendars=after
+        )
+        assert changed.state is not None
+        state = changed.state
+    decided = decide_due(state, until=datetime(2028, 1, 2, tzinfo=UTC), now=eleven, limit=None)
+    zone = ZoneInfo(fields["timezone"])
+    local = [f"{d.nominal.astimezone(zone):%m-%d %H:%M}" for d in decided.decisions]
+    assert local[0] == "12-30 17:00" and not [day for day in local if day.startswith("12-31")]
+    new_year = datetime(2028, 1, 2, tzinfo=UTC)
+    began = datetime(2027, 12, 30, 14, tzinfo=UTC)
+    owed = owed_between(
+        "close", parse_schedule(versions[-1]), eras, eleven, new_year, decided_day=began
+    )
+    assert [run.nominal for run in owed] == [d.nominal for d in decided.decisions]
