@@ -261,9 +261,9 @@ def _business_day_runs(
     month = start.astimezone(zone).date().replace(day=1)
     begun = None if decided_day is None else decided_day.astimezone(zone).date()
     while resolve_wall_time(datetime.combine(month, datetime.min.time()), zone) < end:
-        if begun is not None and begun.replace(day=1) == month:
-            day, moved_at = begun, start
-        else:
+        day: date | None = begun
+        moved_at = start
+        if begun is None or begun.replace(day=1) != month:
             day, moved_at = _month_day(schedule, month, eras, worked_out_at)
         if day is not None and month.month in expression.months:
             midnight = datetime.combine(day, datetime.min.time())
