@@ -8,26 +8,21 @@ Rules (docs/defaults.md states them for users):
 
 - A schedule owes the occurrences whose nominal instant is at or after the moment it was created
   or resumed (`owed_from`, the change's `changed_at`), and before it was paused or deleted.
-- Each occurrence is decided once: `FIRE` (a `RunRequested`) or `SKIP` (a recorded skip with its
-  reason), in the order of the instants they fire at. Without `roll` that is the order of their
-  nominal instants, and decisions are strictly increasing in nominal instant per schedule; with
-  `roll` a rolled occurrence holds up no other (`kairos.core.fire_order`). A change never
-  decides an occurrence at or before the last one decided, so a run id is never decided twice.
-- A `business_day` schedule's next occurrence follows its calendars as they change: a day that
-  is no longer the month's n-th business day moves to the one that is, when that one is still
-  after the change; otherwise it runs at the old instant, late rather than never. A month whose
-  day has begun (a time of it decided) keeps that day, so no month runs two days.
-- A change first decides the occurrences the old definition owed before the change, so editing
-  a schedule never loses a run that was due under the version in force at the time. That settlement
-  is bounded like any catch-up (`limit`): a schedule far behind is settled over several calls, its
-  state meanwhile the old definition held at the change (`settle_before`), which nothing decides
-  at or after that instant and which is not due until the change is taken again.
+- Each occurrence is decided once, `FIRE` (a `RunRequested`) or `SKIP` (with its reason), in the
+  order of the instants they fire at: of their nominal instants without `roll`; with `roll` a
+  rolled occurrence holds up no other (`kairos.core.fire_order`). A change never decides an
+  occurrence at or before the last one decided, so a run id is never decided twice.
+- A `business_day` occurrence follows its calendars as they change: moved to the month's new
+  n-th business day while that is after the change, else run at the old instant (late, not
+  never). A month whose day has begun keeps that day, so no month runs two days.
+- A change first decides what the old definition owed before it, so an edit never loses a run
+  due under the version then in force; bounded like any catch-up (`limit`), the state meanwhile
+  held at the change (`settle_before`), not due until the change is taken again.
 - A deleted schedule leaves its floor (`Outcome.floor`): a re-created id owes only occurrences after
   the last one decided before the delete, whatever the re-creation's `changed_at` says.
-- Misfires: an occurrence decided more than `MISFIRE_GRACE` after its fire instant was missed
-  (downtime, failover). `all` fires it late, `skip` records it skipped, `latest` fires only the
-  most recent of a backlog. An occurrence older than `catchup_window` is skipped whatever the
-  policy.
+- Misfires: an occurrence decided more than `MISFIRE_GRACE` after its fire instant was missed.
+  `all` fires it late, `skip` records it skipped, `latest` fires only the most recent of a
+  backlog; one older than `catchup_window` is skipped whatever the policy.
 """
 
 from __future__ import annotations
@@ -321,11 +316,8 @@ def _change_instant(state: ScheduleState | None, changed_at: datetime, now: date
 
 
 def _held_at(changed_at: datetime) -> datetime:
-    """`changed_at` up to a whole millisecond, as `settle_before` is stored (timestamp-millis).
-
-    The same bound for occurrences, whose nominal instants are whole milliseconds, and the same
-    bound after a restore as before it.
-    """
+    """`changed_at` up to a whole millisecond, as `settle_before` is stored (timestamp-millis):
+    the same bound for whole-millisecond nominal instants, and after a restore as before it."""
     below = changed_at.microsecond % 1000
     return changed_at if below == 0 else changed_at + timedelta(microseconds=1000 - below)
 
@@ -343,11 +335,10 @@ def _settle_before(
 
     Bounded on the nominal instant, not the jittered one: an occurrence owed under the old
     definition is decided now even if its jitter would have started it after the change. When
-    some remain owed, the state returned is held at `changed_at` (`settling`). With a roll to
-    an earlier business day, occurrences after the change may have been decided already (ahead
-    of their nominal instants), and the new definition owes only after the last decided: an
-    `edit` then also decides those left between (at once, early), so none is lost; a pause or a
-    delete never runs them.
+    some remain owed, the state returned is held at `changed_at` (`settling`). A roll to an
+    earlier business day may have decided occurrences after the change, and the new definition
+    owes only after the last decided: an `edit` also decides those between (at once, early), so
+    none is lost; a pause or a delete never runs them.
     """
     until = changed_at - _JUST_BEFORE
     if edit and state.last_decided_nominal is not None:
