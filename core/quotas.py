@@ -31,9 +31,13 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
+from functools import lru_cache
+from itertools import pairwise
+from zoneinfo import ZoneInfo
 
 from kairos.core.calendar_rules import LONGEST_ROLL_DAYS
+from kairos.core.cron import parse_cron
 from kairos.core.schedule import Schedule
 from kairos.core.schedule_calendars import BlackoutAction
 
@@ -90,30 +94,81 @@ ROLL_PEAK = 2 * (LONGEST_ROLL_DAYS + 1)
 """How many occurrences a roll may put on one wall minute of a business day, per occurrence a
 day has there: the business day's own and those of up to `LONGEST_ROLL_DAYS` days rolled to it,
 each twice on a day whose clock goes back (a wildcard cron fires in both passes)."""
+LONGEST_CLOCK_JUMP = timedelta(hours=1)
+"""The longest a clock jumps forward under the rules in force (daylight saving time: an hour,
+Lord Howe's half an hour; Samoa's skipped day of 2011 is history)."""
 
 
 @dataclass(frozen=True, slots=True)
 class Trigger:
-    """What of a schedule its peak depends on: `every` (`None` for `cron` or `at`), a roll and
-    a deferral."""
+    """What of a schedule its peak depends on: `every` (`None` for `cron` or `at`), a roll, a
+    deferral, and how many of one day's occurrences a clock jumping forward puts at the jump
+    once rolled (`at_a_jump`: 0 without a roll or where clocks never jump)."""
 
     every: timedelta | None = None
     rolls: bool = False
     defers: bool = False
+    at_a_jump: int = 0
 
     @classmethod
     def of(cls, schedule: Schedule) -> Trigger:
         defers = bool(schedule.blackout) and schedule.blackout_action is BlackoutAction.DEFER
-        return cls(schedule.every, schedule.roll is not None, defers)
+        return cls.of_fields(
+            schedule.every, schedule.cron, schedule.timezone, schedule.roll is not None, defers
+        )
+
+    @classmethod
+    def of_fields(
+        cls, every: timedelta | None, cron: str | None, timezone: str, rolls: bool, defers: bool
+    ) -> Trigger:
+        """From a definition's fields (a stored record's, without building the schedule)."""
+        jumps = rolls and clock_jumps_forward(timezone)
+        return cls(every, rolls, defers, _within_a_jump(every, cron) if jumps else 0)
 
 
 def peak_fires_per_minute(trigger: Trigger) -> int:
     """The most fires one schedule may be due at in any 60 seconds: `every`'s, or one (`cron`
     names minutes, so it fires at most once in any of them; `at` fires once), as many times
-    over as a roll and a deferral may gather there."""
+    over as a roll and a deferral may gather there. A roll puts the wall times it moves into a
+    spring-forward gap at the jump, as a cron's own are (docs/defaults.md), every gathered
+    day's in one minute: that minute may hold more."""
     every = trigger.every
     peak = 1 if every is None or every >= _MINUTE else math.ceil(_MINUTE / every)
-    return peak * (ROLL_PEAK if trigger.rolls else 1) * (2 if trigger.defers else 1)
+    rolled = max(ROLL_PEAK * peak, (LONGEST_ROLL_DAYS + 1) * trigger.at_a_jump)
+    return (rolled if trigger.rolls else peak) * (2 if trigger.defers else 1)
+
+
+def _within_a_jump(every: timedelta | None, cron: str | None) -> int:
+    """The most occurrences one day has in a clock's jump and at its end: in any span of wall
+    time `LONGEST_CLOCK_JUMP` long, ends included."""
+    span = int(LONGEST_CLOCK_JUMP.total_seconds())
+    if every is not None:
+        return span // max(1, int(every.total_seconds())) + 1
+    if cron is None:
+        return 1
+    seconds = parse_cron(cron).day_seconds
+    most, first = 0, 0
+    for last, second in enumerate(seconds):
+        while second - seconds[first] > span:
+            first += 1
+        most = max(most, last - first + 1)
+    return most
+
+
+@lru_cache(maxsize=1024)
+def clock_jumps_forward(timezone: str) -> bool:
+    """Whether `timezone`'s clock jumps forward under its rules from 2020 to 2040 (a zone
+    that keeps one offset never puts a wall time in a gap)."""
+    zone = ZoneInfo(timezone)
+    offsets = [
+        datetime(year, month, 15, tzinfo=zone).utcoffset()
+        for year in range(2020, 2041)
+        for month in range(1, 13)
+    ]
+    return any(
+        later is not None and earlier is not None and later > earlier
+        for earlier, later in pairwise(offsets)
+    )
 
 
 def schedule_use(trigger: Trigger) -> Use:

@@ -259,8 +259,10 @@ def quota_use_from_stored(codecs: Codecs, definition: bytes) -> tuple[str, Use] 
     if held is None or held["owner"] is None:
         return None
     every_ms = held["every_ms"]
-    trigger = Trigger(
-        every=None if every_ms is None else timedelta(milliseconds=every_ms),
+    trigger = Trigger.of_fields(
+        None if every_ms is None else timedelta(milliseconds=every_ms),
+        held["cron"],
+        held["timezone"],
         rolls=held["roll"] is not None,
         defers=bool(held["blackout"]) and held["blackout_action"] == "defer",
     )

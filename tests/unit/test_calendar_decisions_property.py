@@ -2,9 +2,9 @@
 
 Random schedules (`exclude`, `roll` either way, `business_day`, blackouts skipping or
 deferring), random calendars in New York, Lord Howe and Chatham, and random calendar changes
-over three weeks. The ticker is driven as a healthy one runs: each schedule looked at when its
-indexed instant comes, a calendar change read at once and the schedules naming it indexed again
-(`OwnedPartition.forget_decoded`). What it decides must be exactly what
+over 25 days across clock changes. The ticker is driven as a healthy one runs: each schedule
+looked at when its indexed instant comes, a calendar change read at once and the schedules
+naming it indexed again (`OwnedPartition.forget_decoded`). What it decides must be exactly what
 `kairos.core.calendar_owed` (which shares none of the rules' code) says is owed: nothing owed
 skipped or missing, nothing decided twice or unowed, each decided where the calendars then in
 force put it (never early; late only when a change put it in the past).
@@ -33,9 +33,10 @@ from kairos.core.schedule import Schedule, parse_schedule
 pytestmark = pytest.mark.unit
 
 ZONES = ("America/New_York", "Australia/Lord_Howe", "Pacific/Chatham")
-START = datetime(2027, 3, 25, tzinfo=UTC)
-"""Spanning New York's spring and Lord Howe's and Chatham's autumn clock changes (April 4)."""
-WINDOW = timedelta(days=21)
+START = datetime(2027, 3, 12, tzinfo=UTC)
+"""Spanning New York's spring forward (March 14) and Lord Howe's and Chatham's autumn clock
+changes (April 4)."""
+WINDOW = timedelta(days=25)
 CALENDAR_IDS = ("desk", "market")
 WEEKDAYS = ("MON", "TUE", "WED", "THU", "FRI", "SAT", "SUN")
 
@@ -50,8 +51,8 @@ class Decided:
 
 
 def calendar_versions(calendar_id: str) -> st.SearchStrategy[BusinessCalendar]:
-    day = st.integers(-3, 24).map(lambda n: (START + timedelta(days=n)).date())
-    window = st.tuples(st.integers(0, 20 * 24), st.integers(1, 40)).map(
+    day = st.integers(-3, 28).map(lambda n: (START + timedelta(days=n)).date())
+    window = st.tuples(st.integers(0, 25 * 24), st.integers(1, 40)).map(
         lambda hours: {
             "name": "freeze",
             "start": _wall(START + timedelta(hours=hours[0])),
@@ -123,7 +124,7 @@ def histories(draw: st.DrawFn) -> list[Era]:
     }
     eras = [Era(BEGINNING, first)]
     # Odd instants: never the very millisecond an occurrence is due.
-    offsets = draw(st.lists(st.integers(1, 20 * 24 * 60), max_size=4, unique=True))
+    offsets = draw(st.lists(st.integers(1, 25 * 24 * 60), max_size=4, unique=True))
     for minutes in sorted(offsets):
         calendar_id = draw(st.sampled_from(CALENDAR_IDS))
         version = draw(st.none() | calendar_versions(calendar_id))
@@ -300,6 +301,42 @@ def test_a_minutely_roll_onto_a_monday_only_week_gathers_a_week_a_minute_within_
     )
     per_minute = Counter(d.due for d in decided)
     assert max(per_minute.values()) == 7, "Tuesday to Sunday's occurrences beside Monday's own"
+    assert max(per_minute.values()) <= peak_fires_per_minute(Trigger.of(schedule))
+
+
+@pytest.mark.parametrize(
+    ("zone", "jump_day", "at_the_jump"),
+    [
+        ("America/New_York", datetime(2027, 3, 14), 2 * 61 + 1),  # 02:00 jumps to 03:00
+        ("Australia/Lord_Howe", datetime(2027, 10, 3), 2 * 31 + 1),  # 02:00 jumps to 02:30
+        ("Pacific/Chatham", datetime(2027, 9, 26), 2 * 61 + 1),  # 02:45 jumps to 03:45
+    ],
+)
+def test_wall_times_rolled_into_a_spring_forward_gap_run_at_the_jump_within_the_quota(
+    zone: str, jump_day: datetime, at_the_jump: int
+) -> None:
+    """Friday's and Saturday's minutely occurrences roll to a Sunday whose clock jumps: those
+    at wall times the clock skips, and at the one it resumes at, run at the jump, as the
+    schedule's own would (`dst_gap`); the quota counts them (it counted 30)."""
+    schedule = parse_schedule(
+        {
+            "id": "s",
+            "cron": "* * * * *",
+            "timezone": zone,
+            "exclude": ["desk"],
+            "roll": "next_business_day",
+        }
+    )
+    sundays = parse_calendar({"id": "desk", "owner": "ops", "business_days": ["SUN"]})
+    eras = [Era(BEGINNING, {"desk": sundays})]
+    start = (jump_day - timedelta(days=2)).replace(tzinfo=ZoneInfo(zone)).astimezone(UTC)
+    end = start + timedelta(days=3)
+    decided = decide_as_a_ticker(schedule, eras, start, end)
+    assert sorted(map(_said, decided)) == sorted(
+        map(_said, owed_runs("s", schedule, eras, start, end))
+    )
+    per_minute = Counter(d.due.replace(second=0) for d in decided)
+    assert max(per_minute.values()) == at_the_jump
     assert max(per_minute.values()) <= peak_fires_per_minute(Trigger.of(schedule))
 
 
