@@ -43,8 +43,8 @@ from kairos.services.console.documents import LiveGroup
 from kairos.services.console.follower import ViewFollower
 from kairos.services.console.herd import ComingHerd, count_herd
 from kairos.services.console.view import ConsoleView, ScheduleRow, ViewBatch, epoch_ms
-from kairos.streams.schedule_reader import ScheduleReader
-from kairos.streams.settings import KafkaSettings
+from kairos.streams.kafka.settings import KafkaSettings
+from kairos.streams.readers.schedule_reader import ScheduleReader
 
 NOW = datetime.now(UTC).replace(second=0, microsecond=0)
 OWNERS = 1_000

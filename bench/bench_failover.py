@@ -51,7 +51,7 @@ from bench.common import (
     wait_until_held,
 )
 from bench.outcome import Outcome, percentiles, process_tree_cpu_s, write_outcomes
-from kairos.streams.settings import KafkaSettings
+from kairos.streams.kafka.settings import KafkaSettings
 
 SESSION_TIMEOUTS_MS = {"tuned": 3_000, "default": 10_000}
 

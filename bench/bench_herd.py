@@ -53,9 +53,9 @@ from kairos.core.firing import Action, Decision, ScheduleState
 from kairos.core.run_id import run_id
 from kairos.core.schedule import Schedule
 from kairos.services.ticker.settings import TickerSettings
-from kairos.streams.changelog import DUE_HEADER, StateWriteEncoder
-from kairos.streams.codec import make_codecs
-from kairos.streams.records import run_requested_record
+from kairos.streams.state.changelog import DUE_HEADER, StateWriteEncoder
+from kairos.streams.wire.codec import make_codecs
+from kairos.streams.wire.records import run_requested_record
 
 TRANSACTION_SIZE = TickerSettings.model_fields["max_decisions_per_transaction"].default
 QUIET_BEFORE_HERD = timedelta(seconds=30)

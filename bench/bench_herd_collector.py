@@ -21,7 +21,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from kairos.streams.topics import TopicRole
+from kairos.streams.kafka.topics import TopicRole
 from tests.fakes.ticker_world import World
 
 PYTHON_DEFAULT_FULL_THRESHOLD = 10

@@ -45,9 +45,9 @@ from bench.common import (
 from bench.outcome import Outcome, write_outcomes
 from bench.profile_ticker import print_shares, start_sampling, stop_sampling
 from kairos.core.schedule import Schedule
-from kairos.streams.codec import make_codecs
-from kairos.streams.settings import KafkaSettings
-from kairos.streams.topics import TopicRole
+from kairos.streams.kafka.settings import KafkaSettings
+from kairos.streams.kafka.topics import TopicRole
+from kairos.streams.wire.codec import make_codecs
 
 IDLE_BEFORE_RSS_S = 5
 ZONES = ("UTC", "America/New_York", "Europe/Berlin", "Asia/Tokyo", "Australia/Sydney")

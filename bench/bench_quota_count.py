@@ -24,9 +24,9 @@ from pathlib import Path
 from kairos.core.firing import ScheduleState
 from kairos.core.schedule import Schedule
 from kairos.services.ticker.quotas import PartitionUse
-from kairos.streams.changelog import StateWriteEncoder, state_from_stored
-from kairos.streams.codec import make_codecs
-from kairos.streams.state_store import PartitionStore, StoreMemory
+from kairos.streams.state.changelog import StateWriteEncoder, state_from_stored
+from kairos.streams.state.state_store import PartitionStore, StoreMemory
+from kairos.streams.wire.codec import make_codecs
 
 T0 = datetime(2027, 1, 1, tzinfo=UTC)
 BATCH = 1_000

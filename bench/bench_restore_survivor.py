@@ -44,8 +44,8 @@ from bench.common import (
 from bench.outcome import Outcome, write_outcomes
 from kairos.core.run_id import run_id
 from kairos.core.schedule import Schedule
-from kairos.streams.partitioner import partition_for
-from kairos.streams.settings import KafkaSettings
+from kairos.streams.kafka.partitioner import partition_for
+from kairos.streams.kafka.settings import KafkaSettings
 
 _ASSIGNED = r"handover event=assigned instance={} partition=(\d+) .*seconds=([\d.]+)"
 _HANDOVER = r"handover event=(assigned|revoked|lost) instance={} partition=(\d+)"

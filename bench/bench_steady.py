@@ -58,7 +58,7 @@ from bench.common import (
     wait_until_held,
 )
 from bench.outcome import Outcome, process_tree_cpu_s, write_outcomes
-from kairos.streams.settings import KafkaSettings
+from kairos.streams.kafka.settings import KafkaSettings
 
 
 def _start_tickers(

@@ -23,7 +23,7 @@ from pathlib import Path
 import psutil
 from rocksdict import Options
 
-from kairos.streams.state_store import PartitionStore, StateWrite, StoreMemory
+from kairos.streams.state.state_store import PartitionStore, StateWrite, StoreMemory
 
 PARTITIONS = 12
 BATCH = 1_000

@@ -42,7 +42,7 @@ from bench.common import (
     steady_schedules,
     wait_until_held,
 )
-from kairos.streams.settings import KafkaSettings
+from kairos.streams.kafka.settings import KafkaSettings
 
 _THREAD_HEAP_ALIGNMENT = 64 * 2**20
 """glibc's HEAP_MAX_SIZE on 64-bit: each heap of a non-main arena starts on this boundary."""

@@ -34,10 +34,10 @@ from kairos.cli.ticker import ticker_arguments
 from kairos.core.run_id import run_id
 from kairos.core.schedule import Schedule
 from kairos.devinfra.kafka_broker import BrokerStatus, LocalKafka
-from kairos.streams.codec import make_codecs
-from kairos.streams.schedule_publisher import SchedulesClient
-from kairos.streams.settings import KafkaSettings
-from kairos.streams.topics import TopicRole, create_topics
+from kairos.streams.client.schedule_publisher import SchedulesClient
+from kairos.streams.kafka.settings import KafkaSettings
+from kairos.streams.kafka.topics import TopicRole, create_topics
+from kairos.streams.wire.codec import make_codecs
 
 PARTITIONS = 12
 """Schedules partitions of every benchmark deployment (the product's default)."""

@@ -18,9 +18,9 @@ from confluent_kafka.admin import (
 
 from kairos.cli.exit_codes import ExitCode
 from kairos.cli.options import JsonOption, fail, kafka_settings
-from kairos.streams.acls import DeploymentNames, Grant, Pattern, Resource, Role, role_grants
-from kairos.streams.permissions import PermissionCheckError, check_grants
-from kairos.streams.settings import KafkaSettings
+from kairos.streams.kafka.acls import DeploymentNames, Grant, Pattern, Resource, Role, role_grants
+from kairos.streams.kafka.permissions import PermissionCheckError, check_grants
+from kairos.streams.kafka.settings import KafkaSettings
 
 _RESOURCE_TYPES = {
     Resource.TOPIC: ResourceType.TOPIC,

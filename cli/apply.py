@@ -45,17 +45,17 @@ from kairos.cli.schedules import ChangedByOption, ReasonOption, changed_by_or_de
 from kairos.core.errors import KairosError
 from kairos.core.ownership import Change, Held, upsert_change
 from kairos.core.schedule import Schedule
-from kairos.streams.acls import Role
-from kairos.streams.calendar_reader import read_calendars
-from kairos.streams.change_precheck import ChangeRefusedError, OwnershipPrecheck
-from kairos.streams.held_schedules import StoredSchedule
-from kairos.streams.partitioner import partition_for
-from kairos.streams.records import definition_record
-from kairos.streams.schedule_publisher import ChangeKind, ScheduleChange, SchedulesClient
-from kairos.streams.schedule_reader import ScheduleSnapshot
-from kairos.streams.settings import KafkaSettings
-from kairos.streams.signing import load_signer
-from kairos.streams.topics import TopicRole
+from kairos.streams.client.change_precheck import ChangeRefusedError, OwnershipPrecheck
+from kairos.streams.client.schedule_publisher import ChangeKind, ScheduleChange, SchedulesClient
+from kairos.streams.kafka.acls import Role
+from kairos.streams.kafka.partitioner import partition_for
+from kairos.streams.kafka.settings import KafkaSettings
+from kairos.streams.kafka.topics import TopicRole
+from kairos.streams.readers.calendar_reader import read_calendars
+from kairos.streams.readers.held_schedules import StoredSchedule
+from kairos.streams.readers.schedule_reader import ScheduleSnapshot
+from kairos.streams.wire.records import definition_record
+from kairos.streams.wire.signing import load_signer
 
 
 @dataclass(frozen=True)

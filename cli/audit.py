@@ -57,10 +57,10 @@ from kairos.core.calendar_owed import calendar_eras
 from kairos.core.calendar_rules import as_of_history
 from kairos.core.durations import DurationError, parse_duration
 from kairos.core.errors import KairosError
-from kairos.streams.calendar_reader import read_calendar_history
-from kairos.streams.history import HistoryReader
-from kairos.streams.horizon import history_horizon
-from kairos.streams.settings import KafkaSettings
+from kairos.streams.kafka.settings import KafkaSettings
+from kairos.streams.readers.calendar_reader import read_calendar_history
+from kairos.streams.readers.history import HistoryReader
+from kairos.streams.readers.horizon import history_horizon
 
 app = typer.Typer(
     help="Prove from the topics that no scheduled run was lost.", no_args_is_help=True

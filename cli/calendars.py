@@ -26,14 +26,14 @@ from kairos.core.business_calendar import BusinessCalendar, CalendarsInvalidErro
 from kairos.core.calendar_seeds import SeedError, calendar_document, seed_calendar
 from kairos.core.calendar_versions import CalendarBook, CalendarVersion
 from kairos.core.errors import KairosError
-from kairos.streams.acls import Role
-from kairos.streams.calendar_events import calendar_definition_record
-from kairos.streams.calendar_publisher import CalendarDelete, CalendarsClient, CalendarUpsert
-from kairos.streams.calendar_reader import read_calendars
-from kairos.streams.ownership import Ownership
-from kairos.streams.settings import KafkaSettings
-from kairos.streams.signing import SigningKeyError, load_signer
-from kairos.streams.topics import TopicRole
+from kairos.streams.client.calendar_publisher import CalendarDelete, CalendarsClient, CalendarUpsert
+from kairos.streams.kafka.acls import Role
+from kairos.streams.kafka.ownership import Ownership
+from kairos.streams.kafka.settings import KafkaSettings
+from kairos.streams.kafka.topics import TopicRole
+from kairos.streams.readers.calendar_reader import read_calendars
+from kairos.streams.wire.calendar_events import calendar_definition_record
+from kairos.streams.wire.signing import SigningKeyError, load_signer
 
 app = typer.Typer(
     help="Publish, list, show, delete and seed the shared business calendars.",

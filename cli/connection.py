@@ -20,7 +20,7 @@ from pydantic import Field, ValidationError
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from kairos.streams.settings import KafkaSettings, is_secret, redacted
+from kairos.streams.kafka.settings import KafkaSettings, is_secret, redacted
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 DEFAULT_TOPIC_PREFIX = "kairos."

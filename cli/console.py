@@ -16,7 +16,7 @@ from kairos.core.errors import KairosError
 from kairos.services.console.actions import Users
 from kairos.services.console.audits import AuditRunner
 from kairos.services.console.server import run_console
-from kairos.streams.settings import KafkaSettings
+from kairos.streams.kafka.settings import KafkaSettings
 
 DEFAULT_LISTEN = "127.0.0.1:8080"
 

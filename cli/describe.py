@@ -26,12 +26,12 @@ from kairos.core.calendar_rules import Planned
 from kairos.core.errors import KairosError
 from kairos.core.preview_listing import fire_document, heading, occurrence_line, upcoming
 from kairos.core.schedule import Schedule
-from kairos.streams.held_schedules import StoredSchedule
-from kairos.streams.history import HistoryReader
-from kairos.streams.history_records import RefusedChange
-from kairos.streams.partition_status import PartitionStatusError, read_group_status
-from kairos.streams.schedule_reader import ScheduleReader
-from kairos.streams.settings import TICKER_GROUP, KafkaSettings
+from kairos.streams.kafka.partition_status import PartitionStatusError, read_group_status
+from kairos.streams.kafka.settings import TICKER_GROUP, KafkaSettings
+from kairos.streams.readers.held_schedules import StoredSchedule
+from kairos.streams.readers.history import HistoryReader
+from kairos.streams.readers.schedule_reader import ScheduleReader
+from kairos.streams.wire.history_records import RefusedChange
 
 CountOption = Annotated[
     int, typer.Option("--count", "-n", min=1, help="How many next fires to show.")

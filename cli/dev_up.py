@@ -33,10 +33,10 @@ from kairos.cli.ticker import ticker_arguments
 from kairos.core.errors import KairosError
 from kairos.core.schedule import load_schedules
 from kairos.devinfra.kafka_broker import DEFAULT_DATA_DIR, LocalKafka
-from kairos.streams.codec import DecodeError, make_codecs
-from kairos.streams.schedule_publisher import SchedulesClient
-from kairos.streams.settings import KafkaSettings
-from kairos.streams.topics import TopicRole, create_topics
+from kairos.streams.client.schedule_publisher import SchedulesClient
+from kairos.streams.kafka.settings import KafkaSettings
+from kairos.streams.kafka.topics import TopicRole, create_topics
+from kairos.streams.wire.codec import DecodeError, make_codecs
 
 DEFAULT_HOME = DEFAULT_DATA_DIR.parent / "dev"
 _CHILD_GRACE_S = 30

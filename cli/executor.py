@@ -28,7 +28,7 @@ from kairos.services.executor import ExecutorSettings, Handlers, run_executor
 from kairos.services.executor.runtime_policy import RuntimePolicy, load_runtime_policy
 from kairos.services.executor.settings import BUILT_IN_KINDS
 from kairos.services.probes import DEFAULT_METRICS_HOST
-from kairos.streams.settings import EXECUTOR_GROUP, KafkaSettings
+from kairos.streams.kafka.settings import EXECUTOR_GROUP, KafkaSettings
 
 
 def _load_handlers(reference: str) -> Handlers:

@@ -21,9 +21,9 @@ from kairos.cli.connection import (
     resolve,
 )
 from kairos.cli.exit_codes import ExitCode
-from kairos.streams.acls import DeploymentNames, Role
-from kairos.streams.authorization import diagnosed, kafka_error_of
-from kairos.streams.settings import KafkaSettings
+from kairos.streams.kafka.acls import DeploymentNames, Role
+from kairos.streams.kafka.authorization import diagnosed, kafka_error_of
+from kairos.streams.kafka.settings import KafkaSettings
 
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
 MetricsPortOption = Annotated[

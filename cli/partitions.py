@@ -15,17 +15,17 @@ from kairos.cli.exit_codes import ExitCode
 from kairos.cli.options import fail, kafka_settings
 from kairos.cli.output import JsonAliasOption, OutputOption, chosen, render
 from kairos.cli.reading import wide_console
-from kairos.streams.codec import make_codecs
-from kairos.streams.ownership import OwnershipInfo
-from kairos.streams.partition_status import (
+from kairos.streams.kafka.ownership import OwnershipInfo
+from kairos.streams.kafka.partition_status import (
     GroupStatus,
     PartitionStatus,
     PartitionStatusError,
     group_status_document,
     read_group_status,
 )
-from kairos.streams.schedule_reader import ScheduleReader, ScheduleReadError
-from kairos.streams.settings import TICKER_GROUP, KafkaSettings
+from kairos.streams.kafka.settings import TICKER_GROUP, KafkaSettings
+from kairos.streams.readers.schedule_reader import ScheduleReader, ScheduleReadError
+from kairos.streams.wire.codec import make_codecs
 
 GroupOption = Annotated[
     str | None,

@@ -32,7 +32,7 @@ from kairos.core.preview_listing import heading, occurrence_line, runs_json, upc
 from kairos.core.quotas import Trigger, schedules_use
 from kairos.core.schedule import Schedule
 from kairos.core.time_arguments import TimeArgumentError, parse_time
-from kairos.streams.acls import Role
+from kairos.streams.kafka.acls import Role
 
 DEFAULT_COUNT = 5
 DEFAULT_HORIZON = "24h"

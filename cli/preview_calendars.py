@@ -20,7 +20,7 @@ from kairos.core.calendar_versions import CalendarVersion
 from kairos.core.errors import KairosError
 from kairos.core.limits import EARLIEST_INSTANT
 from kairos.core.schedule import Schedule
-from kairos.streams.calendar_reader import read_calendars
+from kairos.streams.readers.calendar_reader import read_calendars
 
 FILE_VERSION = 0
 """The version a calendar read from a file is shown with: it has none until published."""

@@ -15,8 +15,8 @@ from kairos.cli.reading import warn_rejected
 from kairos.cli.schedule_files import SourcesInvalidError, load_sources
 from kairos.core.errors import KairosError
 from kairos.core.schedule import Schedule
-from kairos.streams.held_schedules import StoredSchedule
-from kairos.streams.schedule_reader import ScheduleReader
+from kairos.streams.readers.held_schedules import StoredSchedule
+from kairos.streams.readers.schedule_reader import ScheduleReader
 
 READ_TIMEOUT_S = 300.0
 """How long reading the schedules topic to its end may take. Decoding and validating is about

@@ -34,7 +34,7 @@ from kairos.core.reruns import (
 from kairos.core.run_id import check_request_id, format_instant
 from kairos.core.schedule import OverlapPolicy, Schedule
 from kairos.core.time_arguments import parse_time
-from kairos.streams.schedule_publisher import SchedulesClient
+from kairos.streams.client.schedule_publisher import SchedulesClient
 
 RequestIdOption = Annotated[
     str | None,

@@ -24,7 +24,7 @@ from kairos.cli.reading import (
 from kairos.core.audit import FiredRun, HistoryEvent, RunEventRecord, changed_by_text
 from kairos.core.errors import KairosError
 from kairos.core.run_id import RunIdError, parse_run_id
-from kairos.streams.topics import TopicRole
+from kairos.streams.kafka.topics import TopicRole
 
 app = typer.Typer(help="The runs fired, and what became of each.", no_args_is_help=True)
 app.command("late")(runs_late.late)

@@ -28,7 +28,7 @@ from kairos.cli.reading import (
 from kairos.core.audit import FiredRun, RunEventRecord
 from kairos.core.errors import KairosError
 from kairos.core.schedule_lifecycle import Deadline
-from kairos.streams.schedule_reader import ScheduleReader
+from kairos.streams.readers.schedule_reader import ScheduleReader
 
 _DEFAULT_SINCE = timedelta(days=1)
 _INSTANT = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z")

@@ -19,9 +19,9 @@ from kairos.cli.output import Format, JsonAliasOption, OutputOption, chosen, ren
 from kairos.cli.reading import reader_for, warn_rejected
 from kairos.core.errors import KairosError
 from kairos.core.schedule import Schedule
-from kairos.streams.held_schedules import StoredSchedule
-from kairos.streams.schedule_publisher import SchedulesClient
-from kairos.streams.settings import KafkaSettings
+from kairos.streams.client.schedule_publisher import SchedulesClient
+from kairos.streams.kafka.settings import KafkaSettings
+from kairos.streams.readers.held_schedules import StoredSchedule
 
 ChangedByOption = Annotated[
     str | None,

@@ -25,11 +25,11 @@ from kairos.core.quotas import (
     partition_share,
     schedules_use,
 )
-from kairos.streams.acls import Role
-from kairos.streams.codec import make_codecs
-from kairos.streams.schedule_reader import ScheduleReader
-from kairos.streams.settings import KafkaSettings
-from kairos.streams.team_events import TeamFeed, publish_team_change
+from kairos.streams.kafka.acls import Role
+from kairos.streams.kafka.settings import KafkaSettings
+from kairos.streams.readers.schedule_reader import ScheduleReader
+from kairos.streams.readers.team_events import TeamFeed, publish_team_change
+from kairos.streams.wire.codec import make_codecs
 
 TeamArgument = Annotated[str, typer.Argument(help="The team's name, e.g. payments-eu.")]
 _NO_LIMIT = ("none", "unlimited")

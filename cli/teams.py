@@ -27,10 +27,10 @@ from kairos.cli.team_quotas import describe_quota, quota, registered_team, set_q
 from kairos.core.errors import KairosError
 from kairos.core.ownership import Team, TeamDefinitionError
 from kairos.core.quotas import UNLIMITED
-from kairos.streams.acls import Role
-from kairos.streams.history import HistoryReader
-from kairos.streams.signing import SigningKeyError, new_signing_key
-from kairos.streams.team_events import TeamFeed, publish_team_change
+from kairos.streams.kafka.acls import Role
+from kairos.streams.readers.history import HistoryReader
+from kairos.streams.readers.team_events import TeamFeed, publish_team_change
+from kairos.streams.wire.signing import SigningKeyError, new_signing_key
 
 app = typer.Typer(
     help="Register the teams that own schedules, their quotas, and read what was refused to them.",

@@ -26,9 +26,9 @@ from kairos.core.errors import KairosError
 from kairos.services.probes import DEFAULT_METRICS_HOST
 from kairos.services.ticker.service import Ticker
 from kairos.services.ticker.settings import TickerSettings
-from kairos.streams.ownership import Ownership
-from kairos.streams.settings import KafkaSettings
-from kairos.streams.state_store import DEFAULT_STORE_MEMORY_MB
+from kairos.streams.kafka.ownership import Ownership
+from kairos.streams.kafka.settings import KafkaSettings
+from kairos.streams.state.state_store import DEFAULT_STORE_MEMORY_MB
 
 _InstanceOption = Annotated[
     str, typer.Option(envvar="KAIROS_TICKER_INSTANCE", help="This ticker's unique name.")

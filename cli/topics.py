@@ -12,8 +12,8 @@ from confluent_kafka.admin import AdminClient
 
 from kairos.cli.exit_codes import ExitCode
 from kairos.cli.options import JsonOption, fail, kafka_settings
-from kairos.streams.topic_check import check_topics
-from kairos.streams.topics import (
+from kairos.streams.kafka.topic_check import check_topics
+from kairos.streams.kafka.topics import (
     ReplicationError,
     TopicAdminError,
     TopicLayout,

@@ -1,7 +1,7 @@
 """The audit: what a deployment owed, from the schedule history alone, and what it did about it.
 
 Pure: the history, the runs and the run events come in as plain records read by
-`kairos.streams.history`; the instant the audit speaks for (`as_of`) is passed in.
+`kairos.streams.readers.history`; the instant the audit speaks for (`as_of`) is passed in.
 
 What is owed follows the ticker's own rules (`kairos.core.firing`), replayed with the same
 functions: a schedule owes the occurrences whose nominal instant is at or after the `changed_at`

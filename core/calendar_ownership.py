@@ -6,8 +6,8 @@ calendar checks and the console (through the audit) all read the topic through o
 
 In a deployment that enforces ownership (`teams` given: the registered teams), a change counts
 only when a registered team signed it (its signature checked before, with the calendars' own age
-limit, `kairos.streams.calendar_ownership`) and that team may make it; docs/calendars.md states
-the rules for users:
+limit, `kairos.streams.readers.calendar_ownership`) and that team may make it;
+docs/calendars.md states the rules for users:
 
 - A calendar belongs to the team its first signed creation names as `owner`. Only that team or
   an administrators' team changes or deletes it; a team names only itself as the owner, so only

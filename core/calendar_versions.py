@@ -1,6 +1,6 @@
 """Calendars as their topic has them: versions, the records readers take, what they hold.
 
-Pure. `kairos.streams.calendar_events` turns each record of the calendars topic into a
+Pure. `kairos.streams.wire.calendar_events` turns each record of the calendars topic into a
 `CalendarChange` (or a `SkippedCalendarRecord`); `kairos.core.calendar_ownership` judges which
 count and holds the result, a `CalendarBook` of `CalendarVersion`s; `CalendarBook.replay` and
 `kairos.core.calendar_rules.as_of_history` give the versions in force at an instant from the

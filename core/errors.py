@@ -5,7 +5,7 @@ and how to fix it.
 
 Whether trying again can help is data on the class, `retryable` (as Temporal's SDK marks its
 `ApplicationError(non_retryable=...)`): a loop deciding between "retry" and "stop" asks
-`kairos.streams.failures.is_retryable`, never a list of classes of its own.
+`kairos.streams.kafka.failures.is_retryable`, never a list of classes of its own.
 """
 
 from typing import ClassVar

@@ -1,6 +1,6 @@
 """Which team may make which schedule change, when a deployment enforces ownership.
 
-Pure: the signature has been checked before (`kairos.streams.signing` names the team whose
+Pure: the signature has been checked before (`kairos.streams.wire.signing` names the team whose
 key signed the record); these rules decide whether that team may make that change, from what
 the ticker holds for the schedule. docs/teams.md states them for users:
 

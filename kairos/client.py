@@ -10,17 +10,17 @@ docs/calendars.md.
 
 from kairos.core.business_calendar import BusinessCalendar, CalendarsInvalidError, load_calendars
 from kairos.core.schedule import Schedule, SchedulesInvalidError, ScheduleValidationError
-from kairos.streams.calendar_publisher import CalendarPublishError, CalendarsClient
-from kairos.streams.calendar_reader import CalendarReadError, read_calendars
-from kairos.streams.schedule_publisher import (
+from kairos.streams.client.calendar_publisher import CalendarPublishError, CalendarsClient
+from kairos.streams.readers.calendar_reader import CalendarReadError, read_calendars
+from kairos.streams.client.schedule_publisher import (
     PublishError,
     ScheduleChange,
     ScheduleNotFoundError,
     SchedulesClient,
 )
-from kairos.streams.held_schedules import StoredSchedule
-from kairos.streams.schedule_reader import ScheduleReadError
-from kairos.streams.settings import KafkaSettings
+from kairos.streams.readers.held_schedules import StoredSchedule
+from kairos.streams.readers.schedule_reader import ScheduleReadError
+from kairos.streams.kafka.settings import KafkaSettings
 
 __all__ = [
     "BusinessCalendar",

@@ -2,5 +2,6 @@
 
 `io.kairos.v1.<Name>.avsc` holds the current version of each named type (fastavro's `load_schema`
 naming convention); `history/v<N>/` holds every released version, the current one included.
-`kairos.streams.avro_schemas` loads them; `docs/wire-format.md` gives the rules for changing them.
+`kairos.streams.wire.avro_schemas` loads them; `docs/wire-format.md` gives the rules for
+changing them.
 """

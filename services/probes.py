@@ -21,7 +21,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
 from kairos.core.errors import KairosError
-from kairos.streams.settings import KafkaSettings
+from kairos.streams.kafka.settings import KafkaSettings
 
 logger = logging.getLogger(__name__)
 

@@ -13,8 +13,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from testcontainers.community.kafka import KafkaContainer
 
 from kairos.devinfra.kafka_broker import LocalKafka
-from kairos.streams.settings import KafkaSettings
-from kairos.streams.topics import create_topics
+from kairos.streams.kafka.settings import KafkaSettings
+from kairos.streams.kafka.topics import create_topics
 from tests.helpers import unique_name
 
 logger = logging.getLogger(__name__)

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from kairos.core.schedule import Schedule
-from kairos.streams.records import definition_record
+from kairos.streams.wire.records import definition_record
 
 T = TypeVar("T")
 

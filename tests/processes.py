@@ -11,7 +11,7 @@ from pathlib import Path
 from kairos.cli.executor import executor_arguments
 from kairos.cli.ticker import ticker_arguments
 from kairos.services.ticker.settings import Ownership
-from kairos.streams.settings import KafkaSettings
+from kairos.streams.kafka.settings import KafkaSettings
 from tests.helpers import eventually
 
 

@@ -15,9 +15,9 @@ from functools import cached_property
 from typing import Any
 
 from kairos.core.schedule import Schedule
-from kairos.streams.codec import make_codecs
-from kairos.streams.partitioner import partition_for
-from kairos.streams.records import definition_record
+from kairos.streams.kafka.partitioner import partition_for
+from kairos.streams.wire.codec import make_codecs
+from kairos.streams.wire.records import definition_record
 
 CODECS = make_codecs()
 PARTITIONS = 4

@@ -16,8 +16,8 @@ from typing import Any
 from bench.fuzz.records import FuzzRecord
 from bench.fuzz.services import reason_class
 from bench.fuzz.storm import Seen
-from kairos.streams.settings import KafkaSettings
-from kairos.streams.topics import TopicRole
+from kairos.streams.kafka.settings import KafkaSettings
+from kairos.streams.kafka.topics import TopicRole
 
 UNDECODABLE = frozenset(
     {

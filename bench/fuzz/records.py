@@ -16,12 +16,12 @@ from typing import Any
 
 from bench.fuzz import valid
 from kairos.core.run_id import run_id
-from kairos.streams.codec import Codec, Codecs
-from kairos.streams.dead_letters import VALUE_COPY_LIMIT
-from kairos.streams.partitioner import partition_for
-from kairos.streams.records import definition_record
-from kairos.streams.schedule_events import MAX_SCHEDULE_EVENT_BYTES
-from kairos.streams.topics import TopicRole
+from kairos.streams.kafka.partitioner import partition_for
+from kairos.streams.kafka.topics import TopicRole
+from kairos.streams.wire.codec import Codec, Codecs
+from kairos.streams.wire.dead_letters import VALUE_COPY_LIMIT
+from kairos.streams.wire.records import definition_record
+from kairos.streams.wire.schedule_events import MAX_SCHEDULE_EVENT_BYTES
 
 TOPIC_SHARES = {
     TopicRole.SCHEDULES: 0.4,

@@ -14,7 +14,7 @@ FIXED = (
     "the same uncommitted record again: one such record stops every run of the deployment. "
     "Found by the runs topic's `invalid_content` (variant `params_not_object`); before the fix a "
     "2,000-record run of the same seed ended with the executor dead, 0 of 195 owed runs run and "
-    "the canary not run. Fixed in `streams/records.py` (`job_from_record` raises a clear "
+    "the canary not run. Fixed in `streams/wire/records.py` (`job_from_record` raises a clear "
     "`JobParamsRecordError`) and `services/executor/admission.py` (it is a dead letter, "
     "`RunRequestInvalidError`); test `tests/unit/test_job_params_record.py`.",
     "**An unclear dead-letter reason** for the same definitions on the schedules topic: `invalid "

@@ -26,8 +26,8 @@ from confluent_kafka import (
 from bench.common import TickerProcess, start_ticker, stop_process, wait_for
 from bench.fuzz.records import FuzzRecord
 from kairos.cli.executor import executor_arguments
-from kairos.streams.settings import KafkaSettings
-from kairos.streams.topics import TopicRole
+from kairos.streams.kafka.settings import KafkaSettings
+from kairos.streams.kafka.topics import TopicRole
 
 TRACEBACK = "Traceback (most recent call last)"
 _PRODUCER_MAX_BYTES = 2_000_000

@@ -22,11 +22,11 @@ from bench.fuzz import services
 from bench.fuzz.records import Plan, StormBuilder, must_run
 from kairos.core.run_id import run_id
 from kairos.core.schedule import Schedule
-from kairos.streams.codec import DecodeError, make_codecs
-from kairos.streams.history import HistoryReader
-from kairos.streams.schedule_publisher import SchedulesClient
-from kairos.streams.settings import KafkaSettings
-from kairos.streams.topics import TopicRole
+from kairos.streams.client.schedule_publisher import SchedulesClient
+from kairos.streams.kafka.settings import KafkaSettings
+from kairos.streams.kafka.topics import TopicRole
+from kairos.streams.readers.history import HistoryReader
+from kairos.streams.wire.codec import DecodeError, make_codecs
 
 LEAD = timedelta(seconds=60)
 """From the storm's start to its first valid fire: the storm is published and read by then."""

@@ -1,6 +1,6 @@
 """Records that keep their topic's contract, and schema-valid records that break it in content.
 
-Each builder returns the plain dict the codecs of `kairos.streams.codec` encode; the content
+Each builder returns the plain dict the codecs of `kairos.streams.wire.codec` encode; the content
 breakers start from a valid record and change one thing, named by the variant they return, so
 a record that is not refused points at the rule that let it through.
 """
@@ -16,7 +16,7 @@ from typing import Any
 
 from kairos.core.run_id import run_id
 from kairos.core.schedule import JobSpec, Schedule
-from kairos.streams.records import definition_record
+from kairos.streams.wire.records import definition_record
 
 ZONES = ("UTC", "America/New_York", "Europe/Paris", "Asia/Kolkata", "Australia/Lord_Howe")
 

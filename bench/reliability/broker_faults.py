@@ -13,8 +13,8 @@ import time
 
 from bench.reliability.scenario import Scenario
 from bench.reliability.system import BROKERS, PARTITIONS, System
-from kairos.streams.settings import TICKER_GROUP, TICKER_TRANSACTIONAL_ID
-from kairos.streams.topics import TopicRole
+from kairos.streams.kafka.settings import TICKER_GROUP, TICKER_TRANSACTIONAL_ID
+from kairos.streams.kafka.topics import TopicRole
 
 TRANSACTION_STATE_TOPIC = "__transaction_state"
 OFFSETS_TOPIC = "__consumer_offsets"

@@ -32,8 +32,8 @@ from kairos.cli.ticker import ticker_arguments
 from kairos.devinfra.kafka_cluster import LocalCluster, Security
 from kairos.devinfra.kafka_runtime import stop_pids
 from kairos.devinfra.postgres import LocalPostgres
-from kairos.streams.settings import KafkaSettings
-from kairos.streams.topics import TopicRole, create_topics
+from kairos.streams.kafka.settings import KafkaSettings
+from kairos.streams.kafka.topics import TopicRole, create_topics
 
 PARTITIONS = 12
 BROKERS = 3

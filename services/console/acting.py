@@ -15,7 +15,7 @@ from starlette.responses import JSONResponse, RedirectResponse, Response
 
 from kairos.core.errors import KairosError
 from kairos.services.console.actions import ACTIONS, REALM, Users, act
-from kairos.streams.settings import KafkaSettings
+from kairos.streams.kafka.settings import KafkaSettings
 
 if TYPE_CHECKING:
     from kairos.services.console.app import Console

@@ -28,8 +28,8 @@ from kairos.core.rerun_request import RerunKind
 from kairos.core.reruns import MAX_BACKFILL_RUNS, planned_rerun_ids, rerun_request
 from kairos.core.run_id import format_instant
 from kairos.core.time_arguments import parse_time
-from kairos.streams.schedule_publisher import SchedulesClient
-from kairos.streams.settings import KafkaSettings
+from kairos.streams.client.schedule_publisher import SchedulesClient
+from kairos.streams.kafka.settings import KafkaSettings
 
 SHORTEST_TOKEN = 16
 REALM = "Kairos console actions"

@@ -23,9 +23,9 @@ from kairos.services.console import queries
 from kairos.services.console.follower import trigger_of
 from kairos.services.console.lateness import OVER_AN_HOUR, merged, percentile_ms
 from kairos.services.console.view import ConsoleView
-from kairos.streams.ownership import NOT_JUDGED, Judged, Ownership
-from kairos.streams.partition_status import group_status_document, read_group_status
-from kairos.streams.settings import KafkaSettings
+from kairos.streams.kafka.ownership import NOT_JUDGED, Judged, Ownership
+from kairos.streams.kafka.partition_status import group_status_document, read_group_status
+from kairos.streams.kafka.settings import KafkaSettings
 
 _GROUP_FRESH_S = 5.0
 

@@ -28,8 +28,10 @@ from kairos.services.console.view import (
     ViewBatch,
     epoch_ms,
 )
-from kairos.streams.codec import Codecs, DecodeError, make_codecs
-from kairos.streams.history_records import (
+from kairos.streams.kafka.settings import CONSOLE_READERS_GROUP, KafkaSettings
+from kairos.streams.kafka.topics import TopicRole
+from kairos.streams.wire.codec import Codecs, DecodeError, make_codecs
+from kairos.streams.wire.history_records import (
     InvalidRecordError,
     fired_run,
     history_event,
@@ -37,16 +39,14 @@ from kairos.streams.history_records import (
     run_event,
     topic_record,
 )
-from kairos.streams.schedule_events import (
+from kairos.streams.wire.schedule_events import (
     RejectedEvent,
     ScheduleDeleted,
     ScheduleUpserted,
     read_schedule_message,
     restores_mark,
 )
-from kairos.streams.settings import CONSOLE_READERS_GROUP, KafkaSettings
-from kairos.streams.signing import named_team
-from kairos.streams.topics import TopicRole
+from kairos.streams.wire.signing import named_team
 
 logger = logging.getLogger(__name__)
 

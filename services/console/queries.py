@@ -14,7 +14,7 @@ from typing import Any
 from kairos.services.console.database import ViewDb
 from kairos.services.console.lateness import LATENESS_BOUNDS_MS
 from kairos.services.console.view import ConsoleView
-from kairos.streams.dead_letters import REFUSED_CHANGES
+from kairos.streams.wire.dead_letters import REFUSED_CHANGES
 
 PAGE_SIZE = 50
 
@@ -191,11 +191,11 @@ _TAKEN = (
 def held_change(
     view: ConsoleView, schedule_id: str, awaiting_from: int | None
 ) -> tuple[dict[str, Any] | None, int]:
-    """The change that made the schedule what its ticker holds (`None`: it holds none), and
-    how many changes await its ticker, as `kairos.streams.held_schedules` folds them: refused
-    changes and restorations are skipped, and in a partition judged in signed mode a change at
-    or past `awaiting_from` (its committed offset) is not known to be taken. `awaiting_from` is
-    `None` for a partition judged in open mode, or not judged: every change is taken.
+    """The change that made the schedule what its ticker holds (`None`: it holds none), and how many
+    changes await its ticker, as `kairos.streams.readers.held_schedules` folds them: refused changes
+    and restorations are skipped, and in a partition judged in signed mode a change at or past
+    `awaiting_from` (its committed offset) is not known to be taken. `awaiting_from` is `None` for a
+    partition judged in open mode, or not judged: every change is taken.
 
     A record marked as a restoration that differs from what is held is taken by an open ticker
     as a change; here it is skipped (no team's isolation rests on an open deployment)."""

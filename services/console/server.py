@@ -19,7 +19,7 @@ from kairos.services.console.documents import LiveGroup
 from kairos.services.console.follower import ViewFollower
 from kairos.services.console.herd import ComingHerd
 from kairos.services.console.view import ConsoleView
-from kairos.streams.settings import TICKER_GROUP, KafkaSettings
+from kairos.streams.kafka.settings import TICKER_GROUP, KafkaSettings
 
 logger = logging.getLogger(__name__)
 

@@ -141,7 +141,7 @@ class ChangeRow:
     """The definition's JSON (the schedule row's: encoded once); `None` for a delete."""
     team: str | None
     """The team its `kairos-team` header names, verified or not (pages show it only once a
-    signed ticker took the change: `kairos.streams.ownership.Judged`)."""
+    signed ticker took the change: `kairos.streams.kafka.ownership.Judged`)."""
     restores: bool
     """It bears the ticker's restoration mark (`RESTORES_HEADER`)."""
 

@@ -14,7 +14,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import cached_property
-from typing import Any
 
 from pydantic import ValidationError
 
@@ -25,9 +24,14 @@ from kairos.core.run_id import RunIdError, parse_run_id
 from kairos.core.schedule import OverlapPolicy
 from kairos.services.executor.handlers import Handlers
 from kairos.services.executor.jobs import JobParams, JobParamsError, PythonJob, job_params
-from kairos.streams.codec import Codec, DecodeError
 from kairos.streams.dedupe.base import RunRequest, SourceRecord
-from kairos.streams.records import JobParamsRecordError, job_from_record
+from kairos.streams.wire.codec import Codec, DecodeError
+from kairos.streams.wire.records import (
+    JobParamsRecordError,
+    RunRequestedRecord,
+    job_from_record,
+    read_run_requested,
+)
 
 
 class RunRequestInvalidError(KairosError):
@@ -109,11 +113,12 @@ def read_request(
         record = codec.decode(value)
     except DecodeError as error:
         return _rejected(error)
+    request_record = read_run_requested(record)
     try:
-        request, kind, handler = _valid_request(key, value, record, source)
+        request, kind, handler = _valid_request(key, value, request_record, source)
     except (RunRequestInvalidError, JobParamsError) as error:
         return _rejected(error)
-    pool, owner = record["pool"], record["owner"]
+    pool, owner = request_record.pool, request_record.owner
     if pool not in served.pools:
         served.passed_over_pool(pool)
         return PassedOver(request.run_id, kind)
@@ -130,11 +135,11 @@ def _rejected(error: KairosError) -> Rejected:
 
 
 def _valid_request(
-    key: bytes | None, value: bytes, record: dict[str, Any], source: SourceRecord
+    key: bytes | None, value: bytes, record: RunRequestedRecord, source: SourceRecord
 ) -> tuple[RunRequest, str, str | None]:
     """The run a decoded record asks for, its job kind and its handler (`python` jobs); raises
     what is wrong with it."""
-    run_id = record["run_id"]
+    run_id = record.run_id
 
     def invalid(problem: str) -> RunRequestInvalidError:
         return RunRequestInvalidError(run_id, problem)
@@ -145,22 +150,22 @@ def _valid_request(
         schedule_id, nominal = parse_run_id(run_id)
     except RunIdError as error:
         raise invalid(error.problem) from None
-    if (schedule_id, nominal) != (record["schedule_id"], record["nominal_at"]):
+    if (schedule_id, nominal) != (record.schedule_id, record.nominal_at):
         raise invalid(
-            f"the run id does not match schedule_id {record['schedule_id']!r} and "
-            f"nominal_at {record['nominal_at'].isoformat()}"
+            f"the run id does not match schedule_id {record.schedule_id!r} and "
+            f"nominal_at {record.nominal_at.isoformat()}"
         )
-    if record["overlap"] == "unknown":
+    if record.overlap == "unknown":
         raise invalid(
             "its overlap policy is newer than this executor knows; upgrade executors "
             "before producers (docs/wire-format.md)"
         )
-    if record["max_attempts"] < 1 or record["timeout_ms"] <= 0 or record["retry_backoff_ms"] < 0:
+    if record.max_attempts < 1 or record.timeout_ms <= 0 or record.retry_backoff_ms < 0:
         raise invalid(
             "max_attempts must be at least 1, timeout_ms above 0 and retry_backoff_ms at least 0"
         )
     try:
-        job = job_from_record(record["job"])
+        job = job_from_record(record.job)
     except (JobParamsRecordError, ValidationError) as error:
         raise invalid(f"its job is not valid: {error}") from None
     params = job_params(job)
@@ -168,17 +173,17 @@ def _valid_request(
         run_id=run_id,
         schedule_id=schedule_id,
         nominal_at=nominal,
-        due_at=record["due_at"],
-        fired_at=record["fired_at"],
-        overlap=OverlapPolicy(record["overlap"]),
-        max_attempts=record["max_attempts"],
-        retry_backoff=timedelta(milliseconds=record["retry_backoff_ms"]),
+        due_at=record.due_at,
+        fired_at=record.fired_at,
+        overlap=OverlapPolicy(record.overlap),
+        max_attempts=record.max_attempts,
+        retry_backoff=timedelta(milliseconds=record.retry_backoff_ms),
         runner=runner_of(job.kind, params),
         value=value,
         source=source,
-        start_by=_after(nominal, record.get("deadline_start_by_ms")),
-        finish_by=_after(nominal, record.get("deadline_finish_by_ms")),
-        groups=run_groups(record["owner"], record["labels"]),
+        start_by=_after(nominal, record.deadline_start_by_ms),
+        finish_by=_after(nominal, record.deadline_finish_by_ms),
+        groups=run_groups(record.owner, record.labels),
     )
     return request, job.kind, params.handler if isinstance(params, PythonJob) else None
 

@@ -20,27 +20,13 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
-from typing import Any
 
-from kairos.services.executor.handlers import Handlers, RunContext
-from kairos.services.executor.http_job import run_http
-from kairos.services.executor.jobs import (
-    HttpJob,
-    Invocation,
-    JobFailedError,
-    JobParams,
-    KafkaJob,
-    NoopJob,
-    PythonJob,
-    ShellJob,
-    job_params,
-)
-from kairos.services.executor.kafka_job import run_kafka
+from kairos.services.executor.handlers import Handlers
+from kairos.services.executor.jobs import Invocation, JobFailedError, job_params
 from kairos.services.executor.metrics import ExecutorMetrics
+from kairos.services.executor.runners import JOB_RUNNERS, JobRun
 from kairos.services.executor.settings import ExecutorSettings
-from kairos.services.executor.shell_job import run_shell
 from kairos.services.executor.watchdog import JobWatchdog
-from kairos.streams.codec import Codec
 from kairos.streams.dedupe.base import (
     AttemptResult,
     AttemptTransaction,
@@ -50,8 +36,9 @@ from kairos.streams.dedupe.base import (
     LeaseLostError,
     LeaseStatus,
 )
-from kairos.streams.ports import Producer
-from kairos.streams.records import job_from_record
+from kairos.streams.kafka.ports import Producer
+from kairos.streams.wire.codec import Codec
+from kairos.streams.wire.records import job_from_record, read_run_requested
 
 logger = logging.getLogger(__name__)
 
@@ -292,26 +279,35 @@ class AttemptRunner:
 
     def _attempt(self, attempt: InFlight, transaction: AttemptTransaction) -> AttemptResult:
         lease = attempt.lease
-        request = self._codec.decode(lease.value)
-        params = job_params(job_from_record(request["job"]))
+        request = read_run_requested(self._codec.decode(lease.value))
+        params = job_params(job_from_record(request.job))
         invocation = Invocation(
             run_id=lease.run_id,
             schedule_id=lease.schedule_id,
-            owner=request["owner"],
+            owner=request.owner,
             attempt=lease.attempt,
-            nominal_at=request["nominal_at"],
-            timeout=timedelta(milliseconds=request["timeout_ms"]),
+            nominal_at=request.nominal_at,
+            timeout=timedelta(milliseconds=request.timeout_ms),
             stop=attempt.stop,
-            deadline=time.monotonic() + request["timeout_ms"] / 1000,
+            deadline=time.monotonic() + request.timeout_ms / 1000,
             process_groups=self._shell_jobs.groups_of(attempt),
-            runtime=self._settings.runtime_policy.of(request["owner"]),
+            runtime=self._settings.runtime_policy.of(request.owner),
             secrets_root=self._settings.secrets_root,
             executor_instance=self._settings.instance,
         )
         started = time.monotonic()
-        kind = request["job"]["kind"]
+        kind = request.job_kind
+        run = JobRun(
+            invocation,
+            request,
+            transaction,
+            self._settings.output_limit_bytes,
+            self._job_producer,
+            self._handlers,
+            self._settings.instance,
+        )
         try:
-            self._run_job(params, invocation, request, transaction)
+            JOB_RUNNERS[kind](params, run)
             result = AttemptResult(succeeded=True)
         except JobFailedError as failed:
             result = AttemptResult(False, self._limited(failed.reason))
@@ -330,59 +326,3 @@ class AttemptRunner:
         if reason is None or len(reason) <= limit:
             return reason
         return reason[: limit - 3] + "..."
-
-    def _run_job(
-        self,
-        params: JobParams,
-        invocation: Invocation,
-        request: dict[str, Any],
-        transaction: AttemptTransaction,
-    ) -> None:
-        limit = self._settings.output_limit_bytes
-        if isinstance(params, NoopJob):
-            return
-        if isinstance(params, ShellJob):
-            run_shell(params, invocation, limit)
-        elif isinstance(params, HttpJob):
-            run_http(params, invocation, limit)
-        elif isinstance(params, KafkaJob):
-            run_kafka(params, invocation, self._job_producer)
-        elif isinstance(params, PythonJob):
-            self._run_handler(params, invocation, request, transaction)
-
-    def _run_handler(
-        self,
-        params: PythonJob,
-        invocation: Invocation,
-        request: dict[str, Any],
-        transaction: AttemptTransaction,
-    ) -> None:
-        handler = self._handlers.get(params.handler)
-        if handler is None:  # acquire hands out only runs of this executor's handlers
-            raise JobFailedError(
-                f"no handler {params.handler!r} in executor {self._settings.instance}"
-            )
-        # A thread cannot be killed: at the timeout the handler is asked to stop, and the
-        # attempt fails when it returns.
-        timer = threading.Timer(invocation.remaining_s(), invocation.stop.set)
-        timer.daemon = True
-        timer.start()
-        try:
-            handler(
-                RunContext(
-                    run_id=invocation.run_id,
-                    schedule_id=invocation.schedule_id,
-                    owner=invocation.owner,
-                    attempt=invocation.attempt,
-                    max_attempts=request["max_attempts"],
-                    nominal_at=invocation.nominal_at,
-                    fired_at=request["fired_at"],
-                    args=params.args,
-                    stop_requested=invocation.stop,
-                    _transaction=transaction,
-                )
-            )
-        finally:
-            timer.cancel()
-        if invocation.remaining_s() <= 0:
-            raise JobFailedError(invocation.timed_out_reason())

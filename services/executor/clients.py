@@ -1,4 +1,5 @@
-"""What an executor session is made of: the clients, behind the ports of `kairos.streams.ports`.
+"""What an executor session is made of: the clients, behind the ports of
+`kairos.streams.kafka.ports`.
 
 `ConfluentExecutorClients` makes the real ones for a deployment; the unit tests pass in-memory
 ones (`tests/fakes/kafka.py`) with the same rules, so the session, the turn, the intake and the
@@ -17,11 +18,11 @@ from confluent_kafka.admin import AdminClient
 
 from kairos.services.executor.fleet import StoreGuard, check_retention
 from kairos.services.executor.settings import ExecutorSettings
-from kairos.streams.authorization import RoleAccess
 from kairos.streams.dedupe.base import DedupeStore
-from kairos.streams.ports import GroupMember, Producer
-from kairos.streams.settings import KafkaSettings
-from kairos.streams.topics import TopicRole
+from kairos.streams.kafka.authorization import RoleAccess
+from kairos.streams.kafka.ports import GroupMember, Producer
+from kairos.streams.kafka.settings import KafkaSettings
+from kairos.streams.kafka.topics import TopicRole
 
 _LINGERING_MARGIN = timedelta(seconds=2)
 """Beyond a session timeout, how long a dead executor's member may take to leave the group."""

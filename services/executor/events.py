@@ -24,20 +24,20 @@ from confluent_kafka import KafkaError, KafkaException, Message
 
 from kairos.core.errors import KairosError
 from kairos.core.lru import LruCache
-from kairos.streams.codec import Codecs
-from kairos.streams.dead_letters import KEY_COPY_LIMIT, VALUE_COPY_LIMIT
-from kairos.streams.dead_letters import dead_letter_record as bounded_dead_letter
 from kairos.streams.dedupe.base import OutboxEvent, SourceRecord
-from kairos.streams.ports import Producer
-from kairos.streams.settings import KafkaSettings
-from kairos.streams.topics import TopicRole
+from kairos.streams.kafka.ports import Producer
+from kairos.streams.kafka.settings import KafkaSettings
+from kairos.streams.kafka.topics import TopicRole
+from kairos.streams.wire.codec import Codecs
+from kairos.streams.wire.dead_letters import KEY_COPY_LIMIT, VALUE_COPY_LIMIT
+from kairos.streams.wire.dead_letters import dead_letter_record as bounded_dead_letter
 
 logger = logging.getLogger(__name__)
 
 REASON_LIMIT = 16 * 1024
 """Characters of a reason kept in a run event or a dead letter."""
 COPY_LIMIT = VALUE_COPY_LIMIT
-"""Bytes of a refused record's value a dead letter copies (`kairos.streams.dead_letters`)."""
+"""Bytes of a refused record's value a dead letter copies (`kairos.streams.wire.dead_letters`)."""
 _REFUSALS = frozenset(
     {KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.INVALID_RECORD, KafkaError.RECORD_LIST_TOO_LARGE}
 )
@@ -114,8 +114,8 @@ def dead_letter_record(
     at: datetime,
     instance: str,
 ) -> dict[str, Any]:
-    """A `DeadLetter` of the record at `source`, bounded by `kairos.streams.dead_letters`; a cut
-    key or value is also said in the reason (the copy then cannot replay the record)."""
+    """A `DeadLetter` of the record at `source`, bounded by `kairos.streams.wire.dead_letters`;
+    a cut key or value is also said in the reason (the copy then cannot replay the record)."""
     cut = [
         f"{name} cut to its first {limit} of {len(data)} bytes"
         for name, data, limit in (("key", key, KEY_COPY_LIMIT), ("value", value, COPY_LIMIT))

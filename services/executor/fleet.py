@@ -40,7 +40,7 @@ from confluent_kafka.admin import (
 from kairos.core.durations import format_duration
 from kairos.core.errors import KairosError
 from kairos.streams.dedupe.base import DedupeStore
-from kairos.streams.passing import COORDINATOR_MOVING, passes
+from kairos.streams.kafka.passing import COORDINATOR_MOVING, passes
 
 logger = logging.getLogger(__name__)
 

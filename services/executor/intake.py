@@ -21,10 +21,10 @@ from kairos.services.executor.metrics import ExecutorMetrics
 from kairos.services.executor.offsets import OffsetMarks
 from kairos.services.executor.session import ExecutorSession
 from kairos.services.executor.settings import ExecutorSettings
-from kairos.streams.authorization import RoleAccess
-from kairos.streams.codec import Codec
 from kairos.streams.dedupe.base import Admitted, RunRequest, SourceRecord
-from kairos.streams.failures import is_retryable
+from kairos.streams.kafka.authorization import RoleAccess
+from kairos.streams.kafka.failures import is_retryable
+from kairos.streams.wire.codec import Codec
 
 logger = logging.getLogger(__name__)
 

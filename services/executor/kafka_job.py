@@ -12,7 +12,7 @@ from confluent_kafka import KafkaError, Message
 
 from kairos.services.executor.egress import topic_refusal_reason
 from kairos.services.executor.jobs import Invocation, JobFailedError, KafkaJob, payload_bytes
-from kairos.streams.ports import Producer
+from kairos.streams.kafka.ports import Producer
 
 
 def run_kafka(job: KafkaJob, invocation: Invocation, producer: Producer) -> None:

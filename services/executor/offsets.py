@@ -14,7 +14,7 @@ from datetime import timedelta
 
 from confluent_kafka import KafkaException, TopicPartition
 
-from kairos.streams.ports import GroupMember
+from kairos.streams.kafka.ports import GroupMember
 
 logger = logging.getLogger(__name__)
 

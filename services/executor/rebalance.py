@@ -13,7 +13,7 @@ from confluent_kafka import TopicPartition
 
 from kairos.services.executor.clients import AssignmentCheck
 from kairos.services.executor.offsets import OffsetMarks
-from kairos.streams.ports import GroupMember, RebalanceCallback
+from kairos.streams.kafka.ports import GroupMember, RebalanceCallback
 
 logger = logging.getLogger(__name__)
 

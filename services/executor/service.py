@@ -44,12 +44,12 @@ from kairos.services.executor.shutdown import shut_down
 from kairos.services.executor.turn import ExecutorTurn
 from kairos.services.executor.workers import AttemptWorkers
 from kairos.services.probes import LoopHealth, group_readiness, probe_server, stall_limit_s
-from kairos.streams.acls import DeploymentNames, Role
-from kairos.streams.authorization import RoleAccess
-from kairos.streams.codec import Codecs, make_codecs
-from kairos.streams.ports import GroupMember
-from kairos.streams.settings import KafkaSettings
-from kairos.streams.topics import TopicRole
+from kairos.streams.kafka.acls import DeploymentNames, Role
+from kairos.streams.kafka.authorization import RoleAccess
+from kairos.streams.kafka.ports import GroupMember
+from kairos.streams.kafka.settings import KafkaSettings
+from kairos.streams.kafka.topics import TopicRole
+from kairos.streams.wire.codec import Codecs, make_codecs
 
 logger = logging.getLogger(__name__)
 

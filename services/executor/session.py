@@ -4,7 +4,7 @@ A session is open from the moment its store is checked against the fleet to the 
 executor has published its last event: every client it holds exists for its whole life, so the
 code that uses them never asks whether one is there. `open` either returns a whole session or
 closes what it had opened and raises. The clients come from an `ExecutorClients` factory
-(`clients`), behind the ports of `kairos.streams.ports`.
+(`clients`), behind the ports of `kairos.streams.kafka.ports`.
 
 Closing happens in two steps because the shutdown needs the group left first (its partitions
 move to the other executors at once) while the store and the producers keep serving the attempts
@@ -23,12 +23,12 @@ from kairos.services.executor.events import EventPublisher
 from kairos.services.executor.fleet import advertised_client_id
 from kairos.services.executor.pool_watch import pools_tagged
 from kairos.services.executor.settings import ExecutorSettings
-from kairos.streams.codec import Codecs
 from kairos.streams.dedupe import open_dedupe_store
 from kairos.streams.dedupe.base import DedupeStore
-from kairos.streams.ports import GroupMember, Producer, RebalanceCallback
-from kairos.streams.settings import KafkaSettings
-from kairos.streams.topics import TopicRole
+from kairos.streams.kafka.ports import GroupMember, Producer, RebalanceCallback
+from kairos.streams.kafka.settings import KafkaSettings
+from kairos.streams.kafka.topics import TopicRole
+from kairos.streams.wire.codec import Codecs
 
 logger = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from kairos.services.executor.jobs import JOB_KINDS
 from kairos.services.executor.runtime_policy import RuntimePolicy
 from kairos.services.probes import DEFAULT_METRICS_HOST
 from kairos.streams.dedupe import sqlite_url
-from kairos.streams.settings import EXECUTOR_GROUP, KafkaSettings
+from kairos.streams.kafka.settings import EXECUTOR_GROUP, KafkaSettings
 
 BUILT_IN_KINDS = frozenset({"noop", "shell", "http", "kafka"})
 """What `kairos executor` runs by default; `python` needs handlers (see docs/executors.md)."""

@@ -26,10 +26,10 @@ from kairos.services.executor.rebalance import CallbackFailures
 from kairos.services.executor.session import ExecutorSession
 from kairos.services.executor.settings import ExecutorSettings
 from kairos.services.executor.workers import AttemptWorkers
-from kairos.streams.authorization import RoleAccess
-from kairos.streams.codec import Codec
 from kairos.streams.dedupe.base import DedupeStoreError, OutboxEvent
-from kairos.streams.failures import is_retryable
+from kairos.streams.kafka.authorization import RoleAccess
+from kairos.streams.kafka.failures import is_retryable
+from kairos.streams.wire.codec import Codec
 
 logger = logging.getLogger(__name__)
 

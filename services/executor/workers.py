@@ -23,8 +23,8 @@ from kairos.services.executor.metrics import ExecutorMetrics
 from kairos.services.executor.session import ExecutorSession
 from kairos.services.executor.settings import ExecutorSettings
 from kairos.services.executor.watchdog import JobWatchdog
-from kairos.streams.codec import Codec
 from kairos.streams.dedupe.base import Lease
+from kairos.streams.wire.codec import Codec
 
 _STOPPED_ATTEMPTS_WAIT_S = 10.0
 

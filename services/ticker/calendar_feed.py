@@ -21,8 +21,8 @@ from typing import Protocol
 from kairos.core.calendar_versions import CalendarBook, CalendarVersion, RefusedCalendarChange
 from kairos.core.ownership import Team
 from kairos.services.ticker.clients import CalendarSource
-from kairos.streams.calendar_ownership import SignedCalendars
-from kairos.streams.calendar_reader import CalendarReadError
+from kairos.streams.readers.calendar_ownership import SignedCalendars
+from kairos.streams.readers.calendar_reader import CalendarReadError
 
 logger = logging.getLogger(__name__)
 

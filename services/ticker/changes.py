@@ -1,6 +1,6 @@
 """Schedule events into the open transaction: a new state per change, or a dead letter.
 
-What each record means is `kairos.streams.schedule_events`'s to say. A record it rejects
+What each record means is `kairos.streams.wire.schedule_events`'s to say. A record it rejects
 (undecodable, keyed wrongly, on the wrong partition, an invalid definition) is dead-lettered
 with the reason inside the same transaction as the offset that passes it, so it is
 dead-lettered exactly once and the ticker keeps running. The ticker is the only consumer of the
@@ -23,16 +23,23 @@ from kairos.services.ticker.ownership import TickerOwnership, restoring_event
 from kairos.services.ticker.partition import OwnedPartition
 from kairos.services.ticker.quotas import RecentReruns, state_use
 from kairos.services.ticker.work import TransactionWork
-from kairos.streams.codec import Codecs
-from kairos.streams.dead_letters import (
+from kairos.streams.kafka.ports import GroupMember
+from kairos.streams.kafka.topic_check import (
+    TopicProblem,
+    changelog_partition_problem,
+    schedules_partition_problem,
+)
+from kairos.streams.kafka.topics import TopicLayout, TopicRole
+from kairos.streams.state.state_store import StateStoreError
+from kairos.streams.wire.codec import Codecs
+from kairos.streams.wire.dead_letters import (
     OWNERSHIP_REFUSED,
     QUOTA_EXCEEDED,
     RERUN_OUT_OF_BOUNDS,
     STALE_CHANGE,
     dead_letter_record,
 )
-from kairos.streams.ports import GroupMember
-from kairos.streams.schedule_events import (
+from kairos.streams.wire.schedule_events import (
     RejectedEvent,
     RerunRemoved,
     RerunRequested,
@@ -44,14 +51,7 @@ from kairos.streams.schedule_events import (
     read_schedule_message,
     restores_mark,
 )
-from kairos.streams.signing import Refused
-from kairos.streams.state_store import StateStoreError
-from kairos.streams.topic_check import (
-    TopicProblem,
-    changelog_partition_problem,
-    schedules_partition_problem,
-)
-from kairos.streams.topics import TopicLayout, TopicRole
+from kairos.streams.wire.signing import Refused
 
 logger = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""What a ticker session is made of: the clients, behind the ports of `kairos.streams.ports`.
+"""What a ticker session is made of: the clients, behind the ports of `kairos.streams.kafka.ports`.
 
 `ConfluentTickerClients` makes the real ones for a deployment; the unit tests pass in-memory ones
 (`tests/fakes/kafka.py`) with the same rules, so the session, take-over and commit paths run the
@@ -13,15 +13,20 @@ from confluent_kafka import Consumer, IsolationLevel, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from kairos.core.calendar_versions import CalendarBook
-from kairos.streams.authorization import RoleAccess
-from kairos.streams.calendar_ownership import SignedCalendars
-from kairos.streams.calendar_reader import CalendarFeed
-from kairos.streams.codec import Codecs
-from kairos.streams.passing import BROKER_GONE, LEADER_MOVING, ask_until_answered
-from kairos.streams.ports import EndOffsets, GroupMember, PartitionReader, TransactionalProducer
-from kairos.streams.run_outcomes import RunOutcome, RunOutcomeFeed, Wanted
-from kairos.streams.settings import KafkaSettings
-from kairos.streams.team_events import TeamChange, TeamFeed
+from kairos.streams.kafka.authorization import RoleAccess
+from kairos.streams.kafka.passing import BROKER_GONE, LEADER_MOVING, ask_until_answered
+from kairos.streams.kafka.ports import (
+    EndOffsets,
+    GroupMember,
+    PartitionReader,
+    TransactionalProducer,
+)
+from kairos.streams.kafka.settings import KafkaSettings
+from kairos.streams.readers.calendar_ownership import SignedCalendars
+from kairos.streams.readers.calendar_reader import CalendarFeed
+from kairos.streams.readers.run_outcomes import RunOutcome, RunOutcomeFeed, Wanted
+from kairos.streams.readers.team_events import TeamChange, TeamFeed
+from kairos.streams.wire.codec import Codecs
 
 
 class CalendarSource(Protocol):
@@ -49,7 +54,7 @@ class TeamSource(Protocol):
 
 class RunOutcomeSource(Protocol):
     """The run-events topic, followed from its end: the wanted runs that ended since the last
-    `take` (`kairos.streams.run_outcomes`)."""
+    `take` (`kairos.streams.readers.run_outcomes`)."""
 
     def take(self, wanted: Wanted, max_records: int = 10_000) -> list[RunOutcome]: ...
     def close(self) -> None: ...

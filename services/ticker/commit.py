@@ -22,8 +22,8 @@ from kairos.services.ticker.quarantine import Quarantine
 from kairos.services.ticker.rebuild import RebuildError, abandon
 from kairos.services.ticker.transaction import FiringTransactions
 from kairos.services.ticker.work import TransactionWork
-from kairos.streams.ports import GroupMember
-from kairos.streams.state_store import StateWrite
+from kairos.streams.kafka.ports import GroupMember
+from kairos.streams.state.state_store import StateWrite
 
 logger = logging.getLogger(__name__)
 

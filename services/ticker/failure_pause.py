@@ -1,12 +1,12 @@
 """`pause_on_failure` on the ticker: the schedule pauses itself after N failed runs in a row.
 
-The ticker that owns a schedule holds its definition, fires its runs, and follows the run events
-of the runs that ended (`kairos.streams.run_outcomes`). When the latest N runs fired under the
+The ticker that owns a schedule holds its definition, fires its runs, and follows the run events of
+the runs that ended (`kairos.streams.readers.run_outcomes`). When the latest N runs fired under the
 definition in force were dead-lettered (`kairos.core.failure_streaks`), it publishes in its next
-transaction a normal `paused` change of that definition, as `kairos schedules pause` would,
-marked for the version it pauses (`kairos-if-version`): an owner's edit appended in between
-stands. In signed mode, that change is taken unsigned when the ticker that reads it back finds
-the same streak (`earned`), as its `after_last_run` is; a team's forged pause is refused.
+transaction a normal `paused` change of that definition, as `kairos schedules pause` would, marked
+for the version it pauses (`kairos-if-version`): an owner's edit appended in between stands. In
+signed mode, that change is taken unsigned when the ticker that reads it back finds the same streak
+(`earned`), as its `after_last_run` is; a team's forged pause is refused.
 
 Executors hold no key and read no schedule for it: a dead-lettered run costs them nothing more
 than its run event.
@@ -22,7 +22,7 @@ from kairos.core.firing import ScheduleState
 from kairos.services.ticker.clients import RunOutcomeSource
 from kairos.services.ticker.partition import OwnedPartition
 from kairos.services.ticker.work import TransactionWork
-from kairos.streams.partitioner import partition_for
+from kairos.streams.kafka.partitioner import partition_for
 
 logger = logging.getLogger(__name__)
 

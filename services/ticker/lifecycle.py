@@ -20,9 +20,9 @@ from datetime import datetime
 
 from kairos.core.firing import ScheduleState
 from kairos.core.schedule_lifecycle import AfterLastRun
-from kairos.streams.codec import Codecs
-from kairos.streams.records import schedule_event_record
-from kairos.streams.schedule_events import (
+from kairos.streams.wire.codec import Codecs
+from kairos.streams.wire.records import schedule_event_record
+from kairos.streams.wire.schedule_events import (
     IF_VERSION_HEADER,
     ScheduleChange,
     ScheduleUpserted,

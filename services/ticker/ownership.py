@@ -1,13 +1,13 @@
 """Ownership enforced where every schedule change passes: the ticker that owns its partition.
 
 With `--ownership signed`, a change is taken only when its signature verifies against a key its
-team registered on the teams topic (`kairos.streams.signing`) and that team may make it
+team registered on the teams topic (`kairos.streams.wire.signing`) and that team may make it
 (`kairos.core.ownership`). Anything else is refused: dead-lettered with the reason and reported
 to the team that signed it, inside the transaction that passes its offset. The teams topic is
 read to its end before the ticker joins its group and followed after, as the calendars are.
 
 After refusing a change, the ticker publishes in the same transaction the definition it holds
-(a tombstone when it holds none) marked as a restoration (`kairos.streams.schedule_events`), so
+(a tombstone when it holds none) marked as a restoration (`kairos.streams.wire.schedule_events`), so
 the key's latest record on the compacted topic, which readers and compaction go by, is again
 what the ticker holds; reading it back changes nothing.
 
@@ -18,7 +18,7 @@ publishes when the schedule's `pause_on_failure` is reached, when its own count 
 outcomes says so too (`services/ticker/failure_pause.py`). A record that
 names a team (`kairos-team`) is verified whatever its kind: on every change a signed ticker
 took, the team named is one whose signature it verified, which readers show beside the
-self-asserted `changed_by` (`kairos.streams.ownership.Judged.verified_team`).
+self-asserted `changed_by` (`kairos.streams.kafka.ownership.Judged.verified_team`).
 """
 
 from __future__ import annotations
@@ -35,17 +35,17 @@ from kairos.core.ownership import Change, Held, Team, refusal, upsert_change
 from kairos.core.quotas import UNLIMITED, Quota
 from kairos.core.schedule_lifecycle import AfterLastRun
 from kairos.services.ticker.clients import TeamSource
-from kairos.streams.changelog import Floor
-from kairos.streams.codec import Codecs
-from kairos.streams.records import schedule_event_record
-from kairos.streams.schedule_events import (
+from kairos.streams.readers.team_events import TeamChange, TeamReadError
+from kairos.streams.state.changelog import Floor
+from kairos.streams.wire.codec import Codecs
+from kairos.streams.wire.records import schedule_event_record
+from kairos.streams.wire.schedule_events import (
     TOMBSTONE,
     RerunRequested,
     ScheduleDeleted,
     ScheduleUpserted,
 )
-from kairos.streams.signing import Refused, Verifier, named_team
-from kairos.streams.team_events import TeamChange, TeamReadError
+from kairos.streams.wire.signing import Refused, Verifier, named_team
 
 logger = logging.getLogger(__name__)
 

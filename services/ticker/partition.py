@@ -3,7 +3,7 @@
 The store holds committed state only: it is restored from the changelog (`restore.py`) and then
 moved by each committed transaction (`commit.py`). Decoded states are kept in memory, and so is
 what was decided ahead of time from them (`Ahead`). The changelog's records, their keys and the
-due header are `kairos.streams.changelog`'s.
+due header are `kairos.streams.state.changelog`'s.
 """
 
 from __future__ import annotations
@@ -28,14 +28,14 @@ from kairos.services.ticker.fairness import (
     ranked_due,
 )
 from kairos.services.ticker.quotas import PartitionUse
-from kairos.streams.changelog import (
+from kairos.streams.kafka.ownership import Ownership, OwnershipInfo
+from kairos.streams.state.changelog import (
     Floor,
     floor_from_stored,
     state_from_stored,
 )
-from kairos.streams.codec import Codecs
-from kairos.streams.ownership import Ownership, OwnershipInfo
-from kairos.streams.state_store import PartitionStore, StateWrite
+from kairos.streams.state.state_store import PartitionStore, StateWrite
+from kairos.streams.wire.codec import Codecs
 
 logger = logging.getLogger(__name__)
 
@@ -47,7 +47,7 @@ DECODED_AHEAD_MS = 120_000
 within it, and a committed state due later is dropped from memory (the store holds its bytes) and
 decoded again when it comes within it. A decoded state costs about 0.3 KB of Python objects
 (its definition and its runs' bytes shared, `kairos.core.definitions`,
-`kairos.streams.run_encoder`) beside its stored bytes and due-index entry: most schedules of a
+`kairos.streams.wire.run_encoder`) beside its stored bytes and due-index entry: most schedules of a
 fleet are due hours away."""
 _DECODED_AHEAD = timedelta(milliseconds=DECODED_AHEAD_MS)
 _BEHIND_CURSOR_LIMIT = 65_536

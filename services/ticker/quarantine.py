@@ -20,10 +20,10 @@ from kairos.core.errors import KairosError
 from kairos.core.firing import Outcome
 from kairos.services.ticker.partition import OwnedPartition
 from kairos.services.ticker.work import TransactionWork
-from kairos.streams.changelog import Floor, owner_from_stored
-from kairos.streams.codec import Codecs
-from kairos.streams.dead_letters import dead_letter_record
-from kairos.streams.state_store import StateWrite
+from kairos.streams.state.changelog import Floor, owner_from_stored
+from kairos.streams.state.state_store import StateWrite
+from kairos.streams.wire.codec import Codecs
+from kairos.streams.wire.dead_letters import dead_letter_record
 
 if TYPE_CHECKING:
     # The transactions raise this module's error: a runtime import would be circular.

@@ -24,9 +24,9 @@ from datetime import datetime, timedelta
 
 from kairos.core.firing import ScheduleState
 from kairos.core.quotas import NO_USE, Trigger, Use, schedule_use
-from kairos.streams.changelog import quota_use_from_stored
-from kairos.streams.codec import Codecs
-from kairos.streams.state_store import PartitionStore, StateStoreError, StoreScan
+from kairos.streams.state.changelog import quota_use_from_stored
+from kairos.streams.state.state_store import PartitionStore, StateStoreError, StoreScan
+from kairos.streams.wire.codec import Codecs
 
 logger = logging.getLogger(__name__)
 

@@ -24,11 +24,11 @@ from dataclasses import dataclass
 from confluent_kafka import Message, TopicPartition
 
 from kairos.services.ticker.partition import OwnedPartition
-from kairos.streams.changelog import RestoreError, read_changelog
-from kairos.streams.passing import BROKER_GONE, LEADER_MOVING, ask_until_answered
-from kairos.streams.ports import PartitionReader
-from kairos.streams.state_store import PartitionStore
-from kairos.streams.topics import CHANGELOG_DELETE_RETENTION_MS
+from kairos.streams.kafka.passing import BROKER_GONE, LEADER_MOVING, ask_until_answered
+from kairos.streams.kafka.ports import PartitionReader
+from kairos.streams.kafka.topics import CHANGELOG_DELETE_RETENTION_MS
+from kairos.streams.state.changelog import RestoreError, read_changelog
+from kairos.streams.state.state_store import PartitionStore
 
 logger = logging.getLogger(__name__)
 

@@ -48,13 +48,13 @@ from kairos.services.ticker.upcoming import (
     seconds_until_next_due,
 )
 from kairos.services.ticker.watchdog import Backoff, TransactionWatchdog
-from kairos.streams.acls import DeploymentNames, Role
-from kairos.streams.authorization import RoleAccess
-from kairos.streams.codec import Codecs, make_codecs
-from kairos.streams.failures import is_retryable
-from kairos.streams.ownership import Ownership
-from kairos.streams.settings import KafkaSettings
-from kairos.streams.topics import TopicRole
+from kairos.streams.kafka.acls import DeploymentNames, Role
+from kairos.streams.kafka.authorization import RoleAccess
+from kairos.streams.kafka.failures import is_retryable
+from kairos.streams.kafka.ownership import Ownership
+from kairos.streams.kafka.settings import KafkaSettings
+from kairos.streams.kafka.topics import TopicRole
+from kairos.streams.wire.codec import Codecs, make_codecs
 
 logger = logging.getLogger(__name__)
 

@@ -29,9 +29,9 @@ from kairos.services.ticker.rebuild import RebuildError
 from kairos.services.ticker.settings import TickerSettings
 from kairos.services.ticker.takeover import PartitionTopics, TakeOver
 from kairos.services.ticker.transaction import FiringTransactions, Topics
-from kairos.streams.codec import Codecs
-from kairos.streams.ports import GroupMember, RebalanceCallback
-from kairos.streams.settings import RESTORE_GROUP, TICKER_TRANSACTIONAL_ID, KafkaSettings
+from kairos.streams.kafka.ports import GroupMember, RebalanceCallback
+from kairos.streams.kafka.settings import RESTORE_GROUP, TICKER_TRANSACTIONAL_ID, KafkaSettings
+from kairos.streams.wire.codec import Codecs
 
 logger = logging.getLogger(__name__)
 

@@ -9,9 +9,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from kairos.core.clock import DEFAULT_MAX_CLOCK_AHEAD_MS
 from kairos.core.errors import KairosError
 from kairos.services.probes import DEFAULT_METRICS_HOST
-from kairos.streams.ownership import Ownership
-from kairos.streams.settings import TICKER_GROUP, KafkaSettings
-from kairos.streams.state_store import DEFAULT_STORE_MEMORY_MB
+from kairos.streams.kafka.ownership import Ownership
+from kairos.streams.kafka.settings import TICKER_GROUP, KafkaSettings
+from kairos.streams.state.state_store import DEFAULT_STORE_MEMORY_MB
 
 
 class TickerSettings(BaseModel):
@@ -41,7 +41,7 @@ class TickerSettings(BaseModel):
     ownership: Ownership = Ownership.OPEN
     ownership_from: Ownership | None = None
     """The mode the deployment is switching from: partitions last committed in it are taken over
-    too (`kairos.streams.ownership.mode_refusal`); `None`: only partitions committed in
+    too (`kairos.streams.kafka.ownership.mode_refusal`); `None`: only partitions committed in
     `ownership` (or never, or without a recorded mode)."""
     signature_max_age_s: float = Field(default=300, gt=0)
     """How far apart a signed change's signing instant and the broker's append time may be:

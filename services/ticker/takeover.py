@@ -32,12 +32,12 @@ from kairos.services.ticker.metrics import TickerMetrics
 from kairos.services.ticker.partition import OwnedPartition
 from kairos.services.ticker.restore import PartitionRestore, RestoreHeldBackError, RestoreReport
 from kairos.services.ticker.settings import TickerSettings
-from kairos.streams.changelog import RestoreError
-from kairos.streams.codec import Codecs
-from kairos.streams.ownership import OwnershipInfo, judged_from, mode_refusal
-from kairos.streams.passing import BROKER_GONE, LEADER_MOVING, ask_until_answered, passes
-from kairos.streams.ports import EndOffsets, GroupMember, PartitionReader
-from kairos.streams.state_store import PartitionStore, StoreMemory
+from kairos.streams.kafka.ownership import OwnershipInfo, judged_from, mode_refusal
+from kairos.streams.kafka.passing import BROKER_GONE, LEADER_MOVING, ask_until_answered, passes
+from kairos.streams.kafka.ports import EndOffsets, GroupMember, PartitionReader
+from kairos.streams.state.changelog import RestoreError
+from kairos.streams.state.state_store import PartitionStore, StoreMemory
+from kairos.streams.wire.codec import Codecs
 
 logger = logging.getLogger(__name__)
 

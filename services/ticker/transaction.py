@@ -27,14 +27,14 @@ from kairos.services.ticker.lifecycle import after_last_run_records, ticker_chan
 from kairos.services.ticker.partition import Ahead
 from kairos.services.ticker.quarantine import PoisonedScheduleError
 from kairos.services.ticker.work import TransactionWork
-from kairos.streams.changelog import StateWriteEncoder, changelog_records
-from kairos.streams.codec import Codecs
-from kairos.streams.dead_letters import dead_letter_record
-from kairos.streams.ports import GroupMember, TransactionalProducer
-from kairos.streams.records import skipped_run_event_record
-from kairos.streams.run_encoder import RunRequestedEncoder
-from kairos.streams.schedule_events import RESTORES_HEADER
-from kairos.streams.state_store import StateWrite
+from kairos.streams.kafka.ports import GroupMember, TransactionalProducer
+from kairos.streams.state.changelog import StateWriteEncoder, changelog_records
+from kairos.streams.state.state_store import StateWrite
+from kairos.streams.wire.codec import Codecs
+from kairos.streams.wire.dead_letters import dead_letter_record
+from kairos.streams.wire.records import skipped_run_event_record
+from kairos.streams.wire.run_encoder import RunRequestedEncoder
+from kairos.streams.wire.schedule_events import RESTORES_HEADER
 
 logger = logging.getLogger(__name__)
 

@@ -13,8 +13,8 @@ from kairos.core.firing import Action, Decision, Outcome, ScheduleState
 from kairos.core.quotas import NO_USE, Use
 from kairos.services.ticker.partition import OwnedPartition
 from kairos.services.ticker.quotas import state_use
-from kairos.streams.changelog import Floor
-from kairos.streams.state_store import StateWrite
+from kairos.streams.state.changelog import Floor
+from kairos.streams.state.state_store import StateWrite
 
 
 @dataclass

@@ -16,11 +16,11 @@ from confluent_kafka import Producer
 
 from kairos.core.run_id import run_id
 from kairos.core.schedule import JobSpec
-from kairos.streams.codec import make_codecs
 from kairos.streams.dedupe import open_dedupe_store, sqlite_url
-from kairos.streams.records import job_record
-from kairos.streams.settings import KafkaSettings
-from kairos.streams.topics import TopicRole
+from kairos.streams.kafka.settings import KafkaSettings
+from kairos.streams.kafka.topics import TopicRole
+from kairos.streams.wire.codec import make_codecs
+from kairos.streams.wire.records import job_record
 from tests.kafka_helpers import read_topic
 from tests.postgres import postgres_cluster, postgres_url
 from tests.processes import ServiceProcess, start_executor

@@ -15,8 +15,8 @@ from typer.testing import CliRunner, Result
 
 from kairos.cli.app import app
 from kairos.client import KafkaSettings, SchedulesClient
-from kairos.streams.codec import make_codecs
-from kairos.streams.topics import TopicRole
+from kairos.streams.kafka.topics import TopicRole
+from kairos.streams.wire.codec import make_codecs
 from tests.kafka_helpers import read_topic
 
 NIGHTLY = """

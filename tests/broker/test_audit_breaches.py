@@ -15,11 +15,11 @@ from confluent_kafka import Message, Producer
 from kairos.core.firing import Action, Decision, ScheduleState
 from kairos.core.run_id import run_id
 from kairos.core.schedule import Schedule
-from kairos.streams.codec import make_codecs
-from kairos.streams.partitioner import partition_for
-from kairos.streams.records import run_requested_record
-from kairos.streams.settings import KafkaSettings
-from kairos.streams.topics import TopicRole
+from kairos.streams.kafka.partitioner import partition_for
+from kairos.streams.kafka.settings import KafkaSettings
+from kairos.streams.kafka.topics import TopicRole
+from kairos.streams.wire.codec import make_codecs
+from kairos.streams.wire.records import run_requested_record
 from tests.broker.test_replay_audit import Topics, as_json, kairos
 from tests.helpers import unique_name
 

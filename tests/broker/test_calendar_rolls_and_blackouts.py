@@ -19,9 +19,9 @@ import yaml
 from typer.testing import CliRunner, Result
 
 from kairos.cli.app import app
-from kairos.streams.codec import make_codecs
-from kairos.streams.settings import KafkaSettings
-from kairos.streams.topics import TopicRole
+from kairos.streams.kafka.settings import KafkaSettings
+from kairos.streams.kafka.topics import TopicRole
+from kairos.streams.wire.codec import make_codecs
 from tests.helpers import eventually, sleep_until
 from tests.kafka_helpers import read_topic
 from tests.processes import start_ticker

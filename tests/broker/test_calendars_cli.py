@@ -19,17 +19,17 @@ from typer.testing import CliRunner, Result
 from kairos.cli.app import app
 from kairos.core.business_calendar import load_calendars
 from kairos.core.calendar_versions import CalendarBook
-from kairos.streams.calendar_events import calendar_definition_record
-from kairos.streams.calendar_publisher import CalendarsClient
-from kairos.streams.calendar_reader import (
+from kairos.streams.client.calendar_publisher import CalendarsClient
+from kairos.streams.kafka.settings import KafkaSettings
+from kairos.streams.kafka.topics import TopicRole
+from kairos.streams.readers.calendar_reader import (
     CalendarFeed,
     CalendarReadError,
     read_calendar_history,
     read_calendars,
 )
-from kairos.streams.codec import make_codecs
-from kairos.streams.settings import KafkaSettings
-from kairos.streams.topics import TopicRole
+from kairos.streams.wire.calendar_events import calendar_definition_record
+from kairos.streams.wire.codec import make_codecs
 from tests.helpers import eventually
 from tests.kafka_helpers import read_topic
 

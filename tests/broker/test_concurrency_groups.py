@@ -22,8 +22,8 @@ from typer.testing import CliRunner
 
 from kairos.cli.app import app
 from kairos.core.schedule import parse_schedule
-from kairos.streams.history import HistoryReader
-from kairos.streams.schedule_publisher import SchedulesClient
+from kairos.streams.client.schedule_publisher import SchedulesClient
+from kairos.streams.readers.history import HistoryReader
 from tests.broker.test_executor_dedupe import free_port
 from tests.helpers import eventually, sleep_until
 from tests.processes import start_ticker

@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from kairos.streams.settings import KafkaSettings
+from kairos.streams.kafka.settings import KafkaSettings
 from tests.processes import start_ticker
 
 FILE_SECRET = "file-secret-8c1f2e"

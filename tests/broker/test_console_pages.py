@@ -22,9 +22,9 @@ from selenium.webdriver.remote.webdriver import WebDriver
 
 from kairos.cli.console import console_arguments
 from kairos.core.schedule import Schedule
-from kairos.streams.schedule_publisher import SchedulesClient
-from kairos.streams.settings import KafkaSettings
-from kairos.streams.topics import TopicRole
+from kairos.streams.client.schedule_publisher import SchedulesClient
+from kairos.streams.kafka.settings import KafkaSettings
+from kairos.streams.kafka.topics import TopicRole
 from tests.browser import chromium, click_and_load
 from tests.helpers import eventually
 from tests.processes import ServiceProcess, start_executor, start_ticker

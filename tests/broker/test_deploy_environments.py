@@ -22,7 +22,7 @@ from pathlib import Path
 
 from confluent_kafka.admin import AdminClient
 
-from kairos.streams.settings import KafkaSettings
+from kairos.streams.kafka.settings import KafkaSettings
 from tests.deploy_files import SYSTEMD, compose, systemd_environment
 from tests.helpers import eventually
 from tests.probe_client import free_port, get

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kairos.client import KafkaSettings, Schedule, SchedulesClient
-from kairos.streams.held_schedules import StoredSchedule
+from kairos.streams.readers.held_schedules import StoredSchedule
 from tests.helpers import eventually
 from tests.processes import start_ticker
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from kairos.streams.codec import make_codecs
+from kairos.streams.wire.codec import make_codecs
 from tests.helpers import eventually
 from tests.kafka_helpers import read_topic
 from tests.processes import ServiceProcess

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kairos.core.run_id import run_id
-from kairos.streams.partitioner import partition_for
+from kairos.streams.kafka.partitioner import partition_for
 from tests.helpers import eventually, sleep_until
 from tests.kafka_helpers import wait_for_stable_group
 

@@ -14,7 +14,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 
 from kairos.services.executor.events import COPY_LIMIT
-from kairos.streams.topics import TopicRole
+from kairos.streams.kafka.topics import TopicRole
 from tests.helpers import eventually
 
 if TYPE_CHECKING:

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from kairos.streams.settings import KafkaSettings
+from kairos.streams.kafka.settings import KafkaSettings
 
 DISTRIBUTION = "kairos-scheduler"
 REPOSITORY = Path(__file__).resolve().parents[2]

@@ -13,9 +13,9 @@ from typer.testing import CliRunner, Result
 
 from kairos.cli.app import app
 from kairos.core.schedule import Schedule
-from kairos.streams.partitioner import partition_for
-from kairos.streams.schedule_publisher import SchedulesClient
-from kairos.streams.settings import KafkaSettings
+from kairos.streams.client.schedule_publisher import SchedulesClient
+from kairos.streams.kafka.partitioner import partition_for
+from kairos.streams.kafka.settings import KafkaSettings
 from tests.helpers import eventually, unique_name
 from tests.processes import start_ticker
 

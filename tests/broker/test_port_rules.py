@@ -1,4 +1,4 @@
-"""The rules of `kairos.streams.ports`, checked on the real broker and on the in-memory fakes.
+"""The rules of `kairos.streams.kafka.ports`, checked on the real broker and on the in-memory fakes.
 
 The ticker's unit tests (tests/local/test_ticker_turns.py) trust the fakes to keep these rules;
 this suite keeps the fakes honest: each rule runs against both, and both must agree.
@@ -15,8 +15,8 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from kairos.streams.ports import PartitionReader, TransactionalProducer
-from kairos.streams.settings import KafkaSettings
+from kairos.streams.kafka.ports import PartitionReader, TransactionalProducer
+from kairos.streams.kafka.settings import KafkaSettings
 from tests.fakes.kafka import FakeClock, FakePartitionReader, FakeProducer
 from tests.fakes.kafka_log import FakeKafka
 from tests.fakes.ticker_world import START

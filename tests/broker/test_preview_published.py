@@ -12,8 +12,8 @@ from typer.testing import CliRunner, Result
 from kairos.cli.app import app
 from kairos.core.ownership import Team
 from kairos.core.quotas import Quota
-from kairos.streams.settings import KafkaSettings
-from kairos.streams.team_events import publish_team_change
+from kairos.streams.kafka.settings import KafkaSettings
+from kairos.streams.readers.team_events import publish_team_change
 
 SCHEDULES = """
 schedules:

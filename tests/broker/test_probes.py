@@ -14,8 +14,8 @@ from pathlib import Path
 from confluent_kafka.admin import AdminClient
 
 from kairos.services.build import DISTRIBUTION
-from kairos.streams.settings import KafkaSettings
-from kairos.streams.topics import create_topics
+from kairos.streams.kafka.settings import KafkaSettings
+from kairos.streams.kafka.topics import create_topics
 from tests.helpers import eventually, unique_name
 from tests.probe_client import ANOTHER_LOOPBACK, free_port, get
 from tests.processes import ServiceProcess, start_executor, start_ticker

@@ -19,11 +19,11 @@ from kairos.client import (
     SchedulesClient,
     SchedulesInvalidError,
 )
-from kairos.streams.codec import make_codecs
-from kairos.streams.partitioner import partition_for
-from kairos.streams.records import definition_record
-from kairos.streams.schedule_events import MAX_SCHEDULE_EVENT_BYTES, ScheduleEventTooLargeError
-from kairos.streams.topics import TopicRole
+from kairos.streams.kafka.partitioner import partition_for
+from kairos.streams.kafka.topics import TopicRole
+from kairos.streams.wire.codec import make_codecs
+from kairos.streams.wire.records import definition_record
+from kairos.streams.wire.schedule_events import MAX_SCHEDULE_EVENT_BYTES, ScheduleEventTooLargeError
 from tests.kafka_helpers import read_topic
 
 NIGHTLY = Schedule.model_validate(

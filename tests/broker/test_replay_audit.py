@@ -20,12 +20,12 @@ from kairos.cli.app import app
 from kairos.core.firing import Action, Decision, ScheduleState
 from kairos.core.run_id import run_id
 from kairos.core.schedule import Schedule
-from kairos.streams.codec import make_codecs
-from kairos.streams.history import HistoryReader, ReadProgress
-from kairos.streams.records import definition_record, run_requested_record
-from kairos.streams.schedule_publisher import SchedulesClient
-from kairos.streams.settings import KafkaSettings
-from kairos.streams.topics import TopicRole
+from kairos.streams.client.schedule_publisher import SchedulesClient
+from kairos.streams.kafka.settings import KafkaSettings
+from kairos.streams.kafka.topics import TopicRole
+from kairos.streams.readers.history import HistoryReader, ReadProgress
+from kairos.streams.wire.codec import make_codecs
+from kairos.streams.wire.records import definition_record, run_requested_record
 from tests.helpers import eventually, sleep_until, unique_name
 from tests.processes import start_executor, start_ticker
 

@@ -14,13 +14,13 @@ from typing import Any
 
 from confluent_kafka import KafkaError, Message, Producer
 
-from kairos.streams.dead_letters import VALUE_COPY_LIMIT
-from kairos.streams.history import HistoryReader
-from kairos.streams.partitioner import partition_for
-from kairos.streams.schedule_publisher import SchedulesClient
-from kairos.streams.schedule_reader import ScheduleReader
-from kairos.streams.settings import KafkaSettings
-from kairos.streams.topics import TopicRole
+from kairos.streams.client.schedule_publisher import SchedulesClient
+from kairos.streams.kafka.partitioner import partition_for
+from kairos.streams.kafka.settings import KafkaSettings
+from kairos.streams.kafka.topics import TopicRole
+from kairos.streams.readers.history import HistoryReader
+from kairos.streams.readers.schedule_reader import ScheduleReader
+from kairos.streams.wire.dead_letters import VALUE_COPY_LIMIT
 from tests.broker.test_ticker_inprocess import running_ticker, runs
 from tests.helpers import eventually
 from tests.kafka_helpers import read_topic

@@ -13,9 +13,9 @@ from typer.testing import CliRunner, Result
 
 from kairos.cli.app import app
 from kairos.client import KafkaSettings, Schedule, SchedulesClient
-from kairos.streams.codec import make_codecs
-from kairos.streams.records import definition_record
-from kairos.streams.topics import TopicRole
+from kairos.streams.kafka.topics import TopicRole
+from kairos.streams.wire.codec import make_codecs
+from kairos.streams.wire.records import definition_record
 from tests.kafka_helpers import read_topic
 
 CODECS = make_codecs()

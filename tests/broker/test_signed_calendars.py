@@ -28,14 +28,14 @@ from kairos.cli.app import app
 from kairos.core.business_calendar import parse_calendar
 from kairos.core.ownership import Team
 from kairos.core.schedule import Schedule
-from kairos.streams.calendar_events import encode_calendar_event
-from kairos.streams.codec import make_codecs
-from kairos.streams.ownership import Ownership
-from kairos.streams.schedule_publisher import SchedulesClient
-from kairos.streams.settings import KafkaSettings
-from kairos.streams.signing import Signer, new_signing_key
-from kairos.streams.team_events import publish_team_change
-from kairos.streams.topics import TopicRole
+from kairos.streams.client.schedule_publisher import SchedulesClient
+from kairos.streams.kafka.ownership import Ownership
+from kairos.streams.kafka.settings import KafkaSettings
+from kairos.streams.kafka.topics import TopicRole
+from kairos.streams.readers.team_events import publish_team_change
+from kairos.streams.wire.calendar_events import encode_calendar_event
+from kairos.streams.wire.codec import make_codecs
+from kairos.streams.wire.signing import Signer, new_signing_key
 from tests.helpers import eventually
 from tests.kafka_helpers import read_topic
 from tests.processes import ServiceProcess, start_ticker

@@ -23,15 +23,15 @@ import pytest
 from kairos.core.ownership import Team
 from kairos.core.schedule import Schedule
 from kairos.services.ticker.settings import Ownership
-from kairos.streams.dead_letters import OWNERSHIP_REFUSED, STALE_CHANGE
-from kairos.streams.schedule_publisher import (
+from kairos.streams.client.schedule_publisher import (
     ScheduleAwaitingTickerError,
     ScheduleChange,
     SchedulesClient,
 )
-from kairos.streams.settings import KafkaSettings
-from kairos.streams.team_events import publish_team_change
-from kairos.streams.topics import TopicRole
+from kairos.streams.kafka.settings import KafkaSettings
+from kairos.streams.kafka.topics import TopicRole
+from kairos.streams.readers.team_events import publish_team_change
+from kairos.streams.wire.dead_letters import OWNERSHIP_REFUSED, STALE_CHANGE
 from tests.broker.test_console_pages import address_of, api, start_console
 from tests.broker.test_team_ownership import CODECS, RawClient, _as, _cli, _event, _key_file
 from tests.helpers import eventually

@@ -32,15 +32,15 @@ from kairos.core.reruns import MAX_BACKFILL_RUNS, rerun_occurrences
 from kairos.core.run_id import RERUN_MARK, rerun_id, rerun_request_of
 from kairos.core.schedule import Schedule
 from kairos.services.ticker.settings import Ownership
-from kairos.streams.codec import make_codecs
-from kairos.streams.dead_letters import QUOTA_EXCEEDED, RERUN_OUT_OF_BOUNDS
-from kairos.streams.partitioner import partition_for
-from kairos.streams.records import schedule_event_record
-from kairos.streams.schedule_publisher import SchedulesClient
-from kairos.streams.settings import KafkaSettings
-from kairos.streams.signing import Signer
-from kairos.streams.team_events import publish_team_change
-from kairos.streams.topics import TopicRole
+from kairos.streams.client.schedule_publisher import SchedulesClient
+from kairos.streams.kafka.partitioner import partition_for
+from kairos.streams.kafka.settings import KafkaSettings
+from kairos.streams.kafka.topics import TopicRole
+from kairos.streams.readers.team_events import publish_team_change
+from kairos.streams.wire.codec import make_codecs
+from kairos.streams.wire.dead_letters import QUOTA_EXCEEDED, RERUN_OUT_OF_BOUNDS
+from kairos.streams.wire.records import schedule_event_record
+from kairos.streams.wire.signing import Signer
 from tests.broker.test_team_ownership import _as, _key_file
 from tests.broker.test_ticker_failover import committed_runs
 from tests.helpers import eventually

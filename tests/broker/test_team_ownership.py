@@ -30,16 +30,16 @@ from kairos.core.rerun_request import RerunKind, RerunRequest
 from kairos.core.run_id import RERUN_MARK
 from kairos.core.schedule import Schedule
 from kairos.services.ticker.settings import Ownership
-from kairos.streams.codec import make_codecs
-from kairos.streams.dead_letters import OWNERSHIP_REFUSED
-from kairos.streams.partitioner import partition_for
-from kairos.streams.records import definition_record, schedule_event_record
-from kairos.streams.schedule_events import IF_VERSION_HEADER
-from kairos.streams.schedule_publisher import ScheduleNotFoundError, SchedulesClient
-from kairos.streams.settings import KafkaSettings
-from kairos.streams.signing import Signer, new_signing_key
-from kairos.streams.team_events import publish_team_change
-from kairos.streams.topics import TopicRole
+from kairos.streams.client.schedule_publisher import ScheduleNotFoundError, SchedulesClient
+from kairos.streams.kafka.partitioner import partition_for
+from kairos.streams.kafka.settings import KafkaSettings
+from kairos.streams.kafka.topics import TopicRole
+from kairos.streams.readers.team_events import publish_team_change
+from kairos.streams.wire.codec import make_codecs
+from kairos.streams.wire.dead_letters import OWNERSHIP_REFUSED
+from kairos.streams.wire.records import definition_record, schedule_event_record
+from kairos.streams.wire.schedule_events import IF_VERSION_HEADER
+from kairos.streams.wire.signing import Signer, new_signing_key
 from tests.broker.test_ticker_failover import committed_runs
 from tests.helpers import eventually, unique_name
 from tests.kafka_helpers import read_topic

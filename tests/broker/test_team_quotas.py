@@ -25,14 +25,14 @@ from kairos.core.ownership import Team
 from kairos.core.quotas import Quota
 from kairos.core.schedule import Schedule
 from kairos.services.ticker.settings import Ownership
-from kairos.streams.codec import make_codecs
-from kairos.streams.dead_letters import QUOTA_EXCEEDED
-from kairos.streams.partitioner import partition_for
-from kairos.streams.schedule_publisher import SchedulesClient
-from kairos.streams.schedule_reader import ScheduleReader
-from kairos.streams.settings import KafkaSettings
-from kairos.streams.team_events import publish_team_change
-from kairos.streams.topics import TopicRole
+from kairos.streams.client.schedule_publisher import SchedulesClient
+from kairos.streams.kafka.partitioner import partition_for
+from kairos.streams.kafka.settings import KafkaSettings
+from kairos.streams.kafka.topics import TopicRole
+from kairos.streams.readers.schedule_reader import ScheduleReader
+from kairos.streams.readers.team_events import publish_team_change
+from kairos.streams.wire.codec import make_codecs
+from kairos.streams.wire.dead_letters import QUOTA_EXCEEDED
 from tests.broker.test_team_ownership import _as, _cli, _key_file, _runs_of
 from tests.helpers import eventually
 from tests.kafka_helpers import read_topic

@@ -9,8 +9,8 @@ from confluent_kafka.admin import AdminClient
 
 from kairos.devinfra.kafka_broker import LocalKafka
 from kairos.services.ticker.watchdog import EXIT_STUCK
-from kairos.streams.settings import KafkaSettings
-from kairos.streams.topics import create_topics
+from kairos.streams.kafka.settings import KafkaSettings
+from kairos.streams.kafka.topics import create_topics
 from tests.broker.test_ticker_failover import (
     assert_each_once,
     committed_runs,

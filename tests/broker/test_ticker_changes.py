@@ -19,10 +19,10 @@ from confluent_kafka import Producer
 from kairos.core.run_id import parse_run_id
 from kairos.core.schedule import Schedule
 from kairos.services.ticker.service import Ticker, TickerSettings, utc_now
-from kairos.streams.codec import make_codecs
-from kairos.streams.schedule_publisher import SchedulesClient
-from kairos.streams.settings import KafkaSettings
-from kairos.streams.topics import TopicRole
+from kairos.streams.client.schedule_publisher import SchedulesClient
+from kairos.streams.kafka.settings import KafkaSettings
+from kairos.streams.kafka.topics import TopicRole
+from kairos.streams.wire.codec import make_codecs
 from tests.helpers import eventually, unique_name, upserted_event
 from tests.kafka_helpers import read_topic
 

@@ -15,8 +15,8 @@ from pathlib import Path
 from kairos.core.schedule import Schedule
 from kairos.services.ticker.service import Ticker
 from kairos.services.ticker.settings import TickerSettings
-from kairos.streams.schedule_publisher import SchedulesClient
-from kairos.streams.settings import KafkaSettings
+from kairos.streams.client.schedule_publisher import SchedulesClient
+from kairos.streams.kafka.settings import KafkaSettings
 from tests.broker.test_ticker_failover import committed_runs
 from tests.helpers import eventually, unique_name
 

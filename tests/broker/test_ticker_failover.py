@@ -18,11 +18,11 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from kairos.core.schedule import Schedule
-from kairos.streams.codec import make_codecs
-from kairos.streams.partitioner import partition_for
-from kairos.streams.schedule_publisher import SchedulesClient
-from kairos.streams.settings import TICKER_GROUP, KafkaSettings
-from kairos.streams.topics import TopicRole
+from kairos.streams.client.schedule_publisher import SchedulesClient
+from kairos.streams.kafka.partitioner import partition_for
+from kairos.streams.kafka.settings import TICKER_GROUP, KafkaSettings
+from kairos.streams.kafka.topics import TopicRole
+from kairos.streams.wire.codec import make_codecs
 from tests.helpers import eventually, sleep_until, unique_name
 from tests.kafka_helpers import read_topic, wait_for_stable_group
 from tests.processes import ServiceProcess, start_ticker

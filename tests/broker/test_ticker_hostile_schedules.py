@@ -20,12 +20,12 @@ from confluent_kafka import Producer
 from rocksdict import Options, Rdict
 
 from kairos.core.schedule import Schedule
-from kairos.streams.codec import make_codecs
-from kairos.streams.partitioner import partition_for
-from kairos.streams.records import definition_record
-from kairos.streams.schedule_publisher import SchedulesClient
-from kairos.streams.settings import KafkaSettings
-from kairos.streams.topics import TopicRole
+from kairos.streams.client.schedule_publisher import SchedulesClient
+from kairos.streams.kafka.partitioner import partition_for
+from kairos.streams.kafka.settings import KafkaSettings
+from kairos.streams.kafka.topics import TopicRole
+from kairos.streams.wire.codec import make_codecs
+from kairos.streams.wire.records import definition_record
 from tests.broker.test_ticker_failover import committed_runs
 from tests.helpers import eventually, unique_name
 from tests.kafka_helpers import read_topic

@@ -15,12 +15,12 @@ from confluent_kafka.admin import AdminClient
 from kairos.core.run_id import parse_run_id
 from kairos.services.ticker.service import Ticker
 from kairos.services.ticker.settings import TickerSettings
-from kairos.streams.codec import make_codecs
-from kairos.streams.ownership import OwnershipInfo
-from kairos.streams.partitioner import partition_for
-from kairos.streams.schedule_publisher import SchedulesClient
-from kairos.streams.settings import KafkaSettings
-from kairos.streams.topics import TopicRole
+from kairos.streams.client.schedule_publisher import SchedulesClient
+from kairos.streams.kafka.ownership import OwnershipInfo
+from kairos.streams.kafka.partitioner import partition_for
+from kairos.streams.kafka.settings import KafkaSettings
+from kairos.streams.kafka.topics import TopicRole
+from kairos.streams.wire.codec import make_codecs
 from tests.helpers import eventually, unique_name
 from tests.kafka_helpers import read_topic, wait_for_stable_group
 

@@ -15,9 +15,9 @@ from kairos.core.run_id import run_id
 from kairos.core.schedule import Schedule
 from kairos.services.ticker.transaction import FiringTransactions, Topics
 from kairos.services.ticker.work import TransactionWork
-from kairos.streams.codec import make_codecs
-from kairos.streams.settings import KafkaSettings
-from kairos.streams.topics import TopicRole
+from kairos.streams.kafka.settings import KafkaSettings
+from kairos.streams.kafka.topics import TopicRole
+from kairos.streams.wire.codec import make_codecs
 from tests.helpers import unique_name
 from tests.kafka_helpers import read_topic
 

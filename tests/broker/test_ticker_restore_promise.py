@@ -16,10 +16,10 @@ from typing import Any
 from confluent_kafka import Producer
 
 from kairos.core.schedule import Schedule
-from kairos.streams.partitioner import partition_for
-from kairos.streams.schedule_publisher import SchedulesClient
-from kairos.streams.settings import KafkaSettings
-from kairos.streams.topics import TopicRole
+from kairos.streams.client.schedule_publisher import SchedulesClient
+from kairos.streams.kafka.partitioner import partition_for
+from kairos.streams.kafka.settings import KafkaSettings
+from kairos.streams.kafka.topics import TopicRole
 from tests.broker.test_ticker_failover import committed_runs
 from tests.helpers import eventually, sleep_until, unique_name
 from tests.processes import ServiceProcess, start_ticker

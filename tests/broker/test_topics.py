@@ -19,8 +19,8 @@ from confluent_kafka.admin import (
 from typer.testing import CliRunner, Result
 
 from kairos.cli.app import app
-from kairos.streams.settings import KafkaSettings
-from kairos.streams.topics import TopicRole, create_topics
+from kairos.streams.kafka.settings import KafkaSettings
+from kairos.streams.kafka.topics import TopicRole, create_topics
 from tests.broker.test_ticker_failover import (
     assert_each_once,
     committed_runs,

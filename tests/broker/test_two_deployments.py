@@ -18,9 +18,9 @@ from typer.testing import CliRunner
 
 from kairos.cli.app import app
 from kairos.core.schedule import Schedule
-from kairos.streams.schedule_publisher import SchedulesClient
-from kairos.streams.settings import KafkaSettings
-from kairos.streams.topics import create_topics
+from kairos.streams.client.schedule_publisher import SchedulesClient
+from kairos.streams.kafka.settings import KafkaSettings
+from kairos.streams.kafka.topics import create_topics
 from tests.helpers import eventually, sleep_until, unique_name
 from tests.processes import ServiceProcess, start_executor, start_ticker
 

@@ -24,9 +24,9 @@ from typer.testing import CliRunner
 
 from kairos.cli.app import app
 from kairos.core.schedule import Schedule
-from kairos.streams.schedule_publisher import PublishError, SchedulesClient
-from kairos.streams.settings import KafkaSettings
-from kairos.streams.topics import TopicRole
+from kairos.streams.client.schedule_publisher import PublishError, SchedulesClient
+from kairos.streams.kafka.settings import KafkaSettings
+from kairos.streams.kafka.topics import TopicRole
 from tests.cluster.conftest import SecureCluster
 from tests.helpers import eventually, unique_name
 

@@ -46,8 +46,8 @@ from kairos.cli.acls import create_acls
 from kairos.cli.app import app
 from kairos.services.executor.fleet import advertised_client_id, advertised_store
 from kairos.services.executor.pool_watch import advertised_pools, pools_tagged
-from kairos.streams.acls import DeploymentNames, Role, role_grants
-from kairos.streams.settings import KafkaSettings
+from kairos.streams.kafka.acls import DeploymentNames, Role, role_grants
+from kairos.streams.kafka.settings import KafkaSettings
 from tests.cluster.conftest import SecureCluster
 from tests.deploy_files import (
     by_kind,

@@ -12,10 +12,14 @@ from confluent_kafka.admin import AdminClient
 from typer.testing import CliRunner
 
 from kairos.cli.app import app
-from kairos.streams.acls import Role
-from kairos.streams.calendar_reader import CalendarReadError, read_calendar_history, read_calendars
-from kairos.streams.settings import KafkaSettings
-from kairos.streams.topics import TopicRole
+from kairos.streams.kafka.acls import Role
+from kairos.streams.kafka.settings import KafkaSettings
+from kairos.streams.kafka.topics import TopicRole
+from kairos.streams.readers.calendar_reader import (
+    CalendarReadError,
+    read_calendar_history,
+    read_calendars,
+)
 from tests.cluster.test_secured_flow import SecuredDeployment, _deployment
 
 

@@ -21,9 +21,9 @@ from typer.testing import CliRunner
 
 from kairos.cli.acls import create_acls
 from kairos.cli.app import app
-from kairos.streams.acls import DeploymentNames, Grant, Operation, Resource, Role, role_grants
-from kairos.streams.settings import KafkaSettings
-from kairos.streams.topics import TopicRole
+from kairos.streams.kafka.acls import DeploymentNames, Grant, Operation, Resource, Role, role_grants
+from kairos.streams.kafka.settings import KafkaSettings
+from kairos.streams.kafka.topics import TopicRole
 from tests.helpers import eventually, sleep_until, unique_name
 from tests.processes import ServiceProcess, start_executor, start_ticker
 

@@ -22,12 +22,12 @@ from kairos.services.executor import Handlers, RunContext
 from kairos.services.executor.clients import AssignmentCheck
 from kairos.services.executor.service import Executor
 from kairos.services.executor.settings import ExecutorSettings
-from kairos.streams.codec import Codecs, make_codecs
 from kairos.streams.dedupe import sqlite_url
 from kairos.streams.dedupe.base import DedupeStore
-from kairos.streams.records import job_record
-from kairos.streams.settings import KafkaSettings
-from kairos.streams.topics import TopicRole
+from kairos.streams.kafka.settings import KafkaSettings
+from kairos.streams.kafka.topics import TopicRole
+from kairos.streams.wire.codec import Codecs, make_codecs
+from kairos.streams.wire.records import job_record
 from tests.fakes.kafka import FakeClock, FakeGroupMember, FakePlainProducer
 from tests.fakes.kafka_log import FakeKafka
 

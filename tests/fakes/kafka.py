@@ -1,4 +1,4 @@
-"""In-memory clients over `FakeKafka`, one per port of `kairos.streams.ports`.
+"""In-memory clients over `FakeKafka`, one per port of `kairos.streams.kafka.ports`.
 
 Waiting is the clock's business: a `consume` that finds nothing advances the shared `FakeClock`
 by its timeout instead of sleeping, so a test of many turns runs in milliseconds of real time.
@@ -20,9 +20,9 @@ from confluent_kafka import (
 )
 
 from kairos.core.calendar_versions import CalendarBook
-from kairos.streams.calendar_ownership import SignedCalendars
-from kairos.streams.ports import DeliveryCallback, Headers, RebalanceCallback
-from kairos.streams.run_outcomes import RunOutcome, Wanted
+from kairos.streams.kafka.ports import DeliveryCallback, Headers, RebalanceCallback
+from kairos.streams.readers.calendar_ownership import SignedCalendars
+from kairos.streams.readers.run_outcomes import RunOutcome, Wanted
 from tests.fakes.kafka_log import FakeKafka, GroupMetadata, Record, Transaction, group_metadata
 
 

@@ -1,6 +1,6 @@
 """An in-memory Kafka cluster: partitioned logs, transactions and consumer groups.
 
-It keeps the rules of `kairos.streams.ports` (read_committed, stable offsets, rebalance inside
+It keeps the rules of `kairos.streams.kafka.ports` (read_committed, stable offsets, rebalance inside
 `consume`, fencing, delivery on flush, plain records, offset commits outside transactions) and
 nothing more: no replication, no retention, no
 control records (offsets stay contiguous), one broker that always answers unless a test says
@@ -16,7 +16,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
-from kairos.streams.partitioner import partition_for
+from kairos.streams.kafka.partitioner import partition_for
 
 
 @dataclass

@@ -11,10 +11,10 @@ from typing import Any
 from kairos.core.schedule import parse_schedule
 from kairos.services.ticker.service import Ticker
 from kairos.services.ticker.settings import TickerSettings
-from kairos.streams.codec import Codecs, make_codecs
-from kairos.streams.partitioner import partition_for
-from kairos.streams.settings import KafkaSettings
-from kairos.streams.topics import TopicRole
+from kairos.streams.kafka.partitioner import partition_for
+from kairos.streams.kafka.settings import KafkaSettings
+from kairos.streams.kafka.topics import TopicRole
+from kairos.streams.wire.codec import Codecs, make_codecs
 from tests.fakes.kafka import FakeClock, FakeProducer, FakeTickerClients
 from tests.fakes.kafka_log import FakeKafka
 from tests.helpers import upserted_event

@@ -19,10 +19,10 @@ from kairos.core.schedule import Schedule
 from kairos.services.ticker import calendar_feed
 from kairos.services.ticker.calendar_feed import TickerCalendars
 from kairos.services.ticker.partition import OwnedPartition
-from kairos.streams.calendar_ownership import SignedCalendars
-from kairos.streams.changelog import StateWriteEncoder
-from kairos.streams.codec import make_codecs
-from kairos.streams.state_store import PartitionStore, StoreMemory
+from kairos.streams.readers.calendar_ownership import SignedCalendars
+from kairos.streams.state.changelog import StateWriteEncoder
+from kairos.streams.state.state_store import PartitionStore, StoreMemory
+from kairos.streams.wire.codec import make_codecs
 
 CODECS = make_codecs()
 T0 = datetime(2027, 7, 1, 9, tzinfo=UTC)

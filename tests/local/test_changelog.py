@@ -12,7 +12,7 @@ from confluent_kafka import KafkaError, Message
 from kairos.core.calendar_rules import latest
 from kairos.core.firing import ScheduleState
 from kairos.core.schedule import Schedule
-from kairos.streams.changelog import (
+from kairos.streams.state.changelog import (
     CHECKPOINT_KEY,
     ChangelogRecord,
     Floor,
@@ -23,8 +23,8 @@ from kairos.streams.changelog import (
     read_changelog,
     state_from_stored,
 )
-from kairos.streams.codec import make_codecs
-from kairos.streams.state_store import PartitionStore, StateWrite, StoreMemory
+from kairos.streams.state.state_store import PartitionStore, StateWrite, StoreMemory
+from kairos.streams.wire.codec import make_codecs
 
 MEMORY = StoreMemory(16)
 """One RocksDB memory limit shared by every store of a test module, as a ticker shares one."""

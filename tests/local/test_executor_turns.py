@@ -19,7 +19,7 @@ from confluent_kafka import KafkaError
 
 from kairos.services.executor.fleet import SeparateStoresError
 from kairos.services.executor.service import Executor
-from kairos.streams.topics import TopicRole
+from kairos.streams.kafka.topics import TopicRole
 from tests.fakes.executor_world import ExecutorWorld, turn_until
 
 

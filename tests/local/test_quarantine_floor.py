@@ -14,9 +14,9 @@ from kairos.core.schedule import Schedule
 from kairos.services.ticker.partition import OwnedPartition
 from kairos.services.ticker.quarantine import PoisonedScheduleError, Quarantine
 from kairos.services.ticker.work import TransactionWork
-from kairos.streams.changelog import Floor, StateWriteEncoder
-from kairos.streams.codec import make_codecs
-from kairos.streams.state_store import PartitionStore, StateWrite, StoreMemory
+from kairos.streams.state.changelog import Floor, StateWriteEncoder
+from kairos.streams.state.state_store import PartitionStore, StateWrite, StoreMemory
+from kairos.streams.wire.codec import make_codecs
 
 CODECS = make_codecs()
 T0 = datetime(2027, 1, 1, tzinfo=UTC)

@@ -14,9 +14,14 @@ from kairos.core.schedule import Schedule
 from kairos.services.ticker.partition import OwnedPartition
 from kairos.services.ticker.quotas import count_quota_use
 from kairos.services.ticker.work import TransactionWork
-from kairos.streams.changelog import StateWriteEncoder
-from kairos.streams.codec import make_codecs
-from kairos.streams.state_store import PartitionStore, StateStoreError, StateWrite, StoreMemory
+from kairos.streams.state.changelog import StateWriteEncoder
+from kairos.streams.state.state_store import (
+    PartitionStore,
+    StateStoreError,
+    StateWrite,
+    StoreMemory,
+)
+from kairos.streams.wire.codec import make_codecs
 
 CODECS = make_codecs()
 T0 = datetime(2027, 1, 1, tzinfo=UTC)

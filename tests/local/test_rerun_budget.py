@@ -15,8 +15,8 @@ from kairos.core.rerun_request import RerunKind, RerunRequest
 from kairos.core.reruns import MAX_BACKFILL_RUNS
 from kairos.core.run_id import RERUN_MARK, rerun_request_of
 from kairos.core.schedule import parse_schedule
-from kairos.streams.records import schedule_event_record
-from kairos.streams.topics import TopicRole
+from kairos.streams.kafka.topics import TopicRole
+from kairos.streams.wire.records import schedule_event_record
 from tests.fakes.kafka import FakeProducer
 from tests.fakes.ticker_world import START, World, turns
 from tests.helpers import upserted_event

@@ -8,7 +8,12 @@ from pathlib import Path
 import pytest
 from rocksdict import Options, Rdict
 
-from kairos.streams.state_store import PartitionStore, StateStoreError, StateWrite, StoreMemory
+from kairos.streams.state.state_store import (
+    PartitionStore,
+    StateStoreError,
+    StateWrite,
+    StoreMemory,
+)
 from tests.helpers import eventually
 
 MEMORY = StoreMemory(16)

@@ -11,9 +11,9 @@ import pytest
 
 from kairos.core.run_id import run_id
 from kairos.services.ticker.service import Ticker
-from kairos.streams.run_outcomes import RunOutcome
-from kairos.streams.schedule_events import IF_VERSION_HEADER
-from kairos.streams.topics import TopicRole
+from kairos.streams.kafka.topics import TopicRole
+from kairos.streams.readers.run_outcomes import RunOutcome
+from kairos.streams.wire.schedule_events import IF_VERSION_HEADER
 from tests.fakes.kafka import FakeTickerClients
 from tests.fakes.ticker_world import START, World
 

@@ -17,7 +17,7 @@ import pytest
 from confluent_kafka import KafkaError, TopicPartition
 
 from kairos.services.ticker.rebuild import RebuildError
-from kairos.streams.topics import TopicRole
+from kairos.streams.kafka.topics import TopicRole
 from tests.fakes.kafka import FakeProducer
 from tests.fakes.kafka_log import Transaction
 from tests.fakes.ticker_world import START, World, turns

@@ -6,9 +6,16 @@ from pathlib import Path
 
 from confluent_kafka import KafkaError
 
-from kairos.streams.acls import DeploymentNames, Operation, Pattern, Resource, Role, role_grants
-from kairos.streams.authorization import NotAuthenticatedError, NotAuthorizedError, refusal
-from kairos.streams.settings import KafkaSettings
+from kairos.streams.kafka.acls import (
+    DeploymentNames,
+    Operation,
+    Pattern,
+    Resource,
+    Role,
+    role_grants,
+)
+from kairos.streams.kafka.authorization import NotAuthenticatedError, NotAuthorizedError, refusal
+from kairos.streams.kafka.settings import KafkaSettings
 
 NAMES = DeploymentNames.of(KafkaSettings(bootstrap_servers="127.0.0.1:9092", topic_prefix="prod."))
 

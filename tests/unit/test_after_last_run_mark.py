@@ -10,8 +10,8 @@ from kairos.core.firing import ScheduleState
 from kairos.core.schedule import Schedule
 from kairos.core.schedule_lifecycle import AfterLastRun
 from kairos.services.ticker.lifecycle import after_last_run_records, stale_reason
-from kairos.streams.codec import make_codecs
-from kairos.streams.schedule_events import (
+from kairos.streams.wire.codec import make_codecs
+from kairos.streams.wire.schedule_events import (
     IF_VERSION_HEADER,
     ScheduleDeleted,
     ScheduleUpserted,

@@ -8,7 +8,7 @@ import time
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from kairos.streams.passing import BROKER_GONE, LEADER_MOVING, ask_until_answered
+from kairos.streams.kafka.passing import BROKER_GONE, LEADER_MOVING, ask_until_answered
 
 pytestmark = pytest.mark.unit
 

@@ -1,6 +1,6 @@
 """The compiled Avro writer writes exactly fastavro's bytes, and defers to it for the rest.
 
-`kairos.streams.avro_writer` replaces fastavro's writer on every encode the codecs do; these
+`kairos.streams.wire.avro_writer` replaces fastavro's writer on every encode the codecs do; these
 tests hold it to fastavro byte for byte on every record type's samples (and, through
 `same_bytes_as_fastavro`, on the schedule space of tests/unit/test_schedule_space.py), and check
 that what it cannot write as given reaches fastavro, whose defaults and errors stay the codec's.
@@ -16,9 +16,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kairos.streams.avro_schemas import RecordType, load_catalog
-from kairos.streams.avro_writer import RecordMismatchError, compile_writer
-from kairos.streams.codec import write_payload
+from kairos.streams.wire.avro_schemas import RecordType, load_catalog
+from kairos.streams.wire.avro_writer import RecordMismatchError, compile_writer
+from kairos.streams.wire.codec import write_payload
 from tests.unit.test_codec import SAMPLE_IDS, SAMPLES
 
 CATALOG = load_catalog()

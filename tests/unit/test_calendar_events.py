@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 from kairos.core.business_calendar import MAX_HOLIDAYS, parse_calendar
 from kairos.core.calendar_versions import CalendarChange, CalendarSignature, SkippedCalendarRecord
 from kairos.core.ownership import Team
-from kairos.streams.calendar_events import (
+from kairos.streams.readers.calendar_ownership import SignedCalendars
+from kairos.streams.wire.calendar_events import (
     MAX_CALENDAR_EVENT_BYTES,
     TOMBSTONE,
     CalendarEventTooLargeError,
@@ -24,9 +25,8 @@ from kairos.streams.calendar_events import (
     read_calendar_message,
     read_calendar_record,
 )
-from kairos.streams.calendar_ownership import SignedCalendars
-from kairos.streams.codec import make_codecs
-from kairos.streams.signing import new_signing_key
+from kairos.streams.wire.codec import make_codecs
+from kairos.streams.wire.signing import new_signing_key
 
 CODEC = make_codecs().calendar_event
 NOW = datetime(2026, 12, 1, 12, tzinfo=UTC)

@@ -2,7 +2,7 @@
 
 Every reader of the calendars topic, the tickers included, takes its records through one
 `CalendarLedger`; these are its rules case by case, with the signatures' outcomes given as a
-reader's check would give them (`kairos.streams.calendar_events`).
+reader's check would give them (`kairos.streams.wire.calendar_events`).
 """
 
 from __future__ import annotations

@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import kairos.schemas
-from kairos.streams.avro_schemas import RecordType, compile_schema_json, load_catalog
-from kairos.streams.codec import (
+from kairos.streams.wire.avro_schemas import RecordType, compile_schema_json, load_catalog
+from kairos.streams.wire.codec import (
     SINGLE_OBJECT_HEADER_SIZE,
     SINGLE_OBJECT_MARKER,
     CorruptRecordError,
@@ -260,7 +260,7 @@ SAMPLES: list[tuple[RecordType, str, dict[str, Any]]] = [
             "key": b"billing.nightly-invoice",
             "value": b"\xc3\x01garbage\x00\xff",
             "reason": "unknown_fingerprint",
-            "error_class": "kairos.streams.codec.UnknownSchemaError",
+            "error_class": "kairos.streams.wire.codec.UnknownSchemaError",
             "dead_lettered_at": T1,
             "dead_lettered_by": "ticker-1",
             "truncated": True,

@@ -14,7 +14,7 @@ from kairos.cli.connection import (
     read_properties_file,
     resolve,
 )
-from kairos.streams.settings import REDACTED, KafkaSettings, redacted
+from kairos.streams.kafka.settings import REDACTED, KafkaSettings, redacted
 
 
 @pytest.fixture(autouse=True)

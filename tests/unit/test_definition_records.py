@@ -9,7 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from kairos.core.schedule import JobSpec, Schedule
-from kairos.streams.records import definition_record, schedule_from_definition
+from kairos.streams.wire.records import definition_record, schedule_from_definition
 
 
 def _templated(schedule_id: str) -> Schedule:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kairos.streams.due_index import DueIndex
+from kairos.streams.state.due_index import DueIndex
 
 IDS = [f"s{n}" for n in range(6)]
 moves = st.lists(

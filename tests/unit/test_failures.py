@@ -19,20 +19,20 @@ from kairos.services.executor.service import ExecutorConfigError
 from kairos.services.ticker.changes import SchedulesTopicUnknownError
 from kairos.services.ticker.rebuild import RebuildError
 from kairos.services.ticker.restore import RestoreHeldBackError
-from kairos.streams.authorization import NotAuthenticatedError
-from kairos.streams.calendar_publisher import CalendarPublishError
-from kairos.streams.calendar_reader import CalendarReadError
-from kairos.streams.changelog import RestoreError
-from kairos.streams.codec import DecodeError, DecodeFailure
+from kairos.streams.client.calendar_publisher import CalendarPublishError
+from kairos.streams.client.schedule_publisher import PublishError as SchedulePublishError
+from kairos.streams.client.schedule_publisher import ScheduleAwaitingTickerError
 from kairos.streams.dedupe.base import DedupeStoreError, LeaseLostError
-from kairos.streams.failures import REFUSALS, Remedy, is_retryable, remedy
-from kairos.streams.history import HistoryReadError
-from kairos.streams.partition_status import PartitionStatusError
-from kairos.streams.schedule_publisher import PublishError as SchedulePublishError
-from kairos.streams.schedule_publisher import ScheduleAwaitingTickerError
-from kairos.streams.schedule_reader import ScheduleReadError
-from kairos.streams.state_store import StateStoreError
-from kairos.streams.team_events import TeamPublishError, TeamReadError
+from kairos.streams.kafka.authorization import NotAuthenticatedError
+from kairos.streams.kafka.failures import REFUSALS, Remedy, is_retryable, remedy
+from kairos.streams.kafka.partition_status import PartitionStatusError
+from kairos.streams.readers.calendar_reader import CalendarReadError
+from kairos.streams.readers.history import HistoryReadError
+from kairos.streams.readers.schedule_reader import ScheduleReadError
+from kairos.streams.readers.team_events import TeamPublishError, TeamReadError
+from kairos.streams.state.changelog import RestoreError
+from kairos.streams.state.state_store import StateStoreError
+from kairos.streams.wire.codec import DecodeError, DecodeFailure
 
 RETRYABLE = [
     DedupeStoreError("sqlite:///x", "database is locked"),

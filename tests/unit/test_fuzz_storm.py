@@ -8,9 +8,9 @@ from datetime import UTC, datetime
 import pytest
 
 from bench.fuzz.records import COMMON_CLASSES, SCHEDULES_ONLY, TOPIC_SHARES, StormBuilder
-from kairos.streams.codec import make_codecs
-from kairos.streams.schedule_events import MAX_SCHEDULE_EVENT_BYTES
-from kairos.streams.topics import TopicRole
+from kairos.streams.kafka.topics import TopicRole
+from kairos.streams.wire.codec import make_codecs
+from kairos.streams.wire.schedule_events import MAX_SCHEDULE_EVENT_BYTES
 
 pytestmark = pytest.mark.unit
 

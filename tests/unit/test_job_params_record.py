@@ -15,11 +15,11 @@ from kairos.core.schedule import Schedule
 from kairos.services.executor.admission import Rejected, ServedJobs, read_request
 from kairos.services.executor.handlers import Handlers
 from kairos.services.executor.settings import BUILT_IN_KINDS
-from kairos.streams.codec import make_codecs
 from kairos.streams.dedupe.base import SourceRecord
-from kairos.streams.partitioner import partition_for
-from kairos.streams.records import definition_record
-from kairos.streams.schedule_events import RejectedEvent, read_schedule_event
+from kairos.streams.kafka.partitioner import partition_for
+from kairos.streams.wire.codec import make_codecs
+from kairos.streams.wire.records import definition_record
+from kairos.streams.wire.schedule_events import RejectedEvent, read_schedule_event
 
 pytestmark = pytest.mark.unit
 

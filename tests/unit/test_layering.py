@@ -2,8 +2,10 @@
 
 `core` is pure, `streams` builds on it, `services` on both; `devinfra` (the local brokers and
 databases behind `kairos dev`, the tests and the benchmarks) is never imported by them, so a
-deployment cannot come to depend on a launcher. The imports are read with `ast` from the
-sources, so one inside a function or a relative one counts as much as one at the top.
+deployment cannot come to depend on a launcher. Inside `streams`, each room (`kafka`, `wire`,
+`state`, `readers`, `client`, `dedupe`) imports only the rooms below it. The imports are read
+with `ast` from the sources, so one inside a function or a relative one counts as much as one at
+the top.
 """
 
 from __future__ import annotations
@@ -29,10 +31,28 @@ UNRESTRICTED = {"cli"}
 PRODUCTION = ("core", "streams", "services")
 
 
+# What each room of `streams/` may import from `kairos.streams`: the rooms below it. `dedupe`
+# (the executors' SQL store) stands alone.
+STREAMS_ROOMS = {
+    "kafka": {"kafka"},
+    "wire": {"kafka", "wire"},
+    "state": {"kafka", "wire", "state"},
+    "readers": {"kafka", "wire", "readers"},
+    "client": {"kafka", "wire", "readers", "client"},
+    "dedupe": {"dedupe"},
+}
+
+
 def imported_packages(source: str, package: tuple[str, ...]) -> list[tuple[int, str]]:
     """(line, name) of every `kairos.<name>` the source imports; `package` is the dotted path of
     the folder holding the module (("kairos", "services", "ticker")), to resolve relative ones."""
-    found: list[tuple[int, str]] = []
+    return [(line, parts[1]) for line, parts in imported_modules(source, package)]
+
+
+def imported_modules(source: str, package: tuple[str, ...]) -> list[tuple[int, tuple[str, ...]]]:
+    """(line, dotted parts) of every module under `kairos` the source imports (`package` as in
+    `imported_packages`)."""
+    found: list[tuple[int, tuple[str, ...]]] = []
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
             dotted = [tuple(alias.name.split(".")) for alias in node.names]
@@ -45,7 +65,7 @@ def imported_packages(source: str, package: tuple[str, ...]) -> list[tuple[int, 
         else:
             continue
         found.extend(
-            (node.lineno, parts[1]) for parts in dotted if len(parts) > 1 and parts[0] == "kairos"
+            (node.lineno, parts) for parts in dotted if len(parts) > 1 and parts[0] == "kairos"
         )
     return found
 
@@ -71,6 +91,49 @@ def test_each_package_imports_only_the_layers_below_it(folder: str) -> None:
         f"{folder}/ may import only {sorted(ALLOWED_IMPORTS[folder])} from kairos, but:\n"
         + "\n".join(wrong)
     )
+
+
+def streams_violations(room: str) -> list[str]:
+    """Every import in `streams/<room>/` of a room of `streams/` it may not use."""
+    root = REPOSITORY / "streams" / room
+    sources = sorted(root.rglob("*.py"))
+    assert sources, f"no Python sources under {root}: STREAMS_ROOMS names a missing room"
+    wrong = []
+    for path in sources:
+        package = ("kairos", "streams", room, *path.parent.relative_to(root).parts)
+        for line, parts in imported_modules(path.read_text(), package):
+            if parts[1] == "streams" and (len(parts) < 3 or parts[2] not in STREAMS_ROOMS[room]):
+                wrong.append(f"{path.relative_to(REPOSITORY)}:{line}: {'.'.join(parts)}")
+    return wrong
+
+
+@pytest.mark.parametrize("room", sorted(STREAMS_ROOMS))
+def test_each_room_of_streams_imports_only_the_rooms_below_it(room: str) -> None:
+    wrong = streams_violations(room)
+    assert not wrong, (
+        f"streams/{room}/ may import only {sorted(STREAMS_ROOMS[room])} of kairos.streams, but:\n"
+        + "\n".join(wrong)
+    )
+
+
+def test_every_module_of_streams_sits_in_a_room_the_table_names() -> None:
+    """A module at `streams/`'s own level, or a new room, would go unchecked."""
+    streams = REPOSITORY / "streams"
+    loose = sorted(path.name for path in streams.glob("*.py") if path.name != "__init__.py")
+    rooms = {path.name for path in streams.iterdir() if (path / "__init__.py").exists()}
+    assert not loose, f"modules outside a room of streams/: {loose}"
+    assert rooms == set(STREAMS_ROOMS)
+
+
+def test_a_room_importing_upward_is_caught() -> None:
+    """The reader of rooms itself: `wire` importing the `readers` room, absolutely or relatively."""
+    for statement in (
+        "from kairos.streams.readers.history import read_history",
+        "from ..readers import history",
+        "import kairos.streams.readers.history",
+    ):
+        found = imported_modules(statement, ("kairos", "streams", "wire"))
+        assert [parts[:3] for _, parts in found] == [("kairos", "streams", "readers")], statement
 
 
 def test_no_production_package_may_import_devinfra() -> None:

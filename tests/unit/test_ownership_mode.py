@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from kairos.streams.ownership import (
+from kairos.streams.kafka.ownership import (
     NOT_JUDGED,
     Judged,
     Ownership,

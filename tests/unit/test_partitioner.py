@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from kairos.streams.partitioner import murmur2, partition_for
+from kairos.streams.kafka.partitioner import murmur2, partition_for
 
 # Kafka clients/src/test/java/org/apache/kafka/common/utils/UtilsTest.java
 KAFKA_VECTORS = {

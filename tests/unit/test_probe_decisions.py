@@ -17,7 +17,7 @@ from starlette.applications import Starlette
 from kairos.services.build import DISTRIBUTION, installed_version, register_build_info
 from kairos.services.console.app import probe_routes
 from kairos.services.probes import LoopHealth, group_readiness, stall_limit_s
-from kairos.streams.settings import KafkaSettings
+from kairos.streams.kafka.settings import KafkaSettings
 
 
 def test_a_loop_that_turned_within_the_limit_is_alive() -> None:

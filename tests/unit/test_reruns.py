@@ -23,10 +23,10 @@ from kairos.core.rerun_request import RerunKind, RerunProgress, RerunRequest
 from kairos.core.reruns import REMEMBERED_REQUESTS, take_rerun
 from kairos.core.run_id import RunIdError, parse_run_id, rerun_id, rerun_request_of, run_id
 from kairos.core.schedule import OverlapPolicy, Schedule
-from kairos.streams.codec import make_codecs
-from kairos.streams.partitioner import partition_for
-from kairos.streams.records import rerun_record
-from kairos.streams.schedule_events import RejectedEvent, RerunRequested, read_schedule_event
+from kairos.streams.kafka.partitioner import partition_for
+from kairos.streams.wire.codec import make_codecs
+from kairos.streams.wire.records import rerun_record
+from kairos.streams.wire.schedule_events import RejectedEvent, RerunRequested, read_schedule_event
 
 CODECS = make_codecs()
 

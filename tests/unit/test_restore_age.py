@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kairos.services.ticker.restore import too_old_for_warm_restore
-from kairos.streams.topics import CHANGELOG_DELETE_RETENTION_MS
+from kairos.streams.kafka.topics import CHANGELOG_DELETE_RETENTION_MS
 
 NOW = 1_900_000_000_000
 

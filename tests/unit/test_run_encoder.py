@@ -14,10 +14,10 @@ from kairos.core.definitions import ANONYMOUS_ID
 from kairos.core.firing import Action, Decision, ScheduleState
 from kairos.core.run_id import run_id
 from kairos.core.schedule import Schedule
-from kairos.streams.changelog import progress_record
-from kairos.streams.codec import make_codecs
-from kairos.streams.records import run_requested_record
-from kairos.streams.run_encoder import ProgressEncoder, RunRequestedEncoder, _long
+from kairos.streams.state.changelog import progress_record
+from kairos.streams.wire.codec import make_codecs
+from kairos.streams.wire.records import run_requested_record
+from kairos.streams.wire.run_encoder import ProgressEncoder, RunRequestedEncoder, _long
 
 CODEC = make_codecs().run_requested
 instants = st.datetimes(

@@ -36,10 +36,10 @@ from kairos.services.executor.handlers import (
     RunContext,
 )
 from kairos.services.executor.pool_watch import PoolWatch, advertised_pools, pools_tagged
-from kairos.streams.avro_schemas import RecordType, load_catalog
-from kairos.streams.codec import SINGLE_OBJECT_MARKER, make_codecs
 from kairos.streams.dedupe.base import RunRequest, SourceRecord
-from kairos.streams.records import (
+from kairos.streams.wire.avro_schemas import RecordType, load_catalog
+from kairos.streams.wire.codec import SINGLE_OBJECT_MARKER, make_codecs
+from kairos.streams.wire.records import (
     definition_record,
     run_requested_record,
     schedule_from_definition,

@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from kairos.core import limits
 from kairos.core.schedule import Schedule, SchedulesInvalidError, parse_schedule
 from kairos.core.zones import legacy_fixed_zone_warning
-from kairos.streams.records import definition_record, schedule_from_definition
+from kairos.streams.wire.records import definition_record, schedule_from_definition
 
 START = "2027-01-01T00:00:00Z"
 

@@ -6,8 +6,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from kairos.streams.dead_letters import KEY_COPY_LIMIT, VALUE_COPY_LIMIT, dead_letter_record
-from kairos.streams.schedule_events import (
+from kairos.streams.wire.dead_letters import KEY_COPY_LIMIT, VALUE_COPY_LIMIT, dead_letter_record
+from kairos.streams.wire.schedule_events import (
     TOMBSTONE,
     RejectedEvent,
     ScheduleDeleted,

@@ -23,9 +23,9 @@ from kairos.core.schedule_lifecycle import (
     AfterLastRun,
     Deadline,
 )
-from kairos.streams.avro_schemas import RecordType, load_catalog
-from kairos.streams.codec import make_codecs
-from kairos.streams.records import definition_record, schedule_from_definition
+from kairos.streams.wire.avro_schemas import RecordType, load_catalog
+from kairos.streams.wire.codec import make_codecs
+from kairos.streams.wire.records import definition_record, schedule_from_definition
 
 pytestmark = pytest.mark.unit
 

@@ -43,15 +43,15 @@ from kairos.core.schedule import (
     SchedulesInvalidError,
     parse_schedule,
 )
-from kairos.streams.avro_schemas import RecordType
-from kairos.streams.changelog import progress_record, state_from_records, state_record
-from kairos.streams.codec import make_codecs
-from kairos.streams.records import (
+from kairos.streams.state.changelog import progress_record, state_from_records, state_record
+from kairos.streams.wire.avro_schemas import RecordType
+from kairos.streams.wire.codec import make_codecs
+from kairos.streams.wire.records import (
     definition_record,
     run_requested_record,
     schedule_from_definition,
 )
-from kairos.streams.run_encoder import RunRequestedEncoder
+from kairos.streams.wire.run_encoder import RunRequestedEncoder
 from tests.unit.test_avro_writer import same_bytes_as_fastavro
 
 CODECS = make_codecs()

@@ -23,7 +23,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import kairos.schemas
-from kairos.streams.avro_schemas import (
+from kairos.streams.wire.avro_schemas import (
     CompiledSchema,
     RecordType,
     SchemaDefinitionError,

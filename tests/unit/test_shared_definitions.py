@@ -12,8 +12,8 @@ from kairos.core.definitions import ANONYMOUS_ID
 from kairos.core.firing import ScheduleState, decide_due, upserted
 from kairos.core.run_id import run_id
 from kairos.core.schedule import JobSpec, Schedule
-from kairos.streams.changelog import progress_record, state_from_records, state_record
-from kairos.streams.codec import make_codecs
+from kairos.streams.state.changelog import progress_record, state_from_records, state_record
+from kairos.streams.wire.codec import make_codecs
 
 T0 = datetime(2027, 1, 4, 12, 0, 30, tzinfo=UTC)
 CODECS = make_codecs()

@@ -8,7 +8,7 @@ import pytest
 from confluent_kafka import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from kairos.streams.signing import (
+from kairos.streams.wire.signing import (
     Refused,
     Signer,
     SigningKeyError,

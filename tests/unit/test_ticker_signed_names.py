@@ -14,10 +14,10 @@ from kairos.core.ownership import Team
 from kairos.core.schedule import Schedule
 from kairos.services.ticker.lifecycle import after_last_run_records, ticker_change_records
 from kairos.services.ticker.ownership import TickerOwnership
-from kairos.streams.codec import make_codecs
-from kairos.streams.schedule_events import read_schedule_message
-from kairos.streams.signing import TEAM_HEADER, Signer, new_signing_key
-from kairos.streams.team_events import TeamChange
+from kairos.streams.readers.team_events import TeamChange
+from kairos.streams.wire.codec import make_codecs
+from kairos.streams.wire.schedule_events import read_schedule_message
+from kairos.streams.wire.signing import TEAM_HEADER, Signer, new_signing_key
 
 pytestmark = pytest.mark.unit
 

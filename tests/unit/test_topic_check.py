@@ -12,9 +12,8 @@ import pytest
 from confluent_kafka import TopicPartition
 
 from kairos.services.ticker.changes import ScheduleChanges, SchedulesTopicGrownError
-from kairos.streams.codec import make_codecs
-from kairos.streams.topic_check import ProblemKind, TopicProblem, check_topics
-from kairos.streams.topics import (
+from kairos.streams.kafka.topic_check import ProblemKind, TopicProblem, check_topics
+from kairos.streams.kafka.topics import (
     ClusterView,
     PartitionView,
     Replication,
@@ -24,6 +23,7 @@ from kairos.streams.topics import (
     TopicView,
     resolve_replication,
 )
+from kairos.streams.wire.codec import make_codecs
 
 LAYOUT = TopicLayout(prefix="p.", schedules_partitions=4)
 PRODUCTION = Replication(factor=3, min_insync_replicas=2, brokers=3)

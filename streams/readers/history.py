@@ -1,0 +1,459 @@
+"""Everything the topics remember, read for replay and audit: every record, in topic order.
+
+Unlike `kairos.streams.readers.schedule_reader`, which folds the schedules topic into current state,
+this reader keeps each event: the schedules topic is compacted only after
+`min.compaction.lag.ms` (90 days by default), so until then it is the complete change history.
+Every read starts at the beginning of each partition, is read_committed (aborted fires of a
+fenced ticker are never seen), and ends at each partition's end as of the read.
+
+The reader never writes: records that are not valid events are reported in `rejected` (the
+ticker dead-letters them), and skipped exactly as the ticker skips them: schedule events are
+read through `kairos.streams.wire.schedule_events`, as the ticker reads them. Each change's signing
+team is what the tickers' group committed says a signed ticker verified (`Judged`), not what
+the reader makes of the signature: keys registered then may be gone now.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    TopicPartition,
+)
+
+from kairos.core.audit import (
+    AdmissionDeadLetter,
+    FiredRun,
+    HistoryEvent,
+    OpenTransaction,
+    RequestedRerun,
+    RunEventRecord,
+)
+from kairos.core.errors import KairosError
+from kairos.core.schedule import Schedule
+from kairos.streams.kafka.ownership import NOT_JUDGED, Judged
+from kairos.streams.kafka.partition_status import PartitionStatusError, read_judged
+from kairos.streams.kafka.partitioner import partition_for
+from kairos.streams.kafka.settings import HISTORY_READERS_GROUP, TICKER_GROUP, KafkaSettings
+from kairos.streams.kafka.topics import TopicRole
+from kairos.streams.wire.codec import Codecs, DecodeError, make_codecs
+from kairos.streams.wire.dead_letters import REFUSED_CHANGES
+from kairos.streams.wire.history_records import (
+    InvalidRecordError,
+    RefusedChange,
+    TopicRecord,
+    admission_dead_letter,
+    fired_run,
+    history_event,
+    record_value,
+    refused_change,
+    run_event,
+    topic_record,
+)
+from kairos.streams.wire.schedule_events import (
+    RejectedEvent,
+    RerunRemoved,
+    RerunRequested,
+    ScheduleUpserted,
+    is_restoration,
+    read_schedule_event,
+)
+
+logger = logging.getLogger(__name__)
+
+_T = TypeVar("_T", FiredRun, RunEventRecord)
+
+NO_TOPIC = (
+    "the topic does not exist; check --bootstrap-servers and --topic-prefix, or create the "
+    "topics with `kairos topics create`"
+)
+
+
+@dataclass(frozen=True)
+class ReadProgress:
+    """How far a read of `topic` got: offsets passed of the offsets there were when it began."""
+
+    topic: str
+    done: int
+    total: int
+
+
+ProgressCallback = Callable[[ReadProgress], None]
+
+
+@dataclass(frozen=True)
+class RejectedRecord:
+    """A record that is not a valid event of its topic; it was skipped."""
+
+    topic: str
+    partition: int
+    offset: int
+    reason: str
+
+
+class HistoryReadError(KairosError):
+    """A topic could not be read to its end: the broker or the topic is unavailable."""
+
+    retryable = True
+
+    def __init__(self, topic: str, reason: str) -> None:
+        self.topic = topic
+        self.reason = reason
+        super().__init__(f"cannot read {topic}: {reason}")
+
+
+class HistoryReader:
+    """Reads the schedules, runs and run-events topics of one deployment from the beginning.
+
+    `on_progress` is called after every batch of each read. A read fails with
+    `HistoryReadError` when the broker sends nothing for `idle_timeout_s`. Rejected records
+    accumulate in `rejected` across reads, and the partitions an `..._and_unsettled` read found
+    held up by an open transaction in `open_transactions`.
+    """
+
+    def __init__(
+        self,
+        settings: KafkaSettings,
+        codecs: Codecs | None = None,
+        on_progress: ProgressCallback | None = None,
+        idle_timeout_s: float = 30.0,
+    ) -> None:
+        self._settings = settings
+        # The deployment's own: a reader knows no other (the tickers' --group-id).
+        self._ticker_group = settings.deployment_id(TICKER_GROUP)
+        self._codecs = codecs or make_codecs()
+        self._on_progress = on_progress
+        self._idle_timeout_s = idle_timeout_s
+        self.rejected: list[RejectedRecord] = []
+        self.reruns: list[RequestedRerun] = []
+        """The re-run requests `schedule_events` read, in topic order per partition."""
+        self.open_transactions: list[OpenTransaction] = []
+
+    def topic(self, role: TopicRole) -> str:
+        return self._settings.layout.name(role)
+
+    def schedule_events(self, schedule_id: str | None = None) -> list[HistoryEvent]:
+        """Every valid schedule event, each schedule's in topic order; one schedule's only when
+        `schedule_id` is given (reading just the partition its id hashes to)."""
+        topic = self.topic(TopicRole.SCHEDULES)
+        found: list[HistoryEvent] = []
+        # What the tickers did not take: changes they refused, and their own restorations.
+        refused = {(c.source_partition, c.source_offset) for c in self.refused_changes()}
+        judged = self._judged()
+        held: dict[str, Schedule | None] = {}
+        for record in self._read(topic, schedule_id):
+            change = read_schedule_event(
+                self._codecs.schedule_event,
+                key=record.key,
+                value=record.value,
+                partition=record.partition,
+                offset=record.offset,
+                timestamp=record.timestamp,
+                partitions=record.partitions,
+            )
+            if isinstance(change, RejectedEvent):
+                self._reject(topic, record, change.reason)
+            elif (
+                (schedule_id is not None and change.schedule_id != schedule_id)
+                or (record.partition, record.offset) in refused
+                or is_restoration(record.restores, change, held.get(change.schedule_id))
+            ):
+                continue
+            elif isinstance(change, RerunRequested):
+                self.reruns.append(
+                    RequestedRerun(
+                        change.partition, change.offset, change.request, change.appended_at
+                    )
+                )
+            elif not isinstance(change, RerunRemoved):
+                verdict = judged.get(record.partition, NOT_JUDGED)
+                found.append(
+                    history_event(change, verdict.verified_team(record.offset, record.team))
+                )
+                held[change.schedule_id] = (
+                    change.schedule if isinstance(change, ScheduleUpserted) else None
+                )
+        return found
+
+    def _judged(self) -> dict[int, Judged]:
+        """What the tickers' group committed per partition; none (no change shows a signing
+        team) when it cannot be read, with a warning naming the grant."""
+        try:
+            return read_judged(self._settings, self._ticker_group, self._idle_timeout_s)
+        except PartitionStatusError as error:
+            logger.warning(
+                "no signing team is shown: %s (a reader needs DESCRIBE on the tickers' group "
+                "%s; `kairos acls` lists it)",
+                error,
+                self._ticker_group,
+            )
+            return {}
+
+    def runs(
+        self, run_id: str | None = None, keep: Callable[[FiredRun], bool] | None = None
+    ) -> list[FiredRun]:
+        """Every committed `RunRequested` (of `run_id` only, when given) that `keep` accepts."""
+        return self._committed(TopicRole.RUNS, self._as_run, run_id, keep)
+
+    def runs_and_unsettled(
+        self, keep: Callable[[FiredRun], bool] | None = None
+    ) -> tuple[list[FiredRun], list[FiredRun]]:
+        """The committed `RunRequested`s `keep` accepts, and those past the last stable offset.
+
+        A partition whose last stable offset is below its high watermark as the read begins
+        holds records of a transaction still open (or behind one): the reader reads them
+        read_uncommitted, since they may yet be committed or aborted, and notes the partition
+        in `open_transactions`.
+        """
+        return self._with_unsettled(TopicRole.RUNS, self._as_run, keep)
+
+    def run_events(
+        self, run_id: str | None = None, keep: Callable[[RunEventRecord], bool] | None = None
+    ) -> list[RunEventRecord]:
+        """Every committed run event (of `run_id` only, when given) that `keep` accepts."""
+        return self._committed(TopicRole.RUN_EVENTS, self._as_run_event, run_id, keep)
+
+    def run_events_and_unsettled(
+        self, keep: Callable[[RunEventRecord], bool] | None = None
+    ) -> tuple[list[RunEventRecord], list[RunEventRecord]]:
+        """As `runs_and_unsettled`, for the run-events topic (where tickers record skips)."""
+        return self._with_unsettled(TopicRole.RUN_EVENTS, self._as_run_event, keep)
+
+    def admission_dead_letters(self) -> list[AdmissionDeadLetter]:
+        """Every committed dead letter of a runs-topic record: a fire an executor refused."""
+        runs = self.topic(TopicRole.RUNS)
+        return [
+            admission_dead_letter(letter)
+            for letter in self._dead_letters()
+            if letter["source_topic"] == runs
+        ]
+
+    def refused_changes(self, team: str | None = None) -> list[RefusedChange]:
+        """Every schedule change a ticker refused, by the ownership rules or a quota (reported
+        to `team`, if given)."""
+        schedules = self.topic(TopicRole.SCHEDULES)
+        return [
+            refused_change(letter)
+            for letter in self._dead_letters()
+            if letter["source_topic"] == schedules
+            and letter["error_class"] in REFUSED_CHANGES
+            and (team is None or letter["reported_to"] == team)
+        ]
+
+    def _dead_letters(self) -> Iterator[dict[str, Any]]:
+        topic = self.topic(TopicRole.DEAD_LETTERS)
+        for record in self._read(topic, None):
+            try:
+                yield self._codecs.dead_letter.decode(record_value(record))
+            except (DecodeError, InvalidRecordError) as problem:
+                self._reject(topic, record, str(problem))
+
+    def _as_run(self, record: TopicRecord) -> FiredRun:
+        return fired_run(self._codecs, record)
+
+    def _as_run_event(self, record: TopicRecord) -> RunEventRecord:
+        return run_event(self._codecs, record)
+
+    def _committed(
+        self,
+        role: TopicRole,
+        convert: Callable[[TopicRecord], _T],
+        run_id: str | None,
+        keep: Callable[[_T], bool] | None,
+    ) -> list[_T]:
+        def wanted(item: _T) -> bool:
+            return (run_id is None or item.run_id == run_id) and (keep is None or keep(item))
+
+        topic = self.topic(role)
+        return self._decoded(topic, self._read(topic, run_id), convert, wanted)
+
+    def _with_unsettled(
+        self,
+        role: TopicRole,
+        convert: Callable[[TopicRecord], _T],
+        keep: Callable[[_T], bool] | None,
+    ) -> tuple[list[_T], list[_T]]:
+        topic = self.topic(role)
+        beyond: list[TopicRecord] = []
+        committed = self._decoded(topic, self._read(topic, None, beyond), convert, keep)
+        # Records past a last stable offset may be aborted garbage: skipped, not reported.
+        return committed, self._decoded(topic, beyond, convert, keep, reject=False)
+
+    def _decoded(
+        self,
+        topic: str,
+        records: Iterable[TopicRecord],
+        convert: Callable[[TopicRecord], _T],
+        keep: Callable[[_T], bool] | None,
+        *,
+        reject: bool = True,
+    ) -> list[_T]:
+        """Each valid record `keep` accepts; invalid ones are skipped (`rejected` if `reject`)."""
+        found: list[_T] = []
+        for record in records:
+            try:
+                item = convert(record)
+            except (DecodeError, InvalidRecordError) as problem:
+                if reject:
+                    self._reject(topic, record, str(problem))
+                continue
+            if keep is None or keep(item):
+                found.append(item)
+        return found
+
+    def _reject(self, topic: str, record: TopicRecord, reason: str) -> None:
+        self.rejected.append(RejectedRecord(topic, record.partition, record.offset, reason))
+
+    def _read(
+        self, topic: str, key: str | None, beyond: list[TopicRecord] | None = None
+    ) -> Iterator[TopicRecord]:
+        """Every committed record of `topic` to the end of each partition, as of the read.
+
+        With a `key`, only the partition Kairos producers (murmur2) put that key on. With
+        `beyond`, the records a read_committed read cannot reach, from each partition's last
+        stable offset to its high watermark as the read began, are added to it once the
+        committed records are read, and each such partition to `open_transactions`.
+        """
+        consumer = Consumer(self._consumer_config("read_committed"))
+        try:
+            count = self._partition_count(consumer, topic)
+            partitions = [partition_for(key, count)] if key is not None else list(range(count))
+            low, stable = self._watermarks(consumer, topic, partitions)
+            if beyond is None:
+                yield from self._consume(consumer, topic, count, low, stable, bounded=False)
+                return
+            uncommitted = Consumer(self._consumer_config("read_uncommitted"))
+            try:
+                # Taken right after the stable offsets, so that a gap is a transaction open as
+                # the read began, not records written while it went on.
+                _, high = self._watermarks(uncommitted, topic, partitions)
+                yield from self._consume(consumer, topic, count, low, stable, bounded=False)
+                held = [p for p in partitions if high[p] > stable[p]]
+                if held:
+                    found = list(
+                        self._consume(
+                            uncommitted,
+                            topic,
+                            count,
+                            {p: stable[p] for p in held},
+                            {p: high[p] for p in held},
+                            bounded=True,
+                        )
+                    )
+                    beyond += found
+                    self.open_transactions += [
+                        _open_transaction(topic, p, stable[p], high[p], found) for p in held
+                    ]
+            finally:
+                uncommitted.close()
+        finally:
+            consumer.close()
+
+    def _consumer_config(self, isolation: str) -> dict[str, Any]:
+        return self._settings.consumer_config(
+            **{
+                # Assigned, never subscribed and never committed: the group id is required by
+                # the client but no group is ever joined.
+                "group.id": self._settings.deployment_id(HISTORY_READERS_GROUP),
+                "enable.auto.commit": False,
+                "isolation.level": isolation,
+                "enable.partition.eof": True,
+                # A caught-up partition answers at once instead of holding the fetch 500 ms.
+                "fetch.wait.max.ms": 10,
+            }
+        )
+
+    def _partition_count(self, consumer: Consumer, topic: str) -> int:
+        try:
+            metadata = consumer.list_topics(topic, timeout=self._idle_timeout_s)
+        except KafkaException as error:
+            raise HistoryReadError(topic, f"the broker did not answer: {error}") from error
+        found = metadata.topics.get(topic)
+        if found is None or found.error is not None or not found.partitions:
+            raise HistoryReadError(topic, NO_TOPIC)
+        return len(found.partitions)
+
+    def _watermarks(
+        self, consumer: Consumer, topic: str, partitions: list[int]
+    ) -> tuple[dict[int, int], dict[int, int]]:
+        """Each partition's low and high offsets; high is the last stable offset for a
+        read_committed consumer, the high watermark for a read_uncommitted one."""
+        low: dict[int, int] = {}
+        high: dict[int, int] = {}
+        for p in partitions:
+            try:
+                low[p], high[p] = consumer.get_watermark_offsets(
+                    TopicPartition(topic, p), timeout=self._idle_timeout_s
+                )
+            except KafkaException as failure:
+                raise HistoryReadError(topic, f"no offsets for partition {p}: {failure}") from None
+        return low, high
+
+    def _consume(
+        self,
+        consumer: Consumer,
+        topic: str,
+        count: int,
+        low: dict[int, int],
+        high: dict[int, int],
+        *,
+        bounded: bool,
+    ) -> Iterator[TopicRecord]:
+        """The records of each partition from `low`, to its end as the read finds it, or with
+        `bounded` only those before `high` (the unsettled ones, past a last stable offset)."""
+        partitions = sorted(low)
+        start = {p: low[p] if bounded else OFFSET_BEGINNING for p in partitions}
+        consumer.assign([TopicPartition(topic, p, start[p]) for p in partitions])
+        position = dict(low)
+        done: set[int] = set()
+        total = sum(high[p] - low[p] for p in partitions)
+        last_heard = time.monotonic()
+        while len(done) < len(partitions):
+            if time.monotonic() - last_heard > self._idle_timeout_s:
+                missing = sorted(set(partitions) - done)
+                raise HistoryReadError(
+                    topic, f"partitions {missing} sent nothing for {self._idle_timeout_s:.0f}s"
+                )
+            messages = consumer.consume(num_messages=5000, timeout=0.2)
+            if messages:
+                last_heard = time.monotonic()
+            for message in messages:
+                error = message.error()
+                if error is not None and error.code() != KafkaError._PARTITION_EOF:
+                    if error.fatal() or error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                        raise HistoryReadError(topic, error.str())
+                    # librdkafka retries transient errors itself; the idle timeout bounds it.
+                    logger.warning("reading %s: %s", topic, error.str())
+                    continue
+                partition, offset = message.partition(), message.offset()
+                assert partition is not None and offset is not None  # set on records and EOFs
+                if partition in done:
+                    continue
+                if error is None:
+                    position[partition] = offset + 1
+                    if not bounded or offset < high[partition]:
+                        yield topic_record(message, count)
+                    if not bounded or offset + 1 < high[partition]:
+                        continue
+                # The end as of now: later records were written after the read began.
+                done.add(partition)
+                consumer.pause([TopicPartition(topic, partition)])
+                position[partition] = high[partition]
+            if self._on_progress is not None and not bounded:
+                passed = sum(min(position[p], high[p]) - low[p] for p in partitions)
+                self._on_progress(ReadProgress(topic, passed, total))
+
+
+def _open_transaction(
+    topic: str, partition: int, stable: int, high: int, found: list[TopicRecord]
+) -> OpenTransaction:
+    first = next((r for r in found if r.partition == partition), None)
+    return OpenTransaction(topic, partition, stable, high, first.timestamp if first else None)
