@@ -5,89 +5,44 @@ from __future__ import annotations
 import logging
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import typer
+from pydantic import ValidationError
 
 from kairos.cli.audit import as_document, audit_window
-from kairos.cli.options import LogLevelOption, fail, service_arguments, service_kafka_settings
-from kairos.cli.partitions import GroupOption
+from kairos.cli.options import (
+    LogLevelOption,
+    fail,
+    invalid_settings,
+    service_arguments,
+    service_kafka_settings,
+)
+from kairos.cli.settings_options import with_settings
 from kairos.core.errors import KairosError
 from kairos.services.console.actions import Users
 from kairos.services.console.audits import AuditRunner
 from kairos.services.console.server import run_console
+from kairos.services.console.settings import ConsoleSettings
 from kairos.streams.kafka.settings import KafkaSettings
 
-DEFAULT_LISTEN = "127.0.0.1:8080"
 
-_ListenOption = Annotated[
-    str,
-    typer.Option(
-        envvar="KAIROS_CONSOLE_LISTEN",
-        help="host:port to serve on; port 0 takes a free one (logged at start).",
-    ),
-]
-_StateDirOption = Annotated[
-    Path,
-    typer.Option(
-        envvar="KAIROS_STATE_DIR",
-        help="Where the console keeps its view of the topics (rebuilt from them if deleted).",
-    ),
-]
-_ViewUrlOption = Annotated[
-    str | None,
-    typer.Option(
-        envvar="KAIROS_CONSOLE_VIEW_URL",
-        help="postgresql://user@host:5432/db for the view; default: SQLite in --state-dir.",
-        show_default=False,
-    ),
-]
-_UsersFileOption = Annotated[
-    Path | None,
-    typer.Option(
-        envvar="KAIROS_CONSOLE_USERS_FILE",
-        help="name:token lines of who may pause, resume, trigger and backfill from the console "
-        "(chmod 600); without it the console is read-only.",
-        show_default=False,
-    ),
-]
-
-
-def listen_address(text: str) -> tuple[str, int]:
-    host, colon, port = text.rpartition(":")
-    if not colon or not host or not port.isdigit() or int(port) > 65535:
-        raise fail(f"--listen {text!r}: write host:port, e.g. {DEFAULT_LISTEN}")
-    return host.strip("[]"), int(port)
-
-
-def console(
-    context: typer.Context,
-    state_dir: _StateDirOption,
-    listen: _ListenOption = DEFAULT_LISTEN,
-    group_id: GroupOption = None,
-    view_url: _ViewUrlOption = None,
-    users_file: _UsersFileOption = None,
-    log_level: LogLevelOption = "INFO",
-) -> None:
+@with_settings(ConsoleSettings)
+def console(context: typer.Context, log_level: LogLevelOption = "INFO", **settings: Any) -> None:
     """Serve the web console and JSON API: schedules, runs, partitions, activity and audits."""
     logging.getLogger().setLevel(log_level.upper())
-    host, port = listen_address(listen)
-    settings = service_kafka_settings(context)
+    kafka = service_kafka_settings(context)
     try:
+        console_settings = ConsoleSettings(**settings)
+        users_file = console_settings.users_file
         users = None if users_file is None else Users.load(users_file)
-        run_console(
-            settings,
-            state_dir,
-            host=host,
-            port=port,
-            audit_runner=_auditor(settings),
-            group_id=group_id,
-            view_url=view_url,
-            users=users,
-        )
+        run_console(kafka, console_settings, _auditor(kafka), users)
+    except ValidationError as invalid:
+        raise invalid_settings(invalid) from invalid
     except KairosError as error:
         raise fail(str(error)) from error
     except OSError as error:
+        listen = ":".join(str(part) for part in settings["listen"])
         raise fail(f"--listen {listen}: {error.strerror}; choose another host:port") from error
 
 

@@ -25,7 +25,7 @@ import typer
 from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient
 
-from kairos.cli.console import DEFAULT_LISTEN, console_arguments, listen_address
+from kairos.cli.console import console_arguments
 from kairos.cli.executor import executor_arguments
 from kairos.cli.exit_codes import ExitCode
 from kairos.cli.options import fail
@@ -33,6 +33,7 @@ from kairos.cli.ticker import ticker_arguments
 from kairos.core.errors import KairosError
 from kairos.core.schedule import load_schedules
 from kairos.devinfra.kafka_broker import DEFAULT_DATA_DIR, LocalKafka
+from kairos.services.console.settings import DEFAULT_LISTEN, listen_address
 from kairos.streams.client.schedule_publisher import SchedulesClient
 from kairos.streams.kafka.settings import KafkaSettings
 from kairos.streams.kafka.topics import TopicRole, create_topics

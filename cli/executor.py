@@ -5,29 +5,23 @@ from __future__ import annotations
 import importlib
 import logging
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from pydantic import ValidationError
 
 from kairos.cli.options import (
-    DedupeUrlOption,
-    ExecutorStateDirOption,
     LogLevelOption,
-    MetricsHostOption,
-    MetricsPortOption,
     fail,
     invalid_settings,
     service_arguments,
     service_kafka_settings,
 )
-from kairos.core.durations import parse_duration
+from kairos.cli.settings_options import with_settings
 from kairos.core.errors import KairosError
-from kairos.core.pools import DEFAULT_POOL, pool_name
+from kairos.core.pools import DEFAULT_POOL
 from kairos.services.executor import ExecutorSettings, Handlers, run_executor
-from kairos.services.executor.runtime_policy import RuntimePolicy, load_runtime_policy
-from kairos.services.executor.settings import BUILT_IN_KINDS
-from kairos.services.probes import DEFAULT_METRICS_HOST
+from kairos.services.executor.settings import BUILT_IN_KINDS, comma_list
 from kairos.streams.kafka.settings import EXECUTOR_GROUP, KafkaSettings
 
 
@@ -47,14 +41,6 @@ def _load_handlers(reference: str) -> Handlers:
     return registry
 
 
-def _runtime_policy(path: Path | None) -> RuntimePolicy:
-    return RuntimePolicy() if path is None else load_runtime_policy(path)
-
-
-def _listed(text: str) -> frozenset[str]:
-    return frozenset(item.strip() for item in text.split(",") if item.strip())
-
-
 def _served_kinds(
     kinds: str | None, registry: Handlers, *, own_group: bool, pools: frozenset[str], teams: bool
 ) -> frozenset[str]:
@@ -70,7 +56,7 @@ def _served_kinds(
             "run by nobody"
         )
     if kinds is not None:
-        return _listed(kinds)
+        return comma_list(kinds)
     if not own_group:
         return BUILT_IN_KINDS | ({"python"} if registry.names else set())
     if registry.names:
@@ -85,30 +71,6 @@ def _served_kinds(
         "--kinds shell"
     )
 
-
-_InstanceOption = Annotated[
-    str, typer.Option(envvar="KAIROS_EXECUTOR_INSTANCE", help="This executor's unique name.")
-]
-
-_DedupeRetentionOption = Annotated[
-    str,
-    typer.Option(
-        envvar="KAIROS_DEDUPE_RETENTION",
-        help="How long finished runs are remembered as duplicates; at least the runs "
-        "topic's retention.ms (checked at start).",
-    ),
-]
-
-_GroupIdOption = Annotated[
-    str | None,
-    typer.Option(
-        envvar="KAIROS_EXECUTOR_GROUP",
-        help="Consumer group of the executors; default: the deployment's, <topic prefix>executors. "
-        "A group of its own (a team's or a pool's executors) needs --kinds, or --handlers alone "
-        "to run python jobs only.",
-        show_default=False,
-    ),
-]
 
 _HandlersOption = Annotated[
     list[str] | None,
@@ -128,134 +90,35 @@ _KindsOption = Annotated[
     ),
 ]
 
-_PoolOption = Annotated[
-    str,
-    typer.Option(
-        envvar="KAIROS_EXECUTOR_POOLS",
-        help="Comma-separated pools whose runs this executor takes (a schedule's pool); "
-        "another pool than default needs a --group-id of its own.",
-    ),
-]
 
-_TeamsOption = Annotated[
-    str | None,
-    typer.Option(
-        "--teams",
-        envvar="KAIROS_EXECUTOR_TEAMS",
-        help="Comma-separated teams whose runs this executor takes; default: every team's. "
-        "Needs a --group-id of its own.",
-        show_default=False,
-    ),
-]
-
-_SecretsRootOption = Annotated[
-    Path | None,
-    typer.Option(
-        envvar="KAIROS_SECRETS_ROOT",
-        help="Directory of the teams' secrets, one file per secret: <root>/<team>/<name>.",
-        show_default=False,
-    ),
-]
-
-_RuntimePolicyOption = Annotated[
-    Path | None,
-    typer.Option(
-        envvar="KAIROS_RUNTIME_POLICY",
-        help="YAML file of each team's uid, http egress and kafka topics (docs/executors.md).",
-        show_default=False,
-    ),
-]
-
-_OwnerShareOption = Annotated[
-    float,
-    typer.Option(help="Largest part of the pool's running runs one owner holds while others wait."),
-]
-
-_ConcurrencyOption = Annotated[int, typer.Option(min=1, help="Attempts running at once.")]
-
-_LeaseOption = Annotated[
-    str, typer.Option(help="How long a running attempt is this executor's unrenewed.")
-]
-
-_ShutdownGraceOption = Annotated[
-    str, typer.Option(help="How long attempts may take to finish after SIGTERM.")
-]
-
-_OffsetCommitIntervalOption = Annotated[
-    str, typer.Option(help="Commit consumed offsets at most this often.")
-]
-
-_PollIntervalOption = Annotated[
-    str, typer.Option(help="Longest wait for records per turn of the loop.")
-]
-
-_SessionTimeoutMsOption = Annotated[
-    int,
-    typer.Option(
-        envvar="KAIROS_SESSION_TIMEOUT_MS",
-        help="How long a silent executor keeps its partitions.",
-    ),
-]
-
-
+@with_settings(ExecutorSettings, skip=frozenset({"kinds"}))
 def executor(
     context: typer.Context,
-    instance: _InstanceOption,
-    state_dir: ExecutorStateDirOption,
-    dedupe_url: DedupeUrlOption = None,
-    dedupe_retention: _DedupeRetentionOption = "90d",
-    group_id: _GroupIdOption = None,
     handlers: _HandlersOption = None,
     kinds: _KindsOption = None,
-    pool: _PoolOption = DEFAULT_POOL,
-    teams: _TeamsOption = None,
-    secrets_root: _SecretsRootOption = None,
-    runtime_policy: _RuntimePolicyOption = None,
-    owner_share: _OwnerShareOption = 0.5,
-    concurrency: _ConcurrencyOption = 8,
-    lease: _LeaseOption = "30s",
-    shutdown_grace: _ShutdownGraceOption = "30s",
-    offset_commit_interval: _OffsetCommitIntervalOption = "1s",
-    poll_interval: _PollIntervalOption = "200ms",
-    session_timeout_ms: _SessionTimeoutMsOption = 10_000,
-    metrics_port: MetricsPortOption = None,
-    metrics_host: MetricsHostOption = DEFAULT_METRICS_HOST,
     log_level: LogLevelOption = "INFO",
+    **settings: Any,
 ) -> None:
     """Run fired jobs at least once, deduplicated by run id: retries, overlap, dead letters."""
     logging.getLogger().setLevel(log_level.upper())
     try:
         registry = Handlers.combined(_load_handlers(r) for r in handlers or [])
-        pools = frozenset(pool_name(p) for p in _listed(pool))
         kafka = service_kafka_settings(context)
+        group_id = settings["group_id"]
         own_group = group_id not in (None, kafka.deployment_id(EXECUTOR_GROUP))
-        served = _served_kinds(kinds, registry, own_group=own_group, pools=pools, teams=bool(teams))
-        settings = ExecutorSettings(
-            instance=instance,
-            state_dir=state_dir,
-            dedupe_url=dedupe_url,
-            retention=parse_duration(dedupe_retention),
-            group_id=group_id,
-            kinds=served,
-            pools=pools,
-            teams=_listed(teams or ""),
-            secrets_root=secrets_root,
-            runtime_policy=_runtime_policy(runtime_policy),
-            owner_share=owner_share,
-            concurrency=concurrency,
-            lease=parse_duration(lease),
-            shutdown_grace=parse_duration(shutdown_grace),
-            offset_commit_interval=parse_duration(offset_commit_interval),
-            poll_interval=parse_duration(poll_interval),
-            session_timeout_ms=session_timeout_ms,
-            metrics_port=metrics_port,
-            metrics_host=metrics_host,
+        served = _served_kinds(
+            kinds,
+            registry,
+            own_group=own_group,
+            pools=settings["pools"],
+            teams=bool(settings["teams"]),
         )
+        executor_settings = ExecutorSettings(**settings, kinds=served)
     except ValidationError as invalid:
         raise invalid_settings(invalid) from invalid
     except (ValueError, KairosError) as error:
         raise fail(str(error)) from error
-    _run(kafka, settings, registry)
+    _run(kafka, executor_settings, registry)
 
 
 def _run(kafka: KafkaSettings, settings: ExecutorSettings, registry: Handlers) -> None:

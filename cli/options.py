@@ -26,25 +26,6 @@ from kairos.streams.kafka.authorization import diagnosed, kafka_error_of
 from kairos.streams.kafka.settings import KafkaSettings
 
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
-MetricsPortOption = Annotated[
-    int | None,
-    typer.Option(
-        envvar="KAIROS_METRICS_PORT",
-        min=0,
-        max=65535,
-        help="Serve /metrics, /livez and /readyz on this port (0: a free one, logged); "
-        "default: no server.",
-        show_default=False,
-    ),
-]
-MetricsHostOption = Annotated[
-    str,
-    typer.Option(
-        envvar="KAIROS_METRICS_HOST",
-        help="The address --metrics-port listens on: this host only by default; 0.0.0.0 for "
-        "every interface (a container whose probes and scraper come from outside).",
-    ),
-]
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import socket
-from pathlib import Path
 from types import FrameType
 
 import uvicorn
@@ -18,6 +17,7 @@ from kairos.services.console.database import SQLITE_SCHEME, shown_url
 from kairos.services.console.documents import LiveGroup
 from kairos.services.console.follower import ViewFollower
 from kairos.services.console.herd import ComingHerd
+from kairos.services.console.settings import ConsoleSettings
 from kairos.services.console.view import ConsoleView
 from kairos.streams.kafka.settings import TICKER_GROUP, KafkaSettings
 
@@ -36,24 +36,20 @@ class _Server(uvicorn.Server):
 
 
 def run_console(
-    settings: KafkaSettings,
-    state_dir: Path,
-    *,
-    host: str,
-    port: int,
+    kafka: KafkaSettings,
+    settings: ConsoleSettings,
     audit_runner: AuditRunner,
-    group_id: str | None = None,
-    view_url: str | None = None,
     users: Users | None = None,
 ) -> None:
-    """Serve until a signal. The view (by default a SQLite file in `state_dir`, else at
+    """Serve until a signal. The view (by default a SQLite file in the state directory, else at
     `view_url`) survives, and is resumed where it was next time. With `users`, they may act
     (pause, resume, trigger); without, the console is read-only."""
-    view = ConsoleView(view_url or f"{SQLITE_SCHEME}{(state_dir / VIEW_FILE).resolve()}")
-    follower = ViewFollower(settings, view)
+    state_dir, (host, port) = settings.state_dir, settings.listen
+    view = ConsoleView(settings.view_url or f"{SQLITE_SCHEME}{(state_dir / VIEW_FILE).resolve()}")
+    follower = ViewFollower(kafka, view)
     audits = AuditJobs(view, audit_runner)
-    group = LiveGroup(settings, group_id or settings.deployment_id(TICKER_GROUP))
-    door = None if users is None else ActionDoor(users, settings)
+    group = LiveGroup(kafka, settings.group_id or kafka.deployment_id(TICKER_GROUP))
+    door = None if users is None else ActionDoor(users, kafka)
     herd = ComingHerd(view)
     console = Console(view, follower, group, audits, herd, door)
     follower.start()
@@ -62,7 +58,7 @@ def run_console(
     # `kairos dev up` and the tests read it from the log.
     listening = socket.create_server((host, port))
     bound_host, bound_port = listening.getsockname()[:2]
-    logger.info("console view %s, following %s", shown_url(view.url), settings.bootstrap_servers)
+    logger.info("console view %s, following %s", shown_url(view.url), kafka.bootstrap_servers)
     logger.info(
         "console serving on http://%s:%d (%s)",
         bound_host,

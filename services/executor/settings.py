@@ -4,13 +4,16 @@ from __future__ import annotations
 
 from datetime import timedelta
 from pathlib import Path
+from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
+from kairos.core.durations import parse_duration
 from kairos.core.pools import DEFAULT_POOL, Pool
 from kairos.services.executor.jobs import JOB_KINDS
-from kairos.services.executor.runtime_policy import RuntimePolicy
+from kairos.services.executor.runtime_policy import RuntimePolicy, load_runtime_policy
 from kairos.services.probes import DEFAULT_METRICS_HOST
+from kairos.services.settings_fields import ServiceSettings, Setting
 from kairos.streams.dedupe import sqlite_url
 from kairos.streams.kafka.settings import EXECUTOR_GROUP, KafkaSettings
 
@@ -23,52 +26,98 @@ def dedupe_store_url(state_dir: Path, dedupe_url: str | None) -> str:
     return dedupe_url or sqlite_url(state_dir / "dedupe.sqlite3")
 
 
-class ExecutorSettings(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+def comma_list(text: str) -> frozenset[str]:
+    """The items of a comma-separated option, blanks dropped."""
+    return frozenset(item.strip() for item in text.split(",") if item.strip())
 
-    instance: str = Field(min_length=1, pattern=r"^[A-Za-z0-9._-]+$")
+
+_Duration = Setting(parse=parse_duration, metavar="DURATION")
+
+
+class ExecutorSettings(ServiceSettings):
+    """How one executor process runs; `kairos executor` takes each field as an option but
+    `kinds`, which it derives from --kinds, --handlers and --group-id."""
+
+    instance: Annotated[str, Setting(env="KAIROS_EXECUTOR_INSTANCE")] = Field(
+        min_length=1, pattern=r"^[A-Za-z0-9._-]+$"
+    )
     """This executor's unique name: lease owner and `executor_instance` of its events."""
     state_dir: Path
-    """Where the embedded SQLite dedupe store lives when `dedupe_url` is not set."""
+    """Where the embedded SQLite dedupe store lives (without --dedupe-url)."""
     dedupe_url: str | None = None
-    """`postgresql://…` (executors on many hosts) or `sqlite:////path` (one host)."""
-    group_id: str | None = None
-    """The executors' consumer group; `None`: the deployment's own, `<topic prefix>executors`."""
+    """postgresql://user@host:5432/db (executors on many hosts) or sqlite:////path (shared on
+    one host)."""
+    retention: Annotated[
+        timedelta,
+        Setting(
+            env="KAIROS_DEDUPE_RETENTION",
+            flag="--dedupe-retention",
+            parse=parse_duration,
+            metavar="DURATION",
+        ),
+    ] = Field(default=timedelta(days=90), gt=timedelta(0))
+    """How long finished runs are remembered as duplicates (default 90d): at least the runs
+    topic's retention.ms, which the executor checks at start (`fleet.check_retention`)."""
+    group_id: Annotated[str | None, Setting(env="KAIROS_EXECUTOR_GROUP")] = None
+    """Consumer group of the executors; default: the deployment's, <topic prefix>executors. A
+    group of its own (a team's or a pool's executors) needs --kinds, or --handlers alone to run
+    python jobs only."""
     kinds: frozenset[str] = BUILT_IN_KINDS
     """Job kinds this executor runs; runs of other known kinds are left to the executors that
     run them (another consumer group), runs of unknown kinds are dead-lettered."""
-    pools: frozenset[Pool] = frozenset({DEFAULT_POOL})
-    """The pools whose runs this executor takes (a schedule's `pool`)."""
-    teams: frozenset[str] = frozenset()
-    """The teams whose runs this executor takes; empty: every team's (a shared executor)."""
+    pools: Annotated[
+        frozenset[Pool],
+        Setting(env="KAIROS_EXECUTOR_POOLS", flag="--pool", parse=comma_list, metavar="POOLS"),
+    ] = frozenset({DEFAULT_POOL})
+    """Comma-separated pools whose runs this executor takes (a schedule's pool; default:
+    default); another pool than default needs a --group-id of its own."""
+    teams: Annotated[
+        frozenset[str], Setting(env="KAIROS_EXECUTOR_TEAMS", parse=comma_list, metavar="TEAMS")
+    ] = frozenset()
+    """Comma-separated teams whose runs this executor takes; default: every team's. Needs a
+    --group-id of its own."""
     secrets_root: Path | None = None
-    """Where a team's secrets are files, `<secrets_root>/<team>/<name>`, resolved at run time."""
-    runtime_policy: RuntimePolicy = RuntimePolicy()
-    """What each team's jobs run as and may reach (`kairos.services.executor.runtime_policy`)."""
+    """Directory of the teams' secrets, one file per secret: <root>/<team>/<name>, resolved at
+    run time."""
+    runtime_policy: Annotated[
+        RuntimePolicy, Setting(parse=lambda text: load_runtime_policy(Path(text)), metavar="FILE")
+    ] = RuntimePolicy()
+    """YAML file of each team's uid, http egress and kafka topics (docs/executors.md)."""
     owner_share: float = Field(default=0.5, gt=0, le=1)
-    """The largest part of the pool's running runs one owner may hold while others wait."""
+    """Largest part of the pool's running runs one owner holds while others wait."""
     concurrency: int = Field(default=8, ge=1)
     """Attempts running at once in this process."""
-    lease: timedelta = Field(default=timedelta(seconds=30), ge=timedelta(seconds=1))
-    """How long an attempt stays this executor's without a renewal; renewed every third of it.
-    After a crash, the run is retried elsewhere once its lease expires."""
-    poll_interval: timedelta = Field(default=timedelta(milliseconds=200), gt=timedelta(0))
-    """The longest the loop waits for records before it looks for due retries and leases."""
-    offset_commit_interval: timedelta = Field(default=timedelta(seconds=1), ge=timedelta(0))
-    """Consumed offsets are committed at most this often (claims are durable before). Longer
-    means fewer commits and more duplicates (suppressed) redelivered after a crash."""
-    shutdown_grace: timedelta = Field(default=timedelta(seconds=30), ge=timedelta(0))
-    """After SIGTERM, how long running attempts may take to finish before they are stopped."""
+    lease: Annotated[timedelta, _Duration] = Field(
+        default=timedelta(seconds=30), ge=timedelta(seconds=1)
+    )
+    """How long a running attempt stays this executor's unrenewed (default 30s); renewed every
+    third of it. After a crash, the run is retried elsewhere once its lease expires."""
+    poll_interval: Annotated[timedelta, _Duration] = Field(
+        default=timedelta(milliseconds=200), gt=timedelta(0)
+    )
+    """Longest wait for records per turn of the loop (default 200ms), before it looks for due
+    retries and leases."""
+    offset_commit_interval: Annotated[timedelta, _Duration] = Field(
+        default=timedelta(seconds=1), ge=timedelta(0)
+    )
+    """Commit consumed offsets at most this often (default 1s; claims are durable before).
+    Longer means fewer commits and more duplicates (suppressed) redelivered after a crash."""
+    shutdown_grace: Annotated[timedelta, _Duration] = Field(
+        default=timedelta(seconds=30), ge=timedelta(0)
+    )
+    """How long attempts may take to finish after SIGTERM before they are stopped (default
+    30s)."""
     session_timeout_ms: int = Field(default=10_000, ge=500)
+    """How long a silent executor keeps its partitions."""
     output_limit_bytes: int = Field(default=4096, ge=64)
-    """Output of a shell job (its tail) or body of an HTTP response kept for the failure reason."""
-    retention: timedelta = Field(default=timedelta(days=90), gt=timedelta(0))
-    """How long finished runs are remembered as duplicates: at least the runs topic's retention,
-    which the executor checks at start (`fleet.check_retention`)."""
+    """Output of a shell job (its tail) or body of an HTTP response kept for the failure
+    reason."""
     metrics_host: str = Field(default=DEFAULT_METRICS_HOST, min_length=1)
+    """The address --metrics-port listens on: this host only by default; 0.0.0.0 for every
+    interface (a container whose probes and scraper come from outside)."""
     metrics_port: int | None = Field(default=None, ge=0, le=65535)
-    """Where `/metrics`, `/livez` and `/readyz` are served (`kairos.services.probes`); port 0:
-    a free one, logged; `None`: no server."""
+    """Serve /metrics, /livez and /readyz on this port (0: a free one, logged); default: no
+    server (`kairos.services.probes`)."""
 
     @model_validator(mode="after")
     def _known_kinds(self) -> ExecutorSettings:
