@@ -47,6 +47,7 @@ from bench.common import (
 from bench.outcome import Outcome, write_outcomes
 from bench.profile_ticker import print_shares, start_sampling, stop_sampling
 from kairos.core.schedule import Schedule
+from kairos.streams.kafka.settings import KafkaSettings
 
 
 def restored(ticker: TickerProcess, timeout_s: float = 900) -> tuple[list[Restore], float]:
@@ -81,6 +82,28 @@ def _rate(found: list[Restore]) -> tuple[int, float]:
     return sum(r.records for r in found), restore_span_s(found)
 
 
+def restored_before(
+    settings: KafkaSettings, size: int, workdir: Path, before: Path
+) -> dict[str, float | None]:
+    """Restore the changelog cold with the ticker of the checkout `before`: its seconds, rate
+    and RSS, as the `before_*` entries of the Outcome's `extra`."""
+    clear_of_the_fires()
+    old = start_ticker(
+        settings,
+        "before",
+        workdir / f"before-{size}",
+        workdir / f"before-{size}.log",
+        code=before,
+    )
+    old_found, old_rss_mb = restored(old)
+    old_records, old_seconds = _rate(old_found)
+    return {
+        "before_seconds": old_seconds,
+        "before_records_per_s": old_records / old_seconds if old_seconds else None,
+        "before_restored_rss_mb": old_rss_mb,
+    }
+
+
 def measure(
     bootstrap: str, size: int, workdir: Path, before: Path | None, profile: Path | None
 ) -> Outcome:
@@ -99,21 +122,7 @@ def measure(
     extra: dict[str, float | None] = {}
     if before is not None:
         # The same changelog restored cold by another checkout's ticker, just before this one's.
-        clear_of_the_fires()
-        old = start_ticker(
-            settings,
-            "before",
-            workdir / f"before-{size}",
-            workdir / f"before-{size}.log",
-            code=before,
-        )
-        old_found, old_rss_mb = restored(old)
-        old_records, old_seconds = _rate(old_found)
-        extra |= {
-            "before_seconds": old_seconds,
-            "before_records_per_s": old_records / old_seconds if old_seconds else None,
-            "before_restored_rss_mb": old_rss_mb,
-        }
+        extra |= restored_before(settings, size, workdir, before)
     # 2. Cold: an empty state directory. 3. Warm: the same state directory again.
     state_dir = workdir / f"cold-{size}"
     clear_of_the_fires()

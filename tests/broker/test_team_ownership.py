@@ -250,6 +250,25 @@ def _attack_raw(
     raw.send(VICTIM, pause_value, headers=signature)
 
 
+def _each_refusal_names_its_attempt(refusals: list[dict[str, Any]]) -> None:
+    """growth's seven raw attempts are reported to growth, each saying what it may not do; the
+    forged and the unsigned ones to no team; the replay of payments' own pause to payments."""
+    # A re-run request is keyed `<schedule id>~rerun-<request id>`.
+    assert all(r["key"].decode().startswith(VICTIM) for r in refusals)
+    by_team = [(r["reported_to"], r["reason"]) for r in refusals]
+    growth_signed = [reason for team, reason in by_team if team == "growth"]
+    # The CLI's delete is two records, a `deleted` event and a tombstone: both refused.
+    assert len(growth_signed) == 7
+    for verb in ("pause", "re-run", "delete", "overwrite", "tombstone"):
+        assert any(f"may not {verb} it" in reason for reason in growth_signed), verb
+    assert all("belongs to team 'payments'" in reason for reason in growth_signed)
+    unsigned_or_forged = [reason for team, reason in by_team if team is None]
+    assert any("does not verify with any key of team 'payments'" in r for r in unsigned_or_forged)
+    assert any(reason.startswith("unsigned") for reason in unsigned_or_forged)
+    replayed = [reason for team, reason in by_team if team == "payments"]
+    assert len(replayed) == 1 and "away from when the broker appended it" in replayed[0]
+
+
 def test_impersonation_of_every_kind_is_refused_and_reported(
     deployment: dict[str, Any],
 ) -> None:
@@ -283,20 +302,7 @@ def test_impersonation_of_every_kind_is_refused_and_reported(
 
     refusals = eventually(all_ten, timeout_s=60, message="not every attempt was dead-lettered")
     assert len(refusals) == 10, [r["reason"] for r in refusals]
-    # A re-run request is keyed `<schedule id>~rerun-<request id>`.
-    assert all(r["key"].decode().startswith(VICTIM) for r in refusals)
-    by_team = [(r["reported_to"], r["reason"]) for r in refusals]
-    growth_signed = [reason for team, reason in by_team if team == "growth"]
-    # The CLI's delete is two records, a `deleted` event and a tombstone: both refused.
-    assert len(growth_signed) == 7
-    for verb in ("pause", "re-run", "delete", "overwrite", "tombstone"):
-        assert any(f"may not {verb} it" in reason for reason in growth_signed), verb
-    assert all("belongs to team 'payments'" in reason for reason in growth_signed)
-    unsigned_or_forged = [reason for team, reason in by_team if team is None]
-    assert any("does not verify with any key of team 'payments'" in r for r in unsigned_or_forged)
-    assert any(reason.startswith("unsigned") for reason in unsigned_or_forged)
-    replayed = [reason for team, reason in by_team if team == "payments"]
-    assert len(replayed) == 1 and "away from when the broker appended it" in replayed[0]
+    _each_refusal_names_its_attempt(refusals)
 
     # The schedule is still payments', firing every second as payments defined it.
     before = len(_runs_of(settings, VICTIM))

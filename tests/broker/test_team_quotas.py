@@ -106,6 +106,31 @@ def _yearly(schedule_id: str) -> Schedule:
     return Schedule(id=schedule_id, cron=YEARLY, owner="growth")
 
 
+def _the_cli_shows_the_refusals_and_the_use(
+    settings: KafkaSettings,
+    growth_key: Path,
+    refusals: list[dict[str, Any]],
+    missing: str,
+    expected: list[str],
+) -> None:
+    """`teams rejections` lists every refusal, the refused schedule `missing` is described by
+    why it is not there, and `teams quota` shows growth's share and its use of `expected`."""
+    rejections = _cli(settings, growth_key, "teams", "rejections", "growth", "-o", "json")
+    assert rejections.returncode == 0, rejections.stderr
+    assert len(json.loads(rejections.stdout)) == len(refusals)
+    # The refused schedule's own page says why it is not there.
+    described = _cli(settings, growth_key, "schedules", "describe", missing)
+    assert described.returncode == 2
+    assert "its last change was refused" in described.stderr
+    assert "over the quota of team 'growth'" in described.stderr
+    shown = _cli(settings, growth_key, "teams", "quota", "growth", "-o", "json")
+    assert shown.returncode == 0, shown.stderr
+    standing = json.loads(shown.stdout)
+    assert standing["share_per_partition"]["schedules"] == 2
+    assert standing["use"]["schedules"] == len(expected)
+    assert {entry["schedules"] for entry in standing["by_partition"]} == {2}
+
+
 def test_schedules_over_a_partitions_share_are_refused_the_same_after_a_cold_restore(
     deployment: dict[str, Any],
 ) -> None:
@@ -130,21 +155,8 @@ def test_schedules_over_a_partitions_share_are_refused_the_same_after_a_cold_res
     # Each refused creation's key is restored to nothing: no reader sees what was refused.
     eventually(lambda: sorted(_held(settings, "growth")) == sorted(expected), timeout_s=30)
 
-    rejections = _cli(settings, growth_key, "teams", "rejections", "growth", "-o", "json")
-    assert rejections.returncode == 0, rejections.stderr
-    assert len(json.loads(rejections.stdout)) == len(refusals)
-    # The refused schedule's own page says why it is not there.
     missing = sorted(set(ids) - set(expected))[0]
-    described = _cli(settings, growth_key, "schedules", "describe", missing)
-    assert described.returncode == 2
-    assert "its last change was refused" in described.stderr
-    assert "over the quota of team 'growth'" in described.stderr
-    shown = _cli(settings, growth_key, "teams", "quota", "growth", "-o", "json")
-    assert shown.returncode == 0, shown.stderr
-    standing = json.loads(shown.stdout)
-    assert standing["share_per_partition"]["schedules"] == 2
-    assert standing["use"]["schedules"] == len(expected)
-    assert {entry["schedules"] for entry in standing["by_partition"]} == {2}
+    _the_cli_shows_the_refusals_and_the_use(settings, growth_key, refusals, missing, expected)
 
     # A full partition takes a creation again once one of its schedules is deleted.
     full = next(p for p, n in seen.items() if n > 2)
