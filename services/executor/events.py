@@ -18,6 +18,7 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message
@@ -25,6 +26,7 @@ from confluent_kafka import KafkaError, KafkaException, Message
 from kairos.core.errors import KairosError
 from kairos.core.lru import LruCache
 from kairos.streams.dedupe.base import OutboxEvent, SourceRecord
+from kairos.streams.kafka.delivery import produce_when_room
 from kairos.streams.kafka.ports import Producer
 from kairos.streams.kafka.settings import KafkaSettings
 from kairos.streams.kafka.topics import TopicRole
@@ -51,7 +53,7 @@ Shrink = Callable[[dict[str, Any], str], dict[str, Any]]
 """A smaller copy of a refused record, given the broker's error."""
 
 
-class PublishError(KairosError):
+class RunEventsPublishError(KairosError):
     """Records could not be delivered; `problem` is the first delivery error."""
 
     retryable = True
@@ -215,9 +217,9 @@ class EventPublisher:
                 self._refused.put(failure.identity, failure.error.str())
         if failures:
             first = failures[0]
-            raise PublishError(first.topic, first.error.str(), first.error)
+            raise RunEventsPublishError(first.topic, first.error.str(), first.error)
         if remaining:
-            raise PublishError(
+            raise RunEventsPublishError(
                 "kafka", f"{remaining} records not delivered in {self._flush_timeout_s:g}s"
             )
 
@@ -243,7 +245,7 @@ class EventPublisher:
             except KafkaException as failure:
                 error: KafkaError = failure.args[0]
                 if error.code() not in _REFUSALS:
-                    raise PublishError(topic, error.str(), error) from None
+                    raise RunEventsPublishError(topic, error.str(), error) from None
                 refusal = error.str()
         smaller = shrink(record, f"refused by Kafka: {refusal}")
         logger.warning(
@@ -256,17 +258,14 @@ class EventPublisher:
         try:
             self._send(topic, smaller.get("key", key), encode(smaller), identity)
         except KafkaException as failure:
-            raise PublishError(topic, failure.args[0].str(), failure.args[0]) from None
+            raise RunEventsPublishError(topic, failure.args[0].str(), failure.args[0]) from None
 
     def _send(self, topic: str, key: bytes | None, value: bytes, identity: bytes) -> None:
         def on_delivery(error: KafkaError | None, _: Message) -> None:
             if error is not None:
                 self._failures.append(_Failure(topic, error, identity))
 
-        while True:
-            try:
-                self._producer.produce(topic, key=key, value=value, on_delivery=on_delivery)
-                return
-            except BufferError:
-                # The local queue is full: let deliveries drain, then try again.
-                self._producer.poll(0.05)
+        produce = partial(
+            self._producer.produce, topic, key=key, value=value, on_delivery=on_delivery
+        )
+        produce_when_room(self._producer, produce, poll_s=0.05)

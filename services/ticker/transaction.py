@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
 
 from confluent_kafka import (
     TIMESTAMP_LOG_APPEND_TIME,
@@ -23,10 +24,12 @@ from confluent_kafka import (
 
 from kairos.core.clock import ClockAheadError, clock_skew_ms
 from kairos.core.firing import ScheduleState, decide_ahead
+from kairos.core.instants import epoch_ms
 from kairos.services.ticker.lifecycle import after_last_run_records, ticker_change_records
 from kairos.services.ticker.partition import Ahead
 from kairos.services.ticker.quarantine import PoisonedScheduleError
 from kairos.services.ticker.work import TransactionWork
+from kairos.streams.kafka.delivery import produce_when_room
 from kairos.streams.kafka.ports import GroupMember, TransactionalProducer
 from kairos.streams.state.changelog import StateWriteEncoder, changelog_records
 from kairos.streams.state.state_store import StateWrite
@@ -333,7 +336,7 @@ class FiringTransactions:
                     )
 
     def _clock_ms(self) -> int:
-        return int(self.clock().timestamp() * 1000)
+        return epoch_ms(self.clock())
 
     def abort(self) -> None:
         self.producer.abort_transaction(self.timeout_s)
@@ -348,22 +351,19 @@ class FiringTransactions:
         on_delivery: Callable[[KafkaError | None, Message], None] | None = None,
         headers: list[tuple[str, str | bytes | None]] | None = None,
     ) -> None:
-        while True:
-            try:
-                # Positional: keyword arguments cost half as much again per record in a herd.
-                # The fifth is `callback`, which wins over its alias `on_delivery` when not NULL.
-                self.producer.produce(topic, value, key, partition, on_delivery, None, 0, headers)
-                return
-            except BufferError:
-                # The local queue is full: let deliveries drain, then try again.
-                self.producer.poll(0.05)
-            except KafkaException as failure:
-                error: KafkaError = failure.args[0]
-                refused_for_size = error.code() == KafkaError.MSG_SIZE_TOO_LARGE
-                if not refused_for_size or topic not in (self.topics.runs, self.topics.run_events):
-                    raise
-                self._dead_letter_instead(topic, value, key, partition, error)
-                return
+        # Positional: keyword arguments cost half as much again per record in a herd.
+        # The fifth is `callback`, which wins over its alias `on_delivery` when not NULL.
+        produce = partial(
+            self.producer.produce, topic, value, key, partition, on_delivery, None, 0, headers
+        )
+        try:
+            produce_when_room(self.producer, produce, poll_s=0.05)
+        except KafkaException as failure:
+            error: KafkaError = failure.args[0]
+            refused_for_size = error.code() == KafkaError.MSG_SIZE_TOO_LARGE
+            if not refused_for_size or topic not in (self.topics.runs, self.topics.run_events):
+                raise
+            self._dead_letter_instead(topic, value, key, partition, error)
 
     def _dead_letter_instead(
         self,

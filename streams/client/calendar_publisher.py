@@ -12,16 +12,15 @@ produced, as a deployment that enforces ownership requires (docs/calendars.md, "
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
 
-from confluent_kafka import KafkaError, KafkaException, Message, Producer
+from confluent_kafka import KafkaError, Message, Producer
 
 from kairos.core.business_calendar import BusinessCalendar
 from kairos.core.errors import KairosError
-from kairos.streams.kafka.authorization import kafka_error_of
+from kairos.streams.kafka.delivery import Outgoing, Undelivered, deliver_acknowledged
 from kairos.streams.kafka.settings import KafkaSettings
 from kairos.streams.kafka.topics import TopicRole
 from kairos.streams.wire.calendar_events import encode_calendar_event
@@ -132,55 +131,26 @@ class CalendarsClient:
         self.close()
 
     def _deliver_all(self, records: Sequence[_Record]) -> list[int]:
-        outcomes: dict[int, Message] = {}
-        for index, (calendar_id, value) in enumerate(records):
-            key = calendar_id.encode("utf-8")
-            headers = (
-                None
-                if self._signer is None
-                else self._signer.headers(self.topic, key, value, int(time.time() * 1000))
-            )
-            while True:
-                try:
-                    self._producer.produce(
-                        self.topic,
-                        key=key,
-                        value=value,
-                        headers=headers,
-                        on_delivery=partial(_store_outcome, outcomes, index),
-                    )
-                    break
-                except BufferError:
-                    # The local queue is full: serve delivery reports until it drains.
-                    self._producer.poll(0.1)
-                except KafkaException as refused:
-                    raise CalendarPublishError(calendar_id, str(refused)) from refused
-        try:
-            self._producer.flush(self._timeout_s)
-        except (KafkaException, SystemError) as failure:
-            # A fatal error comes out of the flush, or as the SystemError of the next callback.
-            fatal = kafka_error_of(failure)
-            if fatal is None:
-                raise
-            raise CalendarPublishError(records[0][0], fatal.str(), fatal) from failure
-        return [self._offset(outcomes, index, records) for index in range(len(records))]
+        messages = deliver_acknowledged(
+            self._producer,
+            self.topic,
+            [Outgoing(calendar_id.encode("utf-8"), value) for calendar_id, value in records],
+            partial(self._failed, records),
+            flush_timeout_s=self._timeout_s,
+            poll_s=0.1,
+            stamp=None if self._signer is None else self._signer.headers,
+        )
+        return [_offset(records[index][0], message) for index, message in enumerate(messages)]
 
-    def _offset(self, outcomes: dict[int, Message], index: int, records: Sequence[_Record]) -> int:
-        calendar_id = records[index][0]
-        message = outcomes.get(index)
-        if message is None:
-            raise CalendarPublishError(
-                calendar_id, f"no acknowledgement within {self._timeout_s:g}s"
-            )
-        error = message.error()
-        offset = message.offset()
-        if error is not None or offset is None:
-            reason = error.str() if error is not None else "the broker returned no offset"
-            raise CalendarPublishError(calendar_id, reason, error)
-        return offset
+    def _failed(self, records: Sequence[_Record], failure: Undelivered) -> CalendarPublishError:
+        reason = failure.reason
+        if reason is None:
+            reason = f"no acknowledgement within {self._timeout_s:g}s"
+        return CalendarPublishError(records[failure.index][0], reason, failure.kafka_error)
 
 
-def _store_outcome(
-    outcomes: dict[int, Message], index: int, _: KafkaError | None, message: Message
-) -> None:
-    outcomes[index] = message
+def _offset(calendar_id: str, message: Message) -> int:
+    offset = message.offset()
+    if offset is None:
+        raise CalendarPublishError(calendar_id, "the broker returned no offset")
+    return offset

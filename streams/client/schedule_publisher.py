@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from functools import partial
 from typing import Any, Literal
 
-from confluent_kafka import KafkaError, KafkaException, Message, Producer
+from confluent_kafka import KafkaError, Producer
 
 from kairos.core.errors import KairosError
 from kairos.core.ownership import Change
@@ -25,7 +25,12 @@ from kairos.core.rerun_request import RerunRequest
 from kairos.core.run_id import RERUN_MARK
 from kairos.core.schedule import Schedule, parse_schedule
 from kairos.streams.client.change_precheck import OwnershipPrecheck
-from kairos.streams.kafka.authorization import kafka_error_of
+from kairos.streams.kafka.delivery import (
+    ANY_PARTITION,
+    Outgoing,
+    Undelivered,
+    deliver_acknowledged,
+)
 from kairos.streams.kafka.partitioner import partition_for
 from kairos.streams.kafka.settings import KafkaSettings
 from kairos.streams.kafka.topics import TopicRole
@@ -291,57 +296,25 @@ class SchedulesClient:
         return value
 
     def _deliver_all(self, records: Sequence[_Outgoing]) -> None:
-        outcomes: dict[int, KafkaError | None] = {}
-        for index, record in enumerate(records):
-            schedule_id = record.schedule_id
-            # -1: the key's partition (murmur2), unless the record says where it belongs.
-            partition = -1 if record.partition is None else record.partition
-            while True:
-                key = record.key.encode("utf-8")
-                signed = (
-                    []
-                    if self._signer is None
-                    else self._signer.headers(self.topic, key, record.value, _now_ms())
-                )
-                headers = [*signed, *record.headers] or None
-                try:
-                    self._producer.produce(
-                        self.topic,
-                        key=key,
-                        value=record.value,
-                        partition=partition,
-                        headers=headers,
-                        on_delivery=partial(_store_outcome, outcomes, index),
-                    )
-                    break
-                except BufferError:
-                    # The local queue is full: serve delivery reports until it drains.
-                    self._producer.poll(0.1)
-                except KafkaException as refused:
-                    raise PublishError(schedule_id, str(refused)) from refused
-        try:
-            self._producer.flush(self._timeout_s)
-        except (KafkaException, SystemError) as failure:
-            # A fatal error (say, the cluster refusing the producer id) is raised out of the
-            # flush; confluent-kafka then reports it as a SystemError of the next callback,
-            # with the KafkaException as its cause.
-            fatal = kafka_error_of(failure)
-            if fatal is None:
-                raise
-            raise PublishError(records[0].schedule_id, fatal.str(), fatal) from failure
-        # (schedule id, the broker's error, or None when no delivery report came in time)
-        failures: builtins.list[tuple[str, KafkaError | None]] = [
-            (record.schedule_id, outcomes.get(index))
-            for index, record in enumerate(records)
-            if index not in outcomes or outcomes[index] is not None
-        ]
-        if not failures:
-            return
-        schedule_id, error = failures[0]
-        more = f" (and {len(failures) - 1} more events)" if len(failures) > 1 else ""
-        if error is None:
-            raise PublishError(schedule_id, f"no acknowledgement within {self._timeout_s}s{more}")
-        raise PublishError(schedule_id, error.str() + more, error)
+        deliver_acknowledged(
+            self._producer,
+            self.topic,
+            [
+                Outgoing(record.key.encode("utf-8"), record.value, record.partition, record.headers)
+                for record in records
+            ],
+            partial(self._failed, records),
+            flush_timeout_s=self._timeout_s,
+            poll_s=0.1,
+            stamp=None if self._signer is None else self._signer.headers,
+        )
+
+    def _failed(self, records: Sequence[_Outgoing], failure: Undelivered) -> PublishError:
+        more = f" (and {failure.more} more events)" if failure.more else ""
+        reason = failure.reason
+        if reason is None:
+            reason = f"no acknowledgement within {self._timeout_s}s"
+        return PublishError(records[failure.index].schedule_id, reason + more, failure.kafka_error)
 
 
 @dataclass(frozen=True)
@@ -349,19 +322,10 @@ class _Outgoing:
     schedule_id: str
     key: str
     value: bytes | None
-    partition: int | None = None
+    partition: int = ANY_PARTITION
+    """The key's partition (murmur2), unless the record says where it belongs."""
     headers: tuple[tuple[str, bytes], ...] = ()
 
 
 def _if_version(version: int) -> tuple[tuple[str, bytes], ...]:
     return ((IF_VERSION_HEADER, str(version).encode()),)
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
-
-
-def _store_outcome(
-    outcomes: dict[int, KafkaError | None], index: int, error: KafkaError | None, _: Message
-) -> None:
-    outcomes[index] = error

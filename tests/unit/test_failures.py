@@ -13,7 +13,7 @@ from confluent_kafka import KafkaError, KafkaException
 import kairos
 from kairos.core.clock import ClockAheadError
 from kairos.core.errors import KairosError
-from kairos.services.executor.events import PublishError as RunEventsPublishError
+from kairos.services.executor.events import RunEventsPublishError
 from kairos.services.executor.fleet import DedupeRetentionError, FleetCheckError
 from kairos.services.executor.service import ExecutorConfigError
 from kairos.services.ticker.changes import SchedulesTopicUnknownError
