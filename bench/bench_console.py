@@ -35,16 +35,17 @@ import uvicorn
 from bench.common import deployment, free_port, local_broker, publish, wait_for
 from kairos.cli.console import console_arguments
 from kairos.core.audit import FiredRun, HistoryEvent
+from kairos.core.instants import epoch_ms
 from kairos.core.schedule import Schedule
 from kairos.services.console.app import Console, build_app
 from kairos.services.console.audits import AuditJobs
-from kairos.services.console.database import SQLITE_SCHEME
 from kairos.services.console.documents import LiveGroup
 from kairos.services.console.follower import ViewFollower
 from kairos.services.console.herd import ComingHerd, count_herd
-from kairos.services.console.view import ConsoleView, ScheduleRow, ViewBatch, epoch_ms
+from kairos.services.console.view import ConsoleView, ScheduleRow, ViewBatch
 from kairos.streams.kafka.settings import KafkaSettings
 from kairos.streams.readers.schedule_reader import ScheduleReader
+from kairos.streams.sql.dialects import SQLITE_SCHEME
 
 NOW = datetime.now(UTC).replace(second=0, microsecond=0)
 OWNERS = 1_000

@@ -7,5 +7,6 @@ One room per concern, each importing only the rooms below it (tests/unit/test_la
 - `state`: the ticker's RocksDB store of one partition and its changelog;
 - `readers`: the topics read back, as tables (schedules, calendars, teams) and as history;
 - `client`: the producer SDK's write side: changes checked, signed, acknowledged;
-- `dedupe`: the executors' SQL store of runs (SQLite and PostgreSQL), standing alone.
+- `sql`: SQLite and PostgreSQL as one layer: dialects and a connection per thread;
+- `dedupe`: the executors' SQL store of runs, on `sql` (the console's view stands on it too).
 """

@@ -17,7 +17,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kairos.core.errors import KairosError
-from kairos.services.console.view import ConsoleView, epoch_ms
+from kairos.core.instants import epoch_ms
+from kairos.services.console.view import ConsoleView
 
 AuditRunner = Callable[[datetime, datetime, datetime], dict[str, Any]]
 """(from, to, as of) -> `kairos audit verify --json`'s document; raises `KairosError`."""

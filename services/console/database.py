@@ -1,9 +1,10 @@
 """Where the console's view lives: SQLite embedded by default, PostgreSQL when configured.
 
 The view's SQL is written once, with `?` parameters and the upsert syntax both databases share
-(`INSERT … ON CONFLICT … DO …`); a `Dialect` supplies only what differs: how to connect, how a
-write transaction begins, the parameter style and a few column types. Each thread has its own
-connection in autocommit mode, so the follower writes while pages read (SQLite in WAL mode).
+(`INSERT … ON CONFLICT … DO …`); the dialect (`kairos.streams.sql.dialects`) supplies only what
+differs: how to connect, how a write transaction begins, the parameter style and a few column
+types. Each thread has its own connection in autocommit mode, so the follower writes while pages
+read (SQLite in WAL mode).
 """
 
 from __future__ import annotations
@@ -11,16 +12,22 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import sqlite3
-import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
-from pathlib import Path
 from typing import IO, Any, Protocol, cast
 
 from kairos.core.errors import KairosError
+from kairos.streams.sql.connections import ThreadConnections
+from kairos.streams.sql.dialects import (
+    SQLITE,
+    Dialect,
+    connect_postgresql,
+    connect_sqlite,
+    dialect_of,
+    shown_url,
+    sqlite_path,
+)
 
-SQLITE_SCHEME = "sqlite:///"
 _SQLITE_BUSY_S = 30.0
 
 
@@ -39,12 +46,12 @@ class Cursor(Protocol):
 class ViewDb:
     """One connection, speaking the view's SQL whatever the database's parameter style."""
 
-    def __init__(self, raw: Any, placeholder: str) -> None:
+    def __init__(self, raw: Any, dialect: Dialect) -> None:
         self._raw = raw
-        self._placeholder = placeholder
+        self._dialect = dialect
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> Cursor:
-        return cast(Cursor, self._raw.execute(self._q(sql), params))
+        return cast(Cursor, self._raw.execute(self._dialect.q(sql), params))
 
     def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         if not rows:
@@ -53,51 +60,11 @@ class ViewDb:
             self._raw.executemany(sql, rows)
         else:
             with self._raw.cursor() as cursor:
-                cursor.executemany(self._q(sql), rows)
+                cursor.executemany(self._dialect.q(sql), rows)
 
     def close(self) -> None:
         with contextlib.suppress(Exception):
             self._raw.close()
-
-    def _q(self, sql: str) -> str:
-        return sql if self._placeholder == "?" else sql.replace("?", self._placeholder)
-
-
-@dataclass(frozen=True)
-class Dialect:
-    name: str
-    begin: str
-    placeholder: str
-    key_text: str
-    """The type of a text key that is ranged and ordered: byte order in both databases."""
-    serial_key: str
-    table_suffix: str
-
-    def schema(self, template: str) -> list[str]:
-        text = template.format(
-            key_text=self.key_text, serial_key=self.serial_key, table_suffix=self.table_suffix
-        )
-        return [statement.strip() for statement in text.split(";") if statement.strip()]
-
-
-SQLITE = Dialect(
-    name="sqlite",
-    begin="BEGIN IMMEDIATE",
-    placeholder="?",
-    key_text="TEXT",
-    serial_key="INTEGER PRIMARY KEY",
-    table_suffix=" WITHOUT ROWID",
-)
-POSTGRESQL = Dialect(
-    name="postgresql",
-    begin="BEGIN",
-    placeholder="%s",
-    # The database's collation would order ids by language rules, and a prefix range would
-    # miss ids; "C" orders by bytes, as SQLite does.
-    key_text='TEXT COLLATE "C"',
-    serial_key="BIGSERIAL PRIMARY KEY",
-    table_suffix="",
-)
 
 
 class Connections:
@@ -105,9 +72,15 @@ class Connections:
 
     def __init__(self, url: str) -> None:
         self.url = url
-        if url.startswith(SQLITE_SCHEME):
-            self.dialect = SQLITE
-            self._path: Path | None = Path(url.removeprefix(SQLITE_SCHEME))
+        dialect = dialect_of(url)
+        if dialect is None:
+            raise ViewDatabaseError(
+                f"--view-url {shown_url(url)!r} is neither sqlite:////absolute/path nor "
+                "postgresql://user@host:5432/database"
+            )
+        self.dialect = dialect
+        self._path = sqlite_path(url) if dialect is SQLITE else None
+        if self._path is not None:
             try:
                 self._path.parent.mkdir(parents=True, exist_ok=True)
             except OSError as error:
@@ -115,24 +88,12 @@ class Connections:
                     f"cannot create {self._path.parent} ({error.strerror}); give the console a "
                     "--state-dir it can write, or a --view-url"
                 ) from None
-        elif url.startswith(("postgresql://", "postgres://")):
-            self.dialect = POSTGRESQL
-            self._path = None
-        else:
-            raise ViewDatabaseError(
-                f"--view-url {shown_url(url)!r} is neither sqlite:////absolute/path nor "
-                "postgresql://user@host:5432/database"
-            )
-        self._local = threading.local()
+        self._connections = ThreadConnections(self._connect, ViewDb.close)
         self._lock_file: IO[str] | None = None
 
     @contextmanager
     def connection(self) -> Iterator[ViewDb]:
-        db: ViewDb | None = getattr(self._local, "db", None)
-        if db is None:
-            db = ViewDb(self._connect(), self.dialect.placeholder)
-            self._local.db = db
-        yield db
+        yield self._connections.get()
 
     def take_follower_lock(self) -> bool:
         """Whether this thread now holds the view's follower lock: one console follows the
@@ -155,33 +116,18 @@ class Connections:
         return True
 
     def drop(self) -> None:
-        db: ViewDb | None = getattr(self._local, "db", None)
-        self._local.db = None
-        if db is not None:
-            db.close()
+        self._connections.drop()
 
-    def _connect(self) -> Any:
+    def _connect(self) -> ViewDb:
         if self._path is not None:
-            raw = sqlite3.connect(self._path, timeout=_SQLITE_BUSY_S, isolation_level=None)
-            raw.execute("PRAGMA journal_mode=WAL")
             # The view is rebuilt from the topics if lost: a crash may cost its last batches,
             # never its consistency (WAL with NORMAL keeps the file whole).
-            raw.execute("PRAGMA synchronous=NORMAL")
-            raw.execute("PRAGMA cache_size=-65536")
-            return raw
-        # Imported here so that psycopg is needed only by consoles that use PostgreSQL.
-        import psycopg  # noqa: PLC0415
-
+            pragmas = ("PRAGMA synchronous=NORMAL", "PRAGMA cache_size=-65536")
+            raw = connect_sqlite(self._path, busy_timeout_s=_SQLITE_BUSY_S, pragmas=pragmas)
+            return ViewDb(raw, self.dialect)
         try:
-            return psycopg.connect(self.url, autocommit=True, connect_timeout=10)
-        except psycopg.Error as error:
+            return ViewDb(connect_postgresql(self.url), self.dialect)
+        except Exception as error:
+            if not self.dialect.is_error(error):
+                raise
             raise ViewDatabaseError(f"cannot connect to {shown_url(self.url)}: {error}") from None
-
-
-def shown_url(url: str) -> str:
-    """The URL without its password, for messages and logs."""
-    scheme, separator, rest = url.partition("://")
-    credentials, at, host = rest.rpartition("@")
-    if not at or ":" not in credentials:
-        return url
-    return f"{scheme}{separator}{credentials.split(':', 1)[0]}:***@{host}"

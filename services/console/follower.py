@@ -18,6 +18,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 from confluent_kafka import TopicPartition as KafkaPartition
 
 from kairos.core.errors import KairosError
+from kairos.core.instants import epoch_ms
 from kairos.core.run_id import parse_run_id
 from kairos.core.schedule import Schedule
 from kairos.services.console.view import (
@@ -26,7 +27,6 @@ from kairos.services.console.view import (
     DeadLetterRow,
     ScheduleRow,
     ViewBatch,
-    epoch_ms,
 )
 from kairos.streams.kafka.settings import CONSOLE_READERS_GROUP, KafkaSettings
 from kairos.streams.kafka.topics import TopicRole

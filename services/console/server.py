@@ -13,13 +13,13 @@ from kairos.services.console.acting import ActionDoor
 from kairos.services.console.actions import Users
 from kairos.services.console.app import Console, build_app
 from kairos.services.console.audits import AuditJobs, AuditRunner
-from kairos.services.console.database import SQLITE_SCHEME, shown_url
 from kairos.services.console.documents import LiveGroup
 from kairos.services.console.follower import ViewFollower
 from kairos.services.console.herd import ComingHerd
 from kairos.services.console.settings import ConsoleSettings
 from kairos.services.console.view import ConsoleView
 from kairos.streams.kafka.settings import TICKER_GROUP, KafkaSettings
+from kairos.streams.sql.dialects import SQLITE_SCHEME, shown_url
 
 logger = logging.getLogger(__name__)
 

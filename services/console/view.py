@@ -17,10 +17,10 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 from kairos.core.audit import FiredRun, HistoryEvent, RunEventRecord
+from kairos.core.instants import epoch_ms
 from kairos.services.console.database import Connections, ViewDatabaseError, ViewDb
 from kairos.services.console.lateness import LATENESS_BOUNDS_MS, bucket_of
 
@@ -93,10 +93,6 @@ STATUS_RANK = {
     "succeeded": 3,
 }
 _MINUTE_EVENTS = ("skipped", "failed", "dead_lettered", "deadline_missed")
-
-
-def epoch_ms(instant: datetime) -> int:
-    return int(instant.timestamp() * 1000)
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from confluent_kafka import TopicPartition
 
 from kairos.core.calendar_rules import CalendarLookup
 from kairos.core.firing import Outcome, ScheduleState
+from kairos.core.instants import epoch_ms
 from kairos.core.lru import LruCache
 from kairos.services.ticker.fairness import (
     FAIR_ORDER_MIN,
@@ -54,10 +55,6 @@ _BEHIND_CURSOR_LIMIT = 65_536
 """Committed states kept for idle time to prepare behind its cursor, per partition: past it the
 oldest are forgotten (decided at their fire instead), so a ticker with no idle time does not
 grow the list."""
-
-
-def to_ms(instant: datetime) -> int:
-    return int(instant.timestamp() * 1000)
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,7 +244,7 @@ class OwnedPartition:
             if state is None or not changed & {*state.schedule.exclude, *state.schedule.blackout}:
                 continue
             due = state.due_at
-            self.store.reindex(schedule_id, None if due is None else to_ms(due))
+            self.store.reindex(schedule_id, None if due is None else epoch_ms(due))
 
     def committed(self, states: dict[str, ScheduleState | None], now: datetime) -> list[str]:
         """Keep decoded the states a committed transaction wrote (never those of an aborted

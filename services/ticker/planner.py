@@ -16,11 +16,12 @@ from datetime import datetime
 from confluent_kafka import Message
 
 from kairos.core.firing import ScheduleState, decide_due, holds_at
+from kairos.core.instants import epoch_ms
 from kairos.core.misfire import MISFIRE_GRACE
 from kairos.core.reruns import MAX_BACKFILL_RUNS
 from kairos.services.ticker.changes import ScheduleChanges
 from kairos.services.ticker.fairness import merged_by_rank
-from kairos.services.ticker.partition import OwnedPartition, to_ms
+from kairos.services.ticker.partition import OwnedPartition
 from kairos.services.ticker.quarantine import PoisonedScheduleError, Quarantine
 from kairos.services.ticker.work import TransactionWork
 
@@ -105,7 +106,7 @@ class TurnPlanner:
     ) -> None:
         """On-time occurrences first; then a bounded slice of the backlog, so a catch-up after
         downtime never delays the fires that are due right now."""
-        now_ms = to_ms(now)
+        now_ms = epoch_ms(now)
         on_time_from = now_ms - int(MISFIRE_GRACE.total_seconds() * 1000)
         partitions = list(owned.values())
         for lane_from, late in ((on_time_from, False), (0, True)):

@@ -11,7 +11,8 @@ import time
 from collections.abc import Callable, Mapping
 from datetime import datetime
 
-from kairos.services.ticker.partition import DECODED_AHEAD_MS, OwnedPartition, to_ms
+from kairos.core.instants import epoch_ms
+from kairos.services.ticker.partition import DECODED_AHEAD_MS, OwnedPartition
 from kairos.services.ticker.transaction import FiringTransactions
 
 logger = logging.getLogger(__name__)
@@ -31,7 +32,7 @@ def seconds_until_next_due(owned: Mapping[int, OwnedPartition], now: datetime) -
             nearest = due
     if nearest is None:
         return float("inf")
-    return max(0.0, (nearest - to_ms(now)) / 1000)
+    return max(0.0, (nearest - epoch_ms(now)) / 1000)
 
 
 def prepare_upcoming(
@@ -45,7 +46,7 @@ def prepare_upcoming(
 
     Each partition's schedules committed behind its cursor first, then the cursor's walk."""
     started = time.monotonic()
-    now_ms = to_ms(clock())
+    now_ms = epoch_ms(clock())
     horizon = now_ms + DECODED_AHEAD_MS
     for partition in owned.values():
         behind = partition.behind_cursor

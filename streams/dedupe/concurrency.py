@@ -30,8 +30,9 @@ from kairos.core.concurrency import (
     parse_group,
     statuses,
 )
+from kairos.core.instants import epoch_ms
 from kairos.streams.dedupe.base import RunRequest
-from kairos.streams.dedupe.database import Connection, Database, to_ms
+from kairos.streams.dedupe.database import Connection, Database
 
 _OWNERS_PER_STATEMENT = 50
 """Owners' heads read per statement: SQLite takes at most 500 parts of a UNION."""
@@ -79,7 +80,7 @@ class ConcurrencyLimits(Database):
                     "VALUES (?, ?, ?) ON CONFLICT (group_key) DO UPDATE SET "
                     "max_running = excluded.max_running, updated_ms = excluded.updated_ms"
                 ),
-                (key, max_running, to_ms(now)),
+                (key, max_running, epoch_ms(now)),
             )
 
         self.transaction(work)
@@ -114,7 +115,7 @@ class ConcurrencyLimits(Database):
             ).fetchall()
             waiting = conn.execute(
                 self.q(counted.format(where="r.state = 'ready' AND r.next_ms <= ?", keys=keys)),
-                (to_ms(now), *limits),
+                (epoch_ms(now), *limits),
             ).fetchall()
             return statuses(limits, dict(running), dict(waiting))
 

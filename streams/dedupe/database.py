@@ -9,22 +9,20 @@ reconnects: a restarted database costs one failed call, not the executor.
 from __future__ import annotations
 
 import logging
-import threading
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar, Protocol, TypeVar
 
 from kairos.streams.dedupe.base import DedupeStoreError, HandlerTransaction
+from kairos.streams.sql.connections import ThreadConnections
+from kairos.streams.sql.dialects import Dialect
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
 SCHEMA_VERSION = 2
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_MS = timedelta(milliseconds=1)
 _TRANSIENT_RETRIES = 5
 
 
@@ -46,20 +44,9 @@ class Connection(Protocol):
     def close(self) -> None: ...
 
 
-def to_ms(instant: datetime) -> int:
-    return (instant - _EPOCH) // _MS
-
-
-def from_ms(ms: int) -> datetime:
-    return _EPOCH + timedelta(milliseconds=ms)
-
-
-def maybe_from_ms(ms: int | None) -> datetime | None:
-    return None if ms is None else from_ms(ms)
-
-
-def schema_statements(*, bigint: str, blob: str, serial_key: str) -> list[str]:
+def schema_statements(dialect: Dialect) -> list[str]:
     """The store's tables in the dialect's types; every statement is idempotent."""
+    bigint, blob, serial_key = dialect.bigint, dialect.blob, dialect.serial_key
     return [
         "CREATE TABLE IF NOT EXISTS kairos_dedupe_schema (version INTEGER NOT NULL)",
         # The store's identity, made once with it: executors on one database share it, and
@@ -182,20 +169,23 @@ UPGRADED_INDEXES = [
 class Database(ABC):
     """Per-thread connections and transactions on one SQL database; subclasses connect."""
 
-    dialect: ClassVar[str]
-    begin_sql: ClassVar[str]
-    """Opens a write transaction."""
+    sql: ClassVar[Dialect]
 
     def __init__(self, name: str) -> None:
         self._name = name
-        self._local = threading.local()
-        self._connections: set[Connection] = set()
-        self._connections_lock = threading.Lock()
+        self._connections: ThreadConnections[Connection] = ThreadConnections(
+            self._connect, lambda conn: conn.close()
+        )
         self._store_id = self.transaction(self._create_schema)
 
     @property
     def name(self) -> str:
         return self._name
+
+    @property
+    def dialect(self) -> str:
+        """`sqlite` or `postgresql`."""
+        return self.sql.name
 
     @property
     def store_id(self) -> str:
@@ -208,44 +198,25 @@ class Database(ABC):
     def _schema_statements(self) -> list[str]:
         """Idempotent DDL, run in one transaction when the store opens."""
 
-    @abstractmethod
-    def is_database_error(self, error: BaseException) -> bool: ...
-
-    @abstractmethod
-    def _is_transient(self, error: BaseException) -> bool:
-        """A conflict that the same transaction, run again, will likely not meet."""
+    def is_database_error(self, error: BaseException) -> bool:
+        return self.sql.is_error(error)
 
     def q(self, sql: str) -> str:
         """The statement in the driver's placeholder style (written here with `?`)."""
-        return sql
+        return self.sql.q(sql)
 
     def connection(self) -> Connection:
         """This thread's connection, opened on first use."""
-        conn: Connection | None = getattr(self._local, "connection", None)
-        if conn is None:
-            try:
-                conn = self._connect()
-            except Exception as error:
-                if self.is_database_error(error):
-                    raise DedupeStoreError(self._name, f"cannot connect: {error}") from error
-                raise
-            self._local.connection = conn
-            with self._connections_lock:
-                self._connections.add(conn)
-        return conn
+        try:
+            return self._connections.get()
+        except Exception as error:
+            if self.is_database_error(error):
+                raise DedupeStoreError(self._name, f"cannot connect: {error}") from error
+            raise
 
     def drop_connection(self) -> None:
         """Forget this thread's connection after an error left it in doubt; reconnect next time."""
-        conn: Connection | None = getattr(self._local, "connection", None)
-        self._local.connection = None
-        if conn is None:
-            return
-        with self._connections_lock:
-            self._connections.discard(conn)
-        try:
-            conn.close()
-        except Exception as error:
-            logger.debug("store=%s closing a failed connection: %s", self._name, error)
+        self._connections.drop()
 
     def rollback(self, conn: Connection) -> None:
         try:
@@ -263,14 +234,14 @@ class Database(ABC):
         for attempt in range(1, _TRANSIENT_RETRIES + 1):
             conn = self.connection()
             try:
-                conn.execute(self.begin_sql)
+                conn.execute(self.sql.begin)
                 result = work(conn)
                 conn.execute("COMMIT")
             except BaseException as error:
                 self.rollback(conn)
                 if not self.is_database_error(error):
                     raise
-                if self._is_transient(error) and attempt < _TRANSIENT_RETRIES:
+                if self.sql.is_transient(error) and attempt < _TRANSIENT_RETRIES:
                     logger.info("store=%s transaction conflict (%s); retrying", self._name, error)
                     continue
                 self.drop_connection()
@@ -321,13 +292,7 @@ class Database(ABC):
         return store_id
 
     def close(self) -> None:
-        with self._connections_lock:
-            connections, self._connections = self._connections, set()
-        for conn in connections:
-            try:
-                conn.close()
-            except Exception as error:
-                logger.debug("store=%s close: %s", self._name, error)
+        self._connections.close_all()
 
 
 class LazyTransaction:
@@ -353,7 +318,7 @@ class LazyTransaction:
 
     def begin(self) -> HandlerTransaction:
         if not self._begun:
-            self._conn.execute(self.database.begin_sql)
+            self._conn.execute(self.database.sql.begin)
             self._begun = True
         return self
 

@@ -22,9 +22,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 
+from kairos.core.instants import epoch_ms, from_epoch_ms
 from kairos.core.run_id import format_instant
 from kairos.streams.dedupe.base import EventKind, RunRequest
-from kairos.streams.dedupe.database import Connection, Database, from_ms, to_ms
+from kairos.streams.dedupe.database import Connection, Database
 from kairos.streams.dedupe.outbox import NewEvent, write_event
 
 _SWEEP_BATCH = 500
@@ -94,7 +95,7 @@ class DeadlineBook(Database):
         def work(conn: Connection) -> list[MissedDeadline]:
             missed = []
             for kind in DeadlineKind:
-                for passed in self._passed(conn, kind, to_ms(now)):
+                for passed in self._passed(conn, kind, epoch_ms(now)):
                     if not self._settle(conn, kind, passed.run_id):
                         continue  # another executor settled it first
                     reason = _missed_reason(kind, passed)
@@ -112,7 +113,7 @@ class DeadlineBook(Database):
                             reason=reason,
                         ),
                     )
-                    due_by = from_ms(passed.due_by_ms)
+                    due_by = from_epoch_ms(passed.due_by_ms)
                     missed.append(
                         MissedDeadline(
                             passed.run_id, passed.schedule_id, kind, due_by, reason, passed.value
@@ -166,24 +167,24 @@ class DeadlineBook(Database):
 
 
 def _maybe_ms(instant: datetime | None) -> int | None:
-    return None if instant is None else to_ms(instant)
+    return None if instant is None else epoch_ms(instant)
 
 
 def _missed_reason(kind: DeadlineKind, run: _Passed) -> str | None:
     """Why the run missed the deadline, or `None` when it met it (or was not to run)."""
-    due_by = format_instant(from_ms(run.due_by_ms))
+    due_by = format_instant(from_epoch_ms(run.due_by_ms))
     if run.state in _NOT_RUN:
         return None
     if kind is DeadlineKind.START_BY:
         if run.attempt == 0:
             return f"start_by missed: not started by {due_by} ({run.state})"
         if run.attempt == 1 and run.started_ms is not None and run.started_ms > run.due_by_ms:
-            started = format_instant(from_ms(run.started_ms))
+            started = format_instant(from_epoch_ms(run.started_ms))
             return f"start_by missed: started at {started}, after {due_by}"
         return None
     if run.state != "succeeded":
         return f"finish_by missed: not succeeded by {due_by} ({run.state})"
     if run.updated_ms > run.due_by_ms:
-        succeeded = format_instant(from_ms(run.updated_ms))
+        succeeded = format_instant(from_epoch_ms(run.updated_ms))
         return f"finish_by missed: succeeded at {succeeded}, after {due_by}"
     return None

@@ -10,8 +10,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from kairos.core.instants import from_epoch_ms, maybe_from_epoch_ms
 from kairos.streams.dedupe.base import DeadLetteredRun, EventKind, OutboxEvent, SourceRecord
-from kairos.streams.dedupe.database import Connection, Database, from_ms, maybe_from_ms
+from kairos.streams.dedupe.database import Connection, Database
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,12 +98,12 @@ def _outbox_event(row: Sequence[Any]) -> OutboxEvent:
         kind=EventKind(kind),
         attempt=attempt,
         executor_instance=instance,
-        nominal_at=from_ms(nominal_ms),
-        fired_at=from_ms(fired_ms),
-        started_at=maybe_from_ms(started_ms),
-        finished_at=maybe_from_ms(finished_ms),
+        nominal_at=from_epoch_ms(nominal_ms),
+        fired_at=from_epoch_ms(fired_ms),
+        started_at=maybe_from_epoch_ms(started_ms),
+        finished_at=maybe_from_epoch_ms(finished_ms),
         reason=reason,
-        next_attempt_at=maybe_from_ms(next_attempt_ms),
+        next_attempt_at=maybe_from_epoch_ms(next_attempt_ms),
         dead_letter=(
             DeadLetteredRun(SourceRecord(topic, partition, offset), bytes(value))
             if dead_letter

@@ -11,30 +11,14 @@ transactions explicitly.
 from __future__ import annotations
 
 from typing import ClassVar, cast
-from urllib.parse import urlsplit, urlunsplit
-
-import psycopg
-import psycopg.errors
 
 from kairos.streams.dedupe.database import Connection, schema_statements
 from kairos.streams.dedupe.sql import SqlDedupeStore
-
-CONNECT_TIMEOUT_S = 10
-
-
-def redacted(url: str) -> str:
-    """The URL without its password, for messages and logs."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    netloc = f"{parts.username}:***@{host}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit(parts._replace(netloc=netloc))
+from kairos.streams.sql.dialects import POSTGRESQL, Dialect, connect_postgresql, shown_url
 
 
 class PostgresDedupeStore(SqlDedupeStore):
-    dialect: ClassVar[str] = "postgresql"
-    begin_sql: ClassVar[str] = "BEGIN"
+    sql: ClassVar[Dialect] = POSTGRESQL
     for_update: ClassVar[str] = " FOR UPDATE"
     skip_locked: ClassVar[str] = " FOR UPDATE SKIP LOCKED"
     # The server's clock, as the statement runs (now() would be the transaction's start).
@@ -42,20 +26,16 @@ class PostgresDedupeStore(SqlDedupeStore):
 
     def __init__(self, url: str) -> None:
         self.url = url
-        super().__init__(redacted(url))
+        super().__init__(shown_url(url))
 
     def _connect(self) -> Connection:
-        conn = psycopg.connect(self.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
-        return cast(Connection, conn)
-
-    def q(self, sql: str) -> str:
-        return sql.replace("?", "%s")
+        return cast(Connection, connect_postgresql(self.url))
 
     def _schema_statements(self) -> list[str]:
         # Two executors starting together would race on CREATE TABLE IF NOT EXISTS.
         return [
             "SELECT pg_advisory_xact_lock(hashtextextended('kairos-dedupe-schema', 0))",
-            *schema_statements(bigint="BIGINT", blob="BYTEA", serial_key="BIGSERIAL PRIMARY KEY"),
+            *schema_statements(self.sql),
         ]
 
     def _lock_schedule(self, conn: Connection, schedule_id: str) -> None:
@@ -72,11 +52,3 @@ class PostgresDedupeStore(SqlDedupeStore):
             "SELECT pg_try_advisory_xact_lock(hashtextextended('kairos-dedupe-outbox', 0))"
         ).fetchone()
         return bool(row[0])
-
-    def is_database_error(self, error: BaseException) -> bool:
-        return isinstance(error, psycopg.Error)
-
-    def _is_transient(self, error: BaseException) -> bool:
-        return isinstance(
-            error, psycopg.errors.DeadlockDetected | psycopg.errors.SerializationFailure
-        )

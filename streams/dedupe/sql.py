@@ -21,6 +21,7 @@ from datetime import datetime, timedelta
 from typing import Any, ClassVar
 
 from kairos.core.concurrency import DEFAULT_OWNER_SHARE, owner_of
+from kairos.core.instants import epoch_ms, from_epoch_ms
 from kairos.core.overlap import Admission as OverlapAdmission
 from kairos.core.overlap import (
     OverlapDecision,
@@ -48,8 +49,6 @@ from kairos.streams.dedupe.concurrency import ConcurrencyLimits
 from kairos.streams.dedupe.database import (
     Connection,
     LazyTransaction,
-    from_ms,
-    to_ms,
 )
 from kairos.streams.dedupe.deadlines import DeadlineBook
 from kairos.streams.dedupe.outbox import NewEvent, delete_events, oldest_events, write_event
@@ -111,7 +110,7 @@ class SqlDedupeStore(DeadlineBook, ConcurrencyLimits):
             # Schedules in one order in every transaction: two executors admitting batches that
             # share schedules take their locks in the same order, so they never deadlock.
             order = sorted(range(len(requests)), key=lambda i: (requests[i].schedule_id, i))
-            done = {i: self._admit_one(conn, requests[i], to_ms(now), instance) for i in order}
+            done = {i: self._admit_one(conn, requests[i], epoch_ms(now), instance) for i in order}
             return [done[i] for i in range(len(requests))]
 
         return self.transaction(work)
@@ -170,9 +169,9 @@ class SqlDedupeStore(DeadlineBook, ConcurrencyLimits):
             (
                 request.run_id,
                 request.schedule_id,
-                to_ms(request.nominal_at),
-                to_ms(request.due_at),
-                to_ms(request.fired_at),
+                epoch_ms(request.nominal_at),
+                epoch_ms(request.due_at),
+                epoch_ms(request.fired_at),
                 request.overlap.value,
                 state.value,
                 request.max_attempts,
@@ -233,7 +232,7 @@ class SqlDedupeStore(DeadlineBook, ConcurrencyLimits):
             ),
             (schedule_id,),
         ).fetchall()
-        return [PeerRun(run_id, RunState(state), from_ms(ms)) for run_id, state, ms in rows]
+        return [PeerRun(run_id, RunState(state), from_epoch_ms(ms)) for run_id, state, ms in rows]
 
     # -- leases ------------------------------------------------------------------------------
 
@@ -247,7 +246,7 @@ class SqlDedupeStore(DeadlineBook, ConcurrencyLimits):
         *,
         owner_share: float = DEFAULT_OWNER_SHARE,
     ) -> list[Lease]:
-        now_ms, lease_ms = to_ms(now), lease // _MS
+        now_ms, lease_ms = epoch_ms(now), lease // _MS
         served = sorted(runners)
         if not served or limit < 1:
             return []
@@ -267,7 +266,7 @@ class SqlDedupeStore(DeadlineBook, ConcurrencyLimits):
                 ).fetchone()
                 schedule_id, attempt, due_ms, value, expires_ms = row
                 write_event(self, conn, NewEvent(run_id, EventKind.STARTED, attempt, owner, now_ms))
-                expires, due = from_ms(expires_ms), from_ms(due_ms)
+                expires, due = from_epoch_ms(expires_ms), from_epoch_ms(due_ms)
                 held = Lease(run_id, schedule_id, attempt, owner, now, expires, due, bytes(value))
                 leases.append(held)
             return leases
@@ -284,7 +283,7 @@ class SqlDedupeStore(DeadlineBook, ConcurrencyLimits):
                 f"UPDATE kairos_runs SET lease_expires_ms = {self.clock_ms} + ?, updated_ms = ? "
                 "WHERE run_id = ? AND lease_owner = ? AND attempt = ? AND state = 'running' "
                 "RETURNING stop_reason",
-                (lease // _MS, to_ms(now), held.run_id, held.owner, held.attempt),
+                (lease // _MS, epoch_ms(now), held.run_id, held.owner, held.attempt),
             ).fetchone()
             if row is None:
                 statuses[held.run_id] = LeaseStatus.LOST
@@ -320,7 +319,7 @@ class SqlDedupeStore(DeadlineBook, ConcurrencyLimits):
             )
             if running is None:
                 raise LeaseLostError(lease.run_id, lease.owner, lease.attempt)
-            return self._end_attempt(conn, running, result, to_ms(now), lease.owner)
+            return self._end_attempt(conn, running, result, epoch_ms(now), lease.owner)
 
         if transaction is None or not transaction.begun:
             return self.transaction(work)
@@ -329,7 +328,7 @@ class SqlDedupeStore(DeadlineBook, ConcurrencyLimits):
         return transaction.commit_with(work)
 
     def reap_expired(self, now: datetime, instance: str) -> list[tuple[str, RunEnd]]:
-        now_ms = to_ms(now)
+        now_ms = epoch_ms(now)
         expired = self.statement(
             "SELECT run_id, schedule_id FROM kairos_runs WHERE state = 'running' "
             f"AND lease_expires_ms < {self.clock_ms} ORDER BY lease_expires_ms LIMIT ?",
@@ -423,11 +422,11 @@ class SqlDedupeStore(DeadlineBook, ConcurrencyLimits):
             attempt=running.attempt,
             max_attempts=running.max_attempts,
             backoff=timedelta(milliseconds=running.backoff_ms),
-            failed_at=from_ms(now_ms),
+            failed_at=from_epoch_ms(now_ms),
         )
         follows = NewEvent(running.run_id, EventKind.RETRYING, running.attempt, instance)
         if decision.next_attempt_at is not None:
-            next_ms = to_ms(decision.next_attempt_at)
+            next_ms = epoch_ms(decision.next_attempt_at)
             write_event(self, conn, replace(follows, reason=reason, next_attempt_ms=next_ms))
             return RunEnd.RETRYING, RunState.READY, next_ms
         exhausted = (
@@ -476,7 +475,7 @@ class SqlDedupeStore(DeadlineBook, ConcurrencyLimits):
                     f"SELECT run_id FROM kairos_runs WHERE state IN {_FINISHED} "
                     "AND updated_ms < ? LIMIT ?"
                 ),
-                (to_ms(before), limit),
+                (epoch_ms(before), limit),
             ).fetchall()
             if not rows:
                 return 0

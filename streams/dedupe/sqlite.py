@@ -9,21 +9,20 @@ handlers short on SQLite, or use PostgreSQL.
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, cast
 
 from kairos.streams.dedupe.base import DedupeStoreError
 from kairos.streams.dedupe.database import Connection, schema_statements
 from kairos.streams.dedupe.sql import SqlDedupeStore
+from kairos.streams.sql.dialects import SQLITE, Dialect, connect_sqlite
 
 BUSY_TIMEOUT_S = 10.0
 """How long a transaction waits for another process's write before it fails (and is retried)."""
 
 
 class SqliteDedupeStore(SqlDedupeStore):
-    dialect: ClassVar[str] = "sqlite"
-    begin_sql: ClassVar[str] = "BEGIN IMMEDIATE"
+    sql: ClassVar[Dialect] = SQLITE
     for_update: ClassVar[str] = ""
     skip_locked: ClassVar[str] = ""
     # This host's clock, read by SQLite: the executors sharing a file share the host.
@@ -42,16 +41,14 @@ class SqliteDedupeStore(SqlDedupeStore):
         super().__init__(str(path))
 
     def _connect(self) -> Connection:
-        # Autocommit mode (isolation_level None): transactions are opened explicitly.
-        conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=FULL")
-        return conn
+        # FULL: a claim is durable when its transaction returns, before offsets commit.
+        pragmas = ("PRAGMA synchronous=FULL",)
+        return cast(
+            Connection, connect_sqlite(self.path, busy_timeout_s=BUSY_TIMEOUT_S, pragmas=pragmas)
+        )
 
     def _schema_statements(self) -> list[str]:
-        return schema_statements(
-            bigint="INTEGER", blob="BLOB", serial_key="INTEGER PRIMARY KEY AUTOINCREMENT"
-        )
+        return schema_statements(self.sql)
 
     def _lock_schedule(self, conn: Connection, schedule_id: str) -> None:
         """Nothing to do: the transaction already holds the database's only write lock."""
@@ -61,10 +58,3 @@ class SqliteDedupeStore(SqlDedupeStore):
 
     def _take_outbox(self, conn: Connection) -> bool:
         return True
-
-    def is_database_error(self, error: BaseException) -> bool:
-        return isinstance(error, sqlite3.Error)
-
-    def _is_transient(self, error: BaseException) -> bool:
-        code = getattr(error, "sqlite_errorcode", None)
-        return code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)

@@ -32,6 +32,7 @@ from confluent_kafka import KafkaError, Message
 from kairos.core.calendar_rules import CalendarLookup
 from kairos.core.errors import KairosError
 from kairos.core.firing import ScheduleState
+from kairos.core.instants import epoch_ms
 from kairos.core.quotas import Trigger, Use, schedule_use
 from kairos.core.rerun_request import RerunProgress
 from kairos.streams.state.state_store import StateWrite
@@ -215,7 +216,7 @@ def due_ms(state: ScheduleState | None) -> int | None:
     if state is None:
         return None
     due = state.due_at
-    return None if due is None else int(due.timestamp() * 1000)
+    return None if due is None else epoch_ms(due)
 
 
 class StateWriteEncoder:

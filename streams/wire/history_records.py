@@ -14,6 +14,7 @@ from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, Message
 from kairos.core.audit import AdmissionDeadLetter, FiredRun, HistoryEvent, RunEventRecord
 from kairos.core.errors import KairosError
 from kairos.streams.wire.codec import Codecs
+from kairos.streams.wire.records import read_run_requested
 from kairos.streams.wire.schedule_events import ScheduleChange, ScheduleUpserted, restores_mark
 from kairos.streams.wire.signing import named_team
 
@@ -83,20 +84,20 @@ def record_value(record: TopicRecord) -> bytes:
 
 def fired_run(codecs: Codecs, record: TopicRecord) -> FiredRun:
     """The run a runs-topic record commits; `DecodeError` or `InvalidRecordError` if none."""
-    run = codecs.run_requested.decode(record_value(record))
+    run = read_run_requested(codecs.run_requested.decode(record_value(record)))
     return FiredRun(
-        run_id=run["run_id"],
-        schedule_id=run["schedule_id"],
-        nominal=run["nominal_at"],
-        due_at=run["due_at"],
-        fired_at=run["fired_at"],
-        lateness_ms=run["lateness_ms"],
-        attempt=run["attempt"],
-        ticker_instance=run["ticker_instance"],
-        schedule_offset=run["schedule_offset"],
+        run_id=run.run_id,
+        schedule_id=run.schedule_id,
+        nominal=run.nominal_at,
+        due_at=run.due_at,
+        fired_at=run.fired_at,
+        lateness_ms=run.lateness_ms,
+        attempt=run.attempt,
+        ticker_instance=run.ticker_instance,
+        schedule_offset=run.schedule_offset,
         partition=record.partition,
         offset=record.offset,
-        owner=run["owner"],
+        owner=run.owner,
         appended_at=record.timestamp if record.appended else None,
     )
 

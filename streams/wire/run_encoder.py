@@ -22,6 +22,7 @@ from functools import lru_cache, partial
 from typing import Any
 
 from kairos.core.firing import Action, Decision, ScheduleState
+from kairos.core.instants import epoch_ms
 from kairos.core.lru import LruCache
 from kairos.core.run_id import run_id
 from kairos.core.schedule import Schedule
@@ -65,7 +66,7 @@ def _string(value: str) -> bytes:
 @lru_cache(maxsize=65_536)
 def _millis(instant: datetime) -> int:
     """Cached: runs fired together share their fired instant and mostly their nominal and due."""
-    return (instant - _EPOCH) // _MS
+    return epoch_ms(instant)
 
 
 def _optional_instant(instant: datetime | None) -> bytes:

@@ -11,8 +11,8 @@ import pytest
 
 from kairos.services.console import audits
 from kairos.services.console.audits import AuditJobs, AuditsBusyError
-from kairos.services.console.database import SQLITE_SCHEME
 from kairos.services.console.view import ConsoleView
+from kairos.streams.sql.dialects import SQLITE_SCHEME
 from tests.helpers import eventually
 
 T0 = datetime(2027, 3, 14, 7, 0, tzinfo=UTC)

@@ -11,7 +11,7 @@ import pytest
 
 from kairos.core.audit import FiredRun, HistoryEvent, RunEventRecord
 from kairos.services.console import queries
-from kairos.services.console.database import SQLITE_SCHEME, ViewDatabaseError
+from kairos.services.console.database import ViewDatabaseError
 from kairos.services.console.lateness import percentile_ms
 from kairos.services.console.view import (
     ChangeRow,
@@ -21,6 +21,7 @@ from kairos.services.console.view import (
     ViewBatch,
     epoch_ms,
 )
+from kairos.streams.sql.dialects import SQLITE_SCHEME
 
 T0 = datetime(2027, 3, 14, 7, 0, tzinfo=UTC)
 

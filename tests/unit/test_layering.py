@@ -3,7 +3,7 @@
 `core` is pure, `streams` builds on it, `services` on both; `devinfra` (the local brokers and
 databases behind `kairos dev`, the tests and the benchmarks) is never imported by them, so a
 deployment cannot come to depend on a launcher. Inside `streams`, each room (`kafka`, `wire`,
-`state`, `readers`, `client`, `dedupe`) imports only the rooms below it. The imports are read
+`state`, `readers`, `client`; `sql`, `dedupe`) imports only the rooms below it. The imports are read
 with `ast` from the sources, so one inside a function or a relative one counts as much as one at
 the top.
 """
@@ -31,15 +31,16 @@ UNRESTRICTED = {"cli"}
 PRODUCTION = ("core", "streams", "services")
 
 
-# What each room of `streams/` may import from `kairos.streams`: the rooms below it. `dedupe`
-# (the executors' SQL store) stands alone.
+# What each room of `streams/` may import from `kairos.streams`: the rooms below it. `sql` (the
+# SQL layer) and `dedupe` (the executors' store on it) stand apart from the Kafka rooms.
 STREAMS_ROOMS = {
     "kafka": {"kafka"},
     "wire": {"kafka", "wire"},
     "state": {"kafka", "wire", "state"},
     "readers": {"kafka", "wire", "readers"},
     "client": {"kafka", "wire", "readers", "client"},
-    "dedupe": {"dedupe"},
+    "sql": {"sql"},
+    "dedupe": {"sql", "dedupe"},
 }
 
 
