@@ -30,8 +30,9 @@ Rules every implementation keeps:
    its delivery callback ran without an error (after `flush`).
 7. **Offset commits outside a transaction.** `GroupMember.commit(offsets=...,
    asynchronous=False)` returns once the group stored the offsets: `committed` answers them,
-   and a member assigned the partition next starts there. A member no longer in the group
-   (expelled, closed) fails with a `KafkaException` and stores nothing.
+   and a member assigned the partition next starts there. A member the group expelled fails
+   with a `KafkaException`, one closed with a `RuntimeError` (the client refuses before asking
+   the group, as confluent-kafka documents); neither stores anything.
 """
 
 from __future__ import annotations

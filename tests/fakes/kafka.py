@@ -200,6 +200,8 @@ class FakeGroupMember(_Reading):
         self, *, offsets: list[TopicPartition], asynchronous: Literal[False]
     ) -> list[TopicPartition]:
         self.kafka.enter("commit")
+        if self.closed:
+            raise RuntimeError("Consumer closed")
         return self.kafka.commit_offsets(self.group_id, self.membership.member_id, offsets)
 
     def consumer_group_metadata(self) -> Any:
