@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from enum import StrEnum
-from functools import cached_property
+from functools import cached_property, partial
 from typing import Annotated, Any, Literal, Self
 from zoneinfo import ZoneInfo
 
@@ -22,7 +22,6 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
-    ValidationError,
     ValidationInfo,
     field_validator,
 )
@@ -31,7 +30,8 @@ from kairos.core.calendar_problems import (
     CalendarsFileFormatError,
     CalendarsInvalidError,
     CalendarValidationError,
-    calendar_problems,
+    calendar_problem,
+    describe_problem,
 )
 from kairos.core.calendar_windows import (
     BlackoutWindow,
@@ -42,10 +42,10 @@ from kairos.core.calendar_windows import (
     fixed_window_problem,
 )
 from kairos.core.errors import KairosError
+from kairos.core.file_entries import EntryFile
 from kairos.core.lru import LruCache
-from kairos.core.schedule import SCHEDULE_ID_PATTERN, Text
-from kairos.core.schedule_text import SchedulesFileFormatError, listed_entries, unique_entries
-from kairos.core.zones import zone_problem
+from kairos.core.schedule import SCHEDULE_ID_PATTERN, Identifier, Text, ZoneName
+from kairos.core.schedule_text import SchedulesFileFormatError, listed_entries
 
 __all__ = [
     "CALENDAR_ID_PATTERN",
@@ -78,7 +78,6 @@ MAX_RECURRING_WINDOWS = 32
 no decision asked about before (`kairos.core.calendar_windows.WindowIndex`); fixed windows cost
 a comparison. bench/bench_calendar_windows.py measures both (docs/benchmarks.md)."""
 
-_ID_RULE = "1–200 characters of letters, digits and . _ : / -"
 _ONE_DAY = timedelta(days=1)
 _MONTHS_KEPT = 240
 
@@ -138,36 +137,21 @@ class BusinessCalendar(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    id: str
+    id: Identifier
     owner: Text
     """The team that owns the calendar (in a signed deployment, whose changes of it count)."""
     description: Text | None = None
-    timezone: str = "UTC"
+    timezone: ZoneName = "UTC"
     """IANA zone whose wall clock the windows are read on; holidays are local dates."""
     business_days: tuple[Annotated[Weekday, BeforeValidator(_upper)], ...] = WORK_WEEK
     holidays: tuple[Holiday, ...] = Field(default=(), max_length=MAX_HOLIDAYS)
     windows: tuple[BlackoutWindow, ...] = Field(default=(), max_length=MAX_WINDOWS)
-
-    @field_validator("id")
-    @classmethod
-    def _valid_id(cls, value: str) -> str:
-        if not CALENDAR_ID_PATTERN.fullmatch(value):
-            raise ValueError(f"{value!r} is not a valid id; use {_ID_RULE}")
-        return value
 
     @field_validator("owner")
     @classmethod
     def _owned(cls, value: str) -> str:
         if not value.strip():
             raise ValueError("must name the team that answers for the calendar")
-        return value
-
-    @field_validator("timezone")
-    @classmethod
-    def _valid_zone(cls, value: str) -> str:
-        problem = zone_problem(value)
-        if problem is not None:
-            raise ValueError(problem)
         return value
 
     @field_validator("business_days")
@@ -336,32 +320,18 @@ _FIELDS = {
     "holidays": Holiday.model_fields,
     "windows": BlackoutWindow.model_fields,
 }
+_CALENDARS = EntryFile(
+    BusinessCalendar.model_validate,
+    CALENDAR_ID_PATTERN,
+    partial(describe_problem, fields=_FIELDS),
+    calendar_problem,
+    CalendarsInvalidError,
+)
 
 
 def parse_calendar(data: object, *, index: int | None = None) -> BusinessCalendar:
     """Validate one calendar given as a mapping; `CalendarsInvalidError` lists every problem."""
-    try:
-        return BusinessCalendar.model_validate(data)
-    except ValidationError as error:
-        raise CalendarsInvalidError(calendar_problems(error, data, index, _FIELDS)) from None
-
-
-def _parsed_or_problems(
-    entry: object, index: int
-) -> BusinessCalendar | list[CalendarValidationError]:
-    try:
-        return parse_calendar(entry, index=index)
-    except CalendarsInvalidError as invalid:
-        return list(invalid.errors)
-
-
-def _duplicate(calendar: BusinessCalendar, index: int, first: int) -> CalendarValidationError:
-    return CalendarValidationError(
-        calendar_id=calendar.id,
-        index=index,
-        field="id",
-        problem=f"duplicate id, also used by calendars[{first}]; ids must be unique",
-    )
+    return _CALENDARS.parse(data, index)
 
 
 def load_calendars(text: str, fmt: Literal["yaml", "json"]) -> list[BusinessCalendar]:
@@ -374,7 +344,4 @@ def load_calendars(text: str, fmt: Literal["yaml", "json"]) -> list[BusinessCale
         entries = listed_entries(text, fmt, "calendars")
     except SchedulesFileFormatError as error:
         raise CalendarsFileFormatError(fmt, error.problem) from None
-    calendars, errors = unique_entries(entries, _parsed_or_problems, lambda one: one.id, _duplicate)
-    if errors:
-        raise CalendarsInvalidError(errors)
-    return calendars
+    return _CALENDARS.load(entries)

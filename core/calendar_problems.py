@@ -9,46 +9,35 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from pydantic import ValidationError
-
 from kairos.core.errors import KairosError
-from kairos.core.schedule import SCHEDULE_ID_PATTERN
+from kairos.core.file_entries import EntriesInvalidError, EntryValidationError
 
 WEEKDAY_NAMES = ("MON", "TUE", "WED", "THU", "FRI", "SAT", "SUN")
 
 
-class CalendarValidationError(KairosError):
+class CalendarValidationError(EntryValidationError):
     """One problem with one calendar: which calendar, which field, what is wrong.
 
     `calendar_id` is `None` when the calendar has no usable id; then `index` (its position in
     the file, from 0) identifies it. `field` is a dotted path such as `holidays.3.date`.
     """
 
+    entry = "calendar"
+
     def __init__(
         self, *, calendar_id: str | None, index: int | None, field: str, problem: str
     ) -> None:
-        self.calendar_id = calendar_id
-        self.index = index
-        self.field = field
-        self.problem = problem
-        super().__init__(f"{self.where}: field '{field}': {problem}")
+        super().__init__(calendar_id, index=index, field=field, problem=problem)
 
     @property
-    def where(self) -> str:
-        position = f"calendars[{self.index}]" if self.index is not None else None
-        if self.calendar_id is None:
-            return f"calendar {position or '(without id)'}"
-        return f"calendar '{self.calendar_id}'" + (f" ({position})" if position else "")
+    def calendar_id(self) -> str | None:
+        return self.entry_id
 
 
-class CalendarsInvalidError(KairosError):
+class CalendarsInvalidError(EntriesInvalidError[CalendarValidationError]):
     """Every problem found in one or more calendars; `errors` lists them all."""
 
-    def __init__(self, errors: list[CalendarValidationError]) -> None:
-        self.errors = tuple(errors)
-        lines = "\n".join(f"  - {error}" for error in self.errors)
-        count = f"{len(self.errors)} problem{'s' if len(self.errors) != 1 else ''}"
-        super().__init__(f"{count} in the calendars; fix each and try again:\n{lines}")
+    entries = "calendars"
 
 
 class CalendarsFileFormatError(KairosError):
@@ -60,29 +49,18 @@ class CalendarsFileFormatError(KairosError):
         super().__init__(f"not a valid {fmt.upper()} calendars file: {problem}")
 
 
-def calendar_problems(
-    error: ValidationError,
-    data: object,
-    index: int | None,
-    fields: Mapping[str, Iterable[str]],
-) -> list[CalendarValidationError]:
-    """Every problem of one calendar's `error`; `fields` lists the fields of the calendar
-    (under "") and of its nested entries (under "holidays" and "windows"), for the messages
-    of unknown fields."""
-    calendar_id = None
-    if isinstance(data, Mapping):
-        candidate = data.get("id")
-        if isinstance(candidate, str) and SCHEDULE_ID_PATTERN.fullmatch(candidate):
-            calendar_id = candidate
-    return [
-        CalendarValidationError(calendar_id=calendar_id, index=index, field=field, problem=problem)
-        for field, problem in (
-            _describe(detail, fields) for detail in error.errors(include_url=False)
-        )
-    ]
+def calendar_problem(
+    calendar_id: str | None, index: int | None, field: str, problem: str
+) -> CalendarValidationError:
+    return CalendarValidationError(
+        calendar_id=calendar_id, index=index, field=field, problem=problem
+    )
 
 
-def _describe(detail: Any, fields: Mapping[str, Iterable[str]]) -> tuple[str, str]:
+def describe_problem(detail: Any, fields: Mapping[str, Iterable[str]]) -> tuple[str, str]:
+    """(field, problem) of one of pydantic's errors about a calendar; `fields` lists the fields
+    of the calendar (under "") and of its nested entries (under "holidays" and "windows"), for
+    the messages of unknown fields."""
     # A key can hold a lone surrogate; the path must still print.
     loc = detail["loc"]
     field = ".".join(str(part) for part in loc).encode("utf-8", "backslashreplace").decode()

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Annotated, Literal
@@ -21,7 +20,6 @@ from pydantic import (
     ConfigDict,
     Field,
     PlainSerializer,
-    ValidationError,
     field_validator,
     model_validator,
 )
@@ -31,7 +29,7 @@ from kairos.core import limits
 from kairos.core import schedule_lifecycle as lifecycle
 from kairos.core.cron import parse_cron
 from kairos.core.durations import format_duration, read_duration
-from kairos.core.errors import KairosError
+from kairos.core.file_entries import EntriesInvalidError, EntryFile, EntryValidationError
 from kairos.core.pools import Pool
 from kairos.core.schedule_calendars import (
     BlackoutAction,
@@ -39,7 +37,7 @@ from kairos.core.schedule_calendars import (
     RollPolicy,
     calendar_field_problem,
 )
-from kairos.core.schedule_text import listed_entries, unique_entries
+from kairos.core.schedule_text import listed_entries
 from kairos.core.suggestions import model_suggestion
 from kairos.core.zones import legacy_fixed_zone_warning, zone_problem
 
@@ -199,9 +197,28 @@ Text = Annotated[str, AfterValidator(_utf8)]
 """A string every record can carry: UTF-8 encodable."""
 
 
+def _valid_id(value: str) -> str:
+    if not SCHEDULE_ID_PATTERN.fullmatch(value):
+        raise ValueError(f"{value!r} is not a valid id; use {_ID_RULE}")
+    return value
+
+
+def _valid_zone(value: str) -> str:
+    problem = zone_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
+
+
+Identifier = Annotated[str, AfterValidator(_valid_id)]
+"""A schedule's id, or a calendar's (they follow one rule): `SCHEDULE_ID_PATTERN`."""
+ZoneName = Annotated[str, AfterValidator(_valid_zone)]
+"""An IANA zone name that `zoneinfo` can load."""
+
+
 def _rule(field: str, problem: str) -> PydanticCustomError:
     # Cross-field rules are checked on the whole model, where pydantic has no field location;
-    # the field travels in the context so that `_problems` can still name it.
+    # the field travels in the context so that `_describe` can still name it.
     return PydanticCustomError(
         "schedule_rule", "{field}: {problem}", {"field": field, "problem": problem}
     )
@@ -230,7 +247,7 @@ class Schedule(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    id: str
+    id: Identifier
     """Unique within a deployment; 1–200 characters of `[A-Za-z0-9._:/-]`."""
     cron: str | None = None
     """Five fields or a macro, read on the wall clock of `timezone`."""
@@ -238,7 +255,7 @@ class Schedule(BaseModel):
     """One instant."""
     every: Interval | None = None
     """A fixed interval of elapsed time, anchored at `start_at` (which it requires)."""
-    timezone: str = "UTC"
+    timezone: ZoneName = "UTC"
     """IANA zone name whose wall clock `cron` is read on; also used to display fires."""
     start_at: Instant | None = None
     """No fire before this instant; a fire exactly at it counts."""
@@ -286,13 +303,6 @@ class Schedule(BaseModel):
     max_runs: lifecycle.RunCount | None = None
     after_last_run: lifecycle.AfterLastRun = lifecycle.AfterLastRun.PAUSE
 
-    @field_validator("id")
-    @classmethod
-    def _valid_id(cls, value: str) -> str:
-        if not SCHEDULE_ID_PATTERN.fullmatch(value):
-            raise ValueError(f"{value!r} is not a valid id; use {_ID_RULE}")
-        return value
-
     @field_validator("cron")
     @classmethod
     def _valid_cron(cls, value: str | None) -> str | None:
@@ -302,14 +312,6 @@ class Schedule(BaseModel):
         # One spelling per expression, so that schedules sharing it share one compiled calendar
         # and, interned, one string.
         return sys.intern(" ".join(value.split()))
-
-    @field_validator("timezone")
-    @classmethod
-    def _valid_zone(cls, value: str) -> str:
-        problem = zone_problem(value)
-        if problem is not None:
-            raise ValueError(problem)
-        return value
 
     @field_validator("max_attempts")
     @classmethod
@@ -375,38 +377,29 @@ class Schedule(BaseModel):
         return legacy_fixed_zone_warning(self.timezone)
 
 
-class ScheduleValidationError(KairosError):
+class ScheduleValidationError(EntryValidationError):
     """One problem with one schedule: which schedule, which field, what is wrong.
 
     `schedule_id` is `None` when the schedule has no usable id; then `index` (its position in
     the file, from 0) identifies it. `field` is a dotted path such as `cron` or `job.kind`.
     """
 
+    entry = "schedule"
+
     def __init__(
         self, *, schedule_id: str | None, index: int | None, field: str, problem: str
     ) -> None:
-        self.schedule_id = schedule_id
-        self.index = index
-        self.field = field
-        self.problem = problem
-        super().__init__(f"{self.where}: field '{field}': {problem}")
+        super().__init__(schedule_id, index=index, field=field, problem=problem)
 
     @property
-    def where(self) -> str:
-        position = f"schedules[{self.index}]" if self.index is not None else None
-        if self.schedule_id is None:
-            return f"schedule {position or '(without id)'}"
-        return f"schedule '{self.schedule_id}'" + (f" ({position})" if position else "")
+    def schedule_id(self) -> str | None:
+        return self.entry_id
 
 
-class SchedulesInvalidError(KairosError):
+class SchedulesInvalidError(EntriesInvalidError[ScheduleValidationError]):
     """Every problem found in one or more schedules; `errors` lists them all."""
 
-    def __init__(self, errors: list[ScheduleValidationError]) -> None:
-        self.errors = tuple(errors)
-        lines = "\n".join(f"  - {error}" for error in self.errors)
-        count = f"{len(self.errors)} problem{'s' if len(self.errors) != 1 else ''}"
-        super().__init__(f"{count} in the schedules; fix each and try again:\n{lines}")
+    entries = "schedules"
 
 
 def parse_schedule(data: object, *, index: int | None = None) -> Schedule:
@@ -414,10 +407,7 @@ def parse_schedule(data: object, *, index: int | None = None) -> Schedule:
 
     Raises `SchedulesInvalidError` listing every problem; `index` is its position in a file.
     """
-    try:
-        return Schedule.model_validate(data)
-    except ValidationError as error:
-        raise SchedulesInvalidError(_problems(error, data, index)) from None
+    return _SCHEDULES.parse(data, index)
 
 
 def load_schedules(text: str, fmt: Literal["yaml", "json"]) -> list[Schedule]:
@@ -427,42 +417,15 @@ def load_schedules(text: str, fmt: Literal["yaml", "json"]) -> list[Schedule]:
     included. A file that cannot be read as YAML/JSON of that shape raises
     `SchedulesFileFormatError`. Reading the file is the caller's job, so this stays pure.
     """
-    schedules, errors = unique_entries(
-        listed_entries(text, fmt, "schedules"), _parsed_or_problems, lambda one: one.id, _duplicate
-    )
-    if errors:
-        raise SchedulesInvalidError(errors)
-    return schedules
+    return _SCHEDULES.load(listed_entries(text, fmt, "schedules"))
 
 
-def _parsed_or_problems(entry: object, index: int) -> Schedule | list[ScheduleValidationError]:
-    try:
-        return parse_schedule(entry, index=index)
-    except SchedulesInvalidError as invalid:
-        return list(invalid.errors)
-
-
-def _duplicate(schedule: Schedule, index: int, first: int) -> ScheduleValidationError:
+def _problem(
+    schedule_id: str | None, index: int | None, field: str, problem: str
+) -> ScheduleValidationError:
     return ScheduleValidationError(
-        schedule_id=schedule.id,
-        index=index,
-        field="id",
-        problem=f"duplicate id, also used by schedules[{first}]; ids must be unique",
+        schedule_id=schedule_id, index=index, field=field, problem=problem
     )
-
-
-def _problems(
-    error: ValidationError, data: object, index: int | None
-) -> list[ScheduleValidationError]:
-    schedule_id = None
-    if isinstance(data, Mapping):
-        candidate = data.get("id")
-        if isinstance(candidate, str) and SCHEDULE_ID_PATTERN.fullmatch(candidate):
-            schedule_id = candidate
-    return [
-        ScheduleValidationError(schedule_id=schedule_id, index=index, field=field, problem=problem)
-        for field, problem in (_describe(detail) for detail in error.errors(include_url=False))
-    ]
 
 
 def _describe(detail: ErrorDetails) -> tuple[str, str]:
@@ -489,3 +452,8 @@ def _describe(detail: ErrorDetails) -> tuple[str, str]:
     shown = detail.get("input")
     got = f" (got {shown!r})" if isinstance(shown, str | int | float | bool) else ""
     return field, f"{detail['msg']}{got}{suggestion}"
+
+
+_SCHEDULES = EntryFile(
+    Schedule.model_validate, SCHEDULE_ID_PATTERN, _describe, _problem, SchedulesInvalidError
+)

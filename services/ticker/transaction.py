@@ -10,7 +10,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import partial
 
@@ -48,6 +48,25 @@ _ANY_PARTITION = -1
 """librdkafka's RD_KAFKA_PARTITION_UA: let the configured partitioner choose."""
 FLUSH_SLICE_S = 1.0
 """How long a flush waits before it asks for the metadata of the topics it writes again."""
+
+
+@dataclass
+class _ChangelogDeliveries:
+    """What the brokers reported of a transaction's last changelog record on each partition."""
+
+    ends: dict[int, int] = field(default_factory=dict)
+    """The offset of each partition's last record."""
+    appended_ms: list[int] = field(default_factory=list)
+    """When the brokers appended them, for the clock check."""
+
+    def on_last_delivered(self, error: KafkaError | None, message: Message) -> None:
+        if error is None:
+            offset, partition = message.offset(), message.partition()
+            assert offset is not None and partition is not None
+            self.ends[partition] = offset
+            kind, timestamp = message.timestamp()
+            if kind == TIMESTAMP_LOG_APPEND_TIME:
+                self.appended_ms.append(timestamp)
 
 
 @dataclass(frozen=True)
@@ -165,70 +184,38 @@ class FiringTransactions:
         """
         self.busy_since = time.monotonic()
         try:
-            return self._send(
-                work,
-                writes,
-                consumer,
-                fired_at,
-                runs=runs,
-                checkpoints=checkpoints,
-                offsets_for=offsets_for,
+            producer = self.producer
+            changelog = _ChangelogDeliveries()
+            producer.begin_transaction()
+            logger.debug(
+                "transaction open instance=%s runs=%d skips=%d changes=%d",
+                self.ticker_instance,
+                len(work.runs),
+                len(work.skips),
+                len(writes),
             )
+            # 1. and 2. The runs, the skipped misfires and the dead letters.
+            self._produce_outcomes(work, runs, fired_at)
+            # 3. The changelog, co-partitioned with the schedules topic: a definition only when
+            #    it changed, the progress always (with the due instant in a header for restore),
+            #    and the schedules-offset checkpoint when it moved. One partition's records are
+            #    delivered in order, so the last one's offset is its end.
+            sent_ms = self._clock_ms()
+            self._produce_changelog(writes, checkpoints, changelog.on_last_delivered)
+            self._flush()
+            self._check_delivery(
+                sent_ms, changelog.appended_ms, writes.keys() | checkpoints.keys(), changelog.ends
+            )
+            # 4. The offsets of every owned partition with the group metadata: the fence. Their
+            #    metadata says where this transaction's changelog records end, for a later restore.
+            producer.send_offsets_to_transaction(
+                offsets_for(changelog.ends), consumer.consumer_group_metadata(), 30
+            )
+            # 5. Commit.
+            self._commit_with_retries()
+            return changelog.ends
         finally:
             self.busy_since = None
-
-    def _send(
-        self,
-        work: TransactionWork,
-        writes: dict[int, list[StateWrite]],
-        consumer: GroupMember,
-        fired_at: datetime,
-        *,
-        runs: list[tuple[bytes, str]],
-        checkpoints: dict[int, int],
-        offsets_for: OffsetsFor,
-    ) -> dict[int, int]:
-        producer = self.producer
-        changelog_ends: dict[int, int] = {}
-        appended_ms: list[int] = []
-
-        def on_changelog_delivery(error: KafkaError | None, message: Message) -> None:
-            if error is None:
-                offset, partition = message.offset(), message.partition()
-                assert offset is not None and partition is not None
-                changelog_ends[partition] = offset
-                kind, timestamp = message.timestamp()
-                if kind == TIMESTAMP_LOG_APPEND_TIME:
-                    appended_ms.append(timestamp)
-
-        producer.begin_transaction()
-        logger.debug(
-            "transaction open instance=%s runs=%d skips=%d changes=%d",
-            self.ticker_instance,
-            len(work.runs),
-            len(work.skips),
-            len(writes),
-        )
-        # 1. and 2. The runs, the skipped misfires and the dead letters.
-        self._produce_outcomes(work, runs, fired_at)
-        # 3. The changelog, co-partitioned with the schedules topic: a definition only when it
-        #    changed, the progress always (with the due instant in a header for restore), and the
-        #    schedules-offset checkpoint when it moved. One partition's records are delivered in
-        #    order, so the last one's offset is its end.
-        sent_ms = self._clock_ms()
-        self._produce_changelog(writes, checkpoints, on_changelog_delivery)
-        self._flush()
-        self._check_delivery(
-            sent_ms, appended_ms, writes.keys() | checkpoints.keys(), changelog_ends
-        )
-        # 4. The offsets of every owned partition with the group metadata: the fence. Their
-        #    metadata says where this transaction's changelog records end, for a later restore.
-        producer.send_offsets_to_transaction(
-            offsets_for(changelog_ends), consumer.consumer_group_metadata(), 30
-        )
-        # 5. Commit.
-        self._commit_with_retries()
-        return changelog_ends
 
     def _flush(self) -> None:
         """Wait for every record's delivery, up to the timeout, asking for the topics' metadata

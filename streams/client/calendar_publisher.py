@@ -16,16 +16,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
 
-from confluent_kafka import KafkaError, Message, Producer
+from confluent_kafka import KafkaError, Message
 
 from kairos.core.business_calendar import BusinessCalendar
 from kairos.core.errors import KairosError
-from kairos.streams.kafka.delivery import Outgoing, Undelivered, deliver_acknowledged
-from kairos.streams.kafka.settings import KafkaSettings
+from kairos.streams.client.publisher import AcknowledgedPublisher
+from kairos.streams.kafka.delivery import Outgoing, Undelivered
 from kairos.streams.kafka.topics import TopicRole
 from kairos.streams.wire.calendar_events import encode_calendar_event
-from kairos.streams.wire.codec import Codecs, make_codecs
-from kairos.streams.wire.signing import load_signer
 
 
 class CalendarPublishError(KairosError):
@@ -65,26 +63,10 @@ CalendarEdit = CalendarUpsert | CalendarDelete
 _Record = tuple[str, bytes | None]
 
 
-class CalendarsClient:
+class CalendarsClient(AcknowledgedPublisher):
     """Publishes calendar events to the compacted calendars topic."""
 
-    def __init__(
-        self,
-        settings: KafkaSettings,
-        changed_by: str,
-        codecs: Codecs | None = None,
-        timeout_s: float = 30.0,
-    ) -> None:
-        if not changed_by.strip():
-            raise ValueError("changed_by must name who publishes, for the audit trail")
-        self.changed_by = changed_by
-        self.topic = settings.layout.name(TopicRole.CALENDARS)
-        self._codec = (codecs or make_codecs()).calendar_event
-        self._timeout_s = timeout_s
-        self._signer = None if settings.signing_key is None else load_signer(settings.signing_key)
-        self._producer = Producer(
-            settings.producer_config(**{"message.timeout.ms": int(timeout_s * 1000)})
-        )
+    role = TopicRole.CALENDARS
 
     def upsert(self, calendar: BusinessCalendar, reason: str | None = None) -> int:
         """Create or redefine one calendar; its new version."""
@@ -108,7 +90,7 @@ class CalendarsClient:
         for edit in edits:
             calendar = edit.calendar if isinstance(edit, CalendarUpsert) else None
             value = encode_calendar_event(
-                self._codec,
+                self._codecs.calendar_event,
                 calendar_id=edit.calendar_id,
                 calendar=calendar,
                 changed_by=self.changed_by,
@@ -121,24 +103,10 @@ class CalendarsClient:
         offsets = self._deliver_all(records)
         return [offsets[position] for position in positions]
 
-    def close(self) -> None:
-        self._producer.flush(self._timeout_s)
-
-    def __enter__(self) -> CalendarsClient:
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.close()
-
     def _deliver_all(self, records: Sequence[_Record]) -> list[int]:
-        messages = deliver_acknowledged(
-            self._producer,
-            self.topic,
+        messages = self._deliver(
             [Outgoing(calendar_id.encode("utf-8"), value) for calendar_id, value in records],
             partial(self._failed, records),
-            flush_timeout_s=self._timeout_s,
-            poll_s=0.1,
-            stamp=None if self._signer is None else self._signer.headers,
         )
         return [_offset(records[index][0], message) for index, message in enumerate(messages)]
 

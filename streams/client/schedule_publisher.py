@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from functools import partial
 from typing import Any, Literal
 
-from confluent_kafka import KafkaError, Producer
+from confluent_kafka import KafkaError
 
 from kairos.core.errors import KairosError
 from kairos.core.ownership import Change
@@ -25,21 +25,16 @@ from kairos.core.rerun_request import RerunRequest
 from kairos.core.run_id import RERUN_MARK
 from kairos.core.schedule import Schedule, parse_schedule
 from kairos.streams.client.change_precheck import OwnershipPrecheck
-from kairos.streams.kafka.delivery import (
-    ANY_PARTITION,
-    Outgoing,
-    Undelivered,
-    deliver_acknowledged,
-)
+from kairos.streams.client.publisher import AcknowledgedPublisher
+from kairos.streams.kafka.delivery import ANY_PARTITION, Outgoing, Undelivered
 from kairos.streams.kafka.partitioner import partition_for
 from kairos.streams.kafka.settings import KafkaSettings
 from kairos.streams.kafka.topics import TopicRole
 from kairos.streams.readers.held_schedules import StoredSchedule
 from kairos.streams.readers.schedule_reader import ScheduleReader
-from kairos.streams.wire.codec import Codecs, make_codecs
+from kairos.streams.wire.codec import Codecs
 from kairos.streams.wire.records import schedule_event_record
 from kairos.streams.wire.schedule_events import IF_VERSION_HEADER, check_event_size
-from kairos.streams.wire.signing import load_signer
 
 ChangeKind = Literal["upserted", "deleted", "paused", "resumed"]
 
@@ -129,7 +124,7 @@ class ScheduleAwaitingTickerError(KairosError):
         )
 
 
-class SchedulesClient:
+class SchedulesClient(AcknowledgedPublisher):
     """Publishes schedule events to the compacted schedules topic, and reads it back.
 
     Every change is validated before anything is sent, and every call that publishes returns
@@ -137,6 +132,8 @@ class SchedulesClient:
     raises `PublishError`. `pause`, `resume`, `delete` and `get` raise `ScheduleNotFoundError`
     for an id without a current schedule.
     """
+
+    role = TopicRole.SCHEDULES
 
     def __init__(
         self,
@@ -146,28 +143,15 @@ class SchedulesClient:
         timeout_s: float = 30.0,
         await_judged_s: float = AWAIT_JUDGED_S,
     ) -> None:
-        if not changed_by.strip():
-            raise ValueError("changed_by must name who publishes, for the audit trail")
-        self.changed_by = changed_by
-        self.topic = settings.layout.name(TopicRole.SCHEDULES)
+        super().__init__(settings, changed_by, codecs, timeout_s)
         self._partitions = settings.layout.schedules_partitions
-        self._codecs = codecs or make_codecs()
-        self._timeout_s = timeout_s
         self._await_judged_s = await_judged_s
-        self._signer = None if settings.signing_key is None else load_signer(settings.signing_key)
         self._precheck = (
             None
             if self._signer is None
             else OwnershipPrecheck(settings, self._signer.team, timeout_s)
         )
         self._reader = ScheduleReader(settings, self._codecs, timeout_s)
-        self._producer = Producer(
-            settings.producer_config(
-                **{
-                    "message.timeout.ms": int(timeout_s * 1000),
-                }
-            )
-        )
 
     def upsert(self, schedule: Schedule | dict[str, Any], reason: str | None = None) -> None:
         """Create or replace a schedule (a dict is validated as a `Schedule` first)."""
@@ -236,15 +220,6 @@ class SchedulesClient:
         self._deliver_all([_Outgoing(request.schedule_id, key, value, partition)])
         return partition
 
-    def close(self) -> None:
-        self._producer.flush(self._timeout_s)
-
-    def __enter__(self) -> SchedulesClient:
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.close()
-
     def _set_paused(self, schedule_id: str, paused: bool, reason: str | None) -> None:
         # Made from the definition the ticker holds, never from the key's latest record (which
         # may be another team's change its ticker refuses), and conditional on its version: a
@@ -296,17 +271,12 @@ class SchedulesClient:
         return value
 
     def _deliver_all(self, records: Sequence[_Outgoing]) -> None:
-        deliver_acknowledged(
-            self._producer,
-            self.topic,
+        self._deliver(
             [
                 Outgoing(record.key.encode("utf-8"), record.value, record.partition, record.headers)
                 for record in records
             ],
             partial(self._failed, records),
-            flush_timeout_s=self._timeout_s,
-            poll_s=0.1,
-            stamp=None if self._signer is None else self._signer.headers,
         )
 
     def _failed(self, records: Sequence[_Outgoing], failure: Undelivered) -> PublishError:

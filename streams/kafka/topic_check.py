@@ -68,13 +68,11 @@ def schedules_partition_problem(layout: TopicLayout, count: int) -> TopicProblem
     longer hash to, and their state in the changelog's old partitions. Kairos cannot migrate
     that, so it refuses; docs/topics.md#growing says what to do instead.
     """
-    expected = layout.schedules_partitions
-    if count == expected:
-        return None
-    return TopicProblem(
+    return _partition_count_problem(
         layout.name(TopicRole.SCHEDULES),
-        ProblemKind.PARTITIONS,
-        f"{count} partitions, the deployment's setting is {expected}",
+        count,
+        layout.schedules_partitions,
+        "the deployment's setting is",
         f"if the topic was created with {count}, set --schedules-partitions {count} "
         "(KAIROS_SCHEDULES_PARTITIONS) on every command; if it was grown with kafka-topics "
         "--alter, schedule ids now hash onto other partitions than their history and state, "
@@ -84,13 +82,11 @@ def schedules_partition_problem(layout: TopicLayout, count: int) -> TopicProblem
 
 def changelog_partition_problem(layout: TopicLayout, count: int) -> TopicProblem | None:
     """Why a ticker changelog of `count` partitions is unusable, or None when it matches."""
-    expected = layout.schedules_partitions
-    if count == expected:
-        return None
-    return TopicProblem(
+    return _partition_count_problem(
         layout.name(TopicRole.CHANGELOG),
-        ProblemKind.PARTITIONS,
-        f"{count} partitions, the deployment's setting is {expected}",
+        count,
+        layout.schedules_partitions,
+        "the deployment's setting is",
         "the changelog is co-partitioned with the schedules topic (partition p holds the state "
         "of schedules partition p), so both need the setting's count: see docs/topics.md#growing",
     )
@@ -98,12 +94,11 @@ def changelog_partition_problem(layout: TopicLayout, count: int) -> TopicProblem
 
 def calendars_partition_problem(layout: TopicLayout, count: int) -> TopicProblem | None:
     """Why a calendars topic of `count` partitions is unusable, or None when it has one."""
-    if count == CALENDARS_PARTITIONS:
-        return None
-    return TopicProblem(
+    return _partition_count_problem(
         layout.name(TopicRole.CALENDARS),
-        ProblemKind.PARTITIONS,
-        f"{count} partitions, Kairos declares {CALENDARS_PARTITIONS}",
+        count,
+        CALENDARS_PARTITIONS,
+        "Kairos declares",
         "a calendar's version is its record's offset, which orders changes only within one "
         "partition; delete the topic and run `kairos topics create`, then apply the calendars "
         "files again (docs/calendars.md)",
@@ -112,14 +107,25 @@ def calendars_partition_problem(layout: TopicLayout, count: int) -> TopicProblem
 
 def teams_partition_problem(layout: TopicLayout, count: int) -> TopicProblem | None:
     """Why a teams topic of `count` partitions is unusable, or None when it has one."""
-    if count == TEAMS_PARTITIONS:
-        return None
-    return TopicProblem(
+    return _partition_count_problem(
         layout.name(TopicRole.TEAMS),
-        ProblemKind.PARTITIONS,
-        f"{count} partitions, Kairos declares {TEAMS_PARTITIONS}",
+        count,
+        TEAMS_PARTITIONS,
+        "Kairos declares",
         "a team's registration must be read in the order it was written; delete the topic, run "
         "`kairos topics create`, then register the teams again (docs/teams.md)",
+    )
+
+
+def _partition_count_problem(
+    topic: str, count: int, expected: int, expected_by: str, fix: str
+) -> TopicProblem | None:
+    """The problem of a topic with `count` partitions where `expected_by` (who says so, "Kairos
+    declares") wants `expected`, or None when the counts match."""
+    if count == expected:
+        return None
+    return TopicProblem(
+        topic, ProblemKind.PARTITIONS, f"{count} partitions, {expected_by} {expected}", fix
     )
 
 
@@ -148,33 +154,33 @@ def check_topics(
     return problems
 
 
+_FIXED_COUNT = {
+    TopicRole.SCHEDULES: schedules_partition_problem,
+    TopicRole.CHANGELOG: changelog_partition_problem,
+    TopicRole.CALENDARS: calendars_partition_problem,
+    TopicRole.TEAMS: teams_partition_problem,
+}
+"""The topics whose partition count Kairos cannot work around, each with its own fix."""
+
+
 def _partition_count(spec: TopicSpec, topic: TopicView, layout: TopicLayout) -> list[TopicProblem]:
     count = len(topic.partitions)
-    if spec.name == layout.name(TopicRole.SCHEDULES):
-        problem = schedules_partition_problem(layout, count)
-        return [] if problem is None else [problem]
-    if spec.name == layout.name(TopicRole.CHANGELOG):
-        problem = changelog_partition_problem(layout, count)
-        return [] if problem is None else [problem]
-    if spec.name == layout.name(TopicRole.CALENDARS):
-        problem = calendars_partition_problem(layout, count)
-        return [] if problem is None else [problem]
-    if spec.name == layout.name(TopicRole.TEAMS):
-        problem = teams_partition_problem(layout, count)
-        return [] if problem is None else [problem]
-    keyed = {layout.name(role) for role in _KEYED_LOOKUP}
-    if count == spec.partitions or spec.name not in keyed:
-        return []
-    return [
-        TopicProblem(
+    fixed = {layout.name(role): check for role, check in _FIXED_COUNT.items()}.get(spec.name)
+    if fixed is not None:
+        problem = fixed(layout, count)
+    elif spec.name in {layout.name(role) for role in _KEYED_LOOKUP}:
+        problem = _partition_count_problem(
             spec.name,
-            ProblemKind.PARTITIONS,
-            f"{count} partitions, Kairos declares {spec.partitions}",
+            count,
+            spec.partitions,
+            "Kairos declares",
             "`kairos runs get` looks for a run on the partition its id hashes to, so the runs "
             "written before the count changed are not found by id (the audit still reads them "
             "all); only a new deployment gets the declared count back",
         )
-    ]
+    else:
+        problem = None
+    return [] if problem is None else [problem]
 
 
 def _replicas(

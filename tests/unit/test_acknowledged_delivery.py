@@ -14,7 +14,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from kairos.core.schedule import Schedule
-from kairos.streams.client import calendar_publisher, schedule_publisher
+from kairos.streams.client import publisher
 from kairos.streams.client.calendar_publisher import CalendarPublishError, CalendarsClient
 from kairos.streams.client.schedule_publisher import PublishError, SchedulesClient
 from kairos.streams.kafka.delivery import (
@@ -256,11 +256,9 @@ def test_producing_when_room_leaves_a_refusal_to_the_caller(
 SETTINGS = KafkaSettings(bootstrap_servers="nowhere:9092")
 
 
-def _publishers_producer(
-    monkeypatch: pytest.MonkeyPatch, kafka: FakeKafka, module: object
-) -> RecordingProducer:
+def _publishers_producer(monkeypatch: pytest.MonkeyPatch, kafka: FakeKafka) -> RecordingProducer:
     producer = RecordingProducer(kafka)
-    monkeypatch.setattr(module, "Producer", lambda config: producer)
+    monkeypatch.setattr(publisher, "Producer", lambda config: producer)
     return producer
 
 
@@ -269,7 +267,7 @@ def test_the_schedule_publisher_says_how_many_more_events_failed(
 ) -> None:
     topic = SETTINGS.layout.name(TopicRole.SCHEDULES)
     kafka.create_topic(topic, SETTINGS.schedules_partitions)
-    producer = _publishers_producer(monkeypatch, kafka, schedule_publisher)
+    producer = _publishers_producer(monkeypatch, kafka)
     timed_out = KafkaError(KafkaError._MSG_TIMED_OUT, "Local: Message timed out")
     kafka.fail_delivery(topic, timed_out)
     kafka.fail_delivery(topic, timed_out)
@@ -289,7 +287,7 @@ def test_the_schedule_publisher_says_how_long_it_waited_for_an_acknowledgement(
     monkeypatch: pytest.MonkeyPatch, kafka: FakeKafka
 ) -> None:
     kafka.create_topic(SETTINGS.layout.name(TopicRole.SCHEDULES), SETTINGS.schedules_partitions)
-    producer = _publishers_producer(monkeypatch, kafka, schedule_publisher)
+    producer = _publishers_producer(monkeypatch, kafka)
     kafka.before_next("flush", producer.deliveries.clear)
 
     with pytest.raises(PublishError) as raised:
@@ -307,7 +305,7 @@ def test_the_calendar_publisher_returns_versions_and_names_the_first_unacknowled
 ) -> None:
     topic = SETTINGS.layout.name(TopicRole.CALENDARS)
     kafka.create_topic(topic, 1)
-    producer = _publishers_producer(monkeypatch, kafka, calendar_publisher)
+    producer = _publishers_producer(monkeypatch, kafka)
     client = CalendarsClient(SETTINGS, changed_by="treasury", timeout_s=8.0)
 
     assert client.delete("holidays") == 0  # its `deleted` event; the tombstone follows at 1
