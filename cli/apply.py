@@ -38,6 +38,7 @@ from kairos.cli.schedule_files import (
     ApplySourceError,
     SourcedSchedule,
     SourcesInvalidError,
+    fail_invalid,
     load_sources,
     schedule_files,
 )
@@ -179,14 +180,7 @@ def _planned(
     except ApplySourceError as error:
         raise fail(f"{error}; nothing was published") from None
     except SourcesInvalidError as invalid:
-        for one in invalid.invalid:
-            typer.echo(
-                f"error: {one.source}: {len(one.problems)} problem(s); nothing was published:",
-                err=True,
-            )
-            for problem in one.problems:
-                typer.echo(f"  - {problem}", err=True)
-        raise typer.Exit(ExitCode.COULD_NOT_RUN) from None
+        raise fail_invalid(invalid.invalid, "; nothing was published") from None
     desired = [one.schedule for one in sourced]
     for schedule in desired:
         if schedule.zone_warning is not None:
@@ -196,9 +190,7 @@ def _planned(
     try:
         snapshot = reader.read_all()
     except KairosError as error:
-        topic = settings.layout.name(TopicRole.SCHEDULES)
-        why = refused(settings, error, Role.PRODUCER, topic) or str(error)
-        raise fail(f"{why}; nothing was published") from None
+        raise fail(f"{_refusal(settings, error)}; nothing was published") from None
     warn_rejected(snapshot, reader)
     _check_calendars(settings, sourced)
     plan = plan_apply(desired, snapshot.schedules, owner if prune else None)
@@ -257,12 +249,17 @@ def _publish(
         with SchedulesClient(settings, changed_by_or_default(changed_by)) as client:
             client.publish(changes, reason)
     except KairosError as error:
-        topic = settings.layout.name(TopicRole.SCHEDULES)
-        why = refused(settings, error, Role.PRODUCER, topic) or str(error)
         raise fail(
-            f"{why}; some changes may have been published: "
+            f"{_refusal(settings, error)}; some changes may have been published: "
             "`kairos apply --dry-run` shows what remains"
         ) from None
+
+
+def _refusal(settings: KafkaSettings, error: KairosError) -> str:
+    """Why the schedules topic could not be read or written: the ACL the deployment lacks, when
+    that is why."""
+    topic = settings.layout.name(TopicRole.SCHEDULES)
+    return refused(settings, error, Role.PRODUCER, topic) or str(error)
 
 
 def _owner_emptied(plan: list[PlannedChange], owner: str | None) -> int:

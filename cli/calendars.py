@@ -10,7 +10,6 @@ compared and checked as a deployment that enforces ownership counts them (docs/c
 from __future__ import annotations
 
 import json
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -18,15 +17,20 @@ from typing import Annotated, Any, Literal
 import typer
 import yaml
 
-from kairos.cli.exit_codes import ExitCode
 from kairos.cli.options import connection, fail, kafka_settings, refused
-from kairos.cli.output import JsonAliasOption, OutputOption, chosen, render, table_lines
+from kairos.cli.output import JsonAliasOption, OutputOption, chosen, print_table, render
+from kairos.cli.schedule_files import ApplySourceError, SourceProblems, fail_invalid, read_source
 from kairos.cli.schedules import ChangedByOption, ReasonOption, changed_by_or_default
 from kairos.core.business_calendar import BusinessCalendar, CalendarsInvalidError, load_calendars
 from kairos.core.calendar_seeds import SeedError, calendar_document, seed_calendar
 from kairos.core.calendar_versions import CalendarBook, CalendarVersion
 from kairos.core.errors import KairosError
-from kairos.streams.client.calendar_publisher import CalendarDelete, CalendarsClient, CalendarUpsert
+from kairos.streams.client.calendar_publisher import (
+    CalendarDelete,
+    CalendarEdit,
+    CalendarsClient,
+    CalendarUpsert,
+)
 from kairos.streams.kafka.acls import Role
 from kairos.streams.kafka.ownership import Ownership
 from kairos.streams.kafka.settings import KafkaSettings
@@ -127,14 +131,12 @@ def apply(
 ) -> None:
     """Publish the calendars of a file that differ from the topic, and print their versions."""
     try:
-        desired = load_calendars(*_read(file))
+        desired = load_calendars(*read_source(file, "calendars"))
     except CalendarsInvalidError as invalid:
-        typer.echo(
-            f"error: {file}: {len(invalid.errors)} problem(s); nothing was published:", err=True
-        )
-        for problem in invalid.errors:
-            typer.echo(f"  - {problem}", err=True)
-        raise typer.Exit(ExitCode.COULD_NOT_RUN) from None
+        problems = SourceProblems(file, tuple(str(problem) for problem in invalid.errors))
+        raise fail_invalid([problems], "; nothing was published") from None
+    except ApplySourceError as error:
+        raise fail(str(error)) from None
     except KairosError as error:
         raise fail(f"{file}: {error}; nothing was published") from None
     settings = kafka_settings(context)
@@ -148,14 +150,14 @@ def apply(
             _show_planned(planned, None)
         typer.echo(f"{'dry run: ' if dry_run else ''}{_summary(plan)}; nothing was published")
         return
-    try:
-        with CalendarsClient(settings, changed_by_or_default(changed_by)) as client:
-            versions = client.publish([CalendarUpsert(p.calendar) for p in changes], reason)
-    except KairosError as error:
-        raise fail(
-            f"{_refusal(settings, error)}; some calendars may have been published: "
-            "`kairos calendars apply --dry-run` shows what remains"
-        ) from None
+    versions = _publish(
+        settings,
+        [CalendarUpsert(p.calendar) for p in changes],
+        changed_by,
+        reason,
+        "some calendars may have been published: `kairos calendars apply --dry-run` shows what "
+        "remains",
+    )
     published = dict(zip((p.calendar.id for p in changes), versions, strict=True))
     for planned in plan:
         _show_planned(planned, published.get(planned.calendar.id))
@@ -231,8 +233,7 @@ def _print_list(shown: list[CalendarVersion]) -> None:
         ]
         for v in shown
     ]
-    for line in table_lines(header, rows):
-        typer.echo(line)
+    print_table(header, rows)
 
 
 def _by(version: CalendarVersion) -> str:
@@ -257,9 +258,7 @@ def show(
 ) -> None:
     """Show one calendar's definition and its version."""
     chosen_output = chosen(output, as_json)
-    found = _book(kafka_settings(context)).get(calendar_id)
-    if found is None:
-        raise fail(f"no calendar {calendar_id!r}; `kairos calendars list` shows the calendars")
+    found = _existing(kafka_settings(context), calendar_id)
     render(_as_json(found), chosen_output, lambda: _print_calendar(found))
 
 
@@ -268,8 +267,7 @@ def _print_calendar(found: CalendarVersion) -> None:
         **_version_json(found),
         "calendar": calendar_document([found.calendar])["calendars"][0],
     }
-    text = yaml.safe_dump(document, sort_keys=False, default_flow_style=None, allow_unicode=True)
-    typer.echo(text.rstrip())
+    typer.echo(_yaml(document).rstrip())
 
 
 @app.command("delete")
@@ -281,13 +279,8 @@ def delete(
 ) -> None:
     """Delete a calendar: a `deleted` event for the audit trail, then a tombstone."""
     settings = kafka_settings(context)
-    if calendar_id not in _book(settings):
-        raise fail(f"no calendar {calendar_id!r}; `kairos calendars list` shows the calendars")
-    try:
-        with CalendarsClient(settings, changed_by_or_default(changed_by)) as client:
-            [version] = client.publish([CalendarDelete(calendar_id)], reason)
-    except KairosError as error:
-        raise fail(_refusal(settings, error)) from None
+    _existing(settings, calendar_id)
+    [version] = _publish(settings, [CalendarDelete(calendar_id)], changed_by, reason)
     typer.echo(f"deleted {calendar_id}  (version {version})")
 
 
@@ -334,9 +327,7 @@ def seed(
         )
     except SeedError as error:
         raise fail(str(error)) from None
-    text = yaml.safe_dump(
-        calendar_document([calendar]), sort_keys=False, default_flow_style=None, allow_unicode=True
-    )
+    text = _yaml(calendar_document([calendar]))
     if output is None:
         typer.echo(text, nl=False)
         return
@@ -368,26 +359,13 @@ def _years(text: str) -> range:
     return range(start, end + 1)
 
 
-def _read(file: str) -> tuple[str, Literal["yaml", "json"]]:
-    try:
-        text = sys.stdin.read() if file == "-" else Path(file).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        raise fail(f"cannot read calendars file {file}: {error}") from None
-    suffix = Path(file).suffix.lower()
-    if suffix in (".yaml", ".yml"):
-        return text, "yaml"
-    # JSON is (nearly) YAML, but JSON's parser gives the clearer errors for a JSON document.
-    return text, "json" if suffix == ".json" or text.lstrip().startswith("{") else "yaml"
-
-
 def _book(
     settings: KafkaSettings, consequence: str | None = None, judged_as: Ownership | None = None
 ) -> CalendarBook:
     try:
         book = read_calendars(settings, judged_as=judged_as)
     except KairosError as error:
-        message = _refusal(settings, error)
-        raise fail(f"{message}; {consequence}" if consequence else message) from None
+        raise fail(_refusal(settings, error, consequence)) from None
     if book.skipped:
         first = book.skipped[0]
         typer.echo(
@@ -406,9 +384,41 @@ def _book(
     return book
 
 
-def _refusal(settings: KafkaSettings, error: KairosError) -> str:
+def _existing(settings: KafkaSettings, calendar_id: str) -> CalendarVersion:
+    """The calendar the topic holds as `calendar_id`; a command naming another cannot run."""
+    found = _book(settings).get(calendar_id)
+    if found is None:
+        raise fail(f"no calendar {calendar_id!r}; `kairos calendars list` shows the calendars")
+    return found
+
+
+def _publish(
+    settings: KafkaSettings,
+    edits: list[CalendarEdit],
+    changed_by: str | None,
+    reason: str | None,
+    consequence: str | None = None,
+) -> list[int]:
+    """Publish `edits` and return their versions; a failure says what it means (`consequence`)."""
+    try:
+        with CalendarsClient(settings, changed_by_or_default(changed_by)) as client:
+            return client.publish(edits, reason)
+    except KairosError as error:
+        raise fail(_refusal(settings, error, consequence)) from None
+
+
+def _refusal(settings: KafkaSettings, error: KairosError, consequence: str | None = None) -> str:
+    """The line a failed read or publish of the calendars topic fails with: the ACL the
+    deployment lacks, when that is why, then what it means for the command (`consequence`)."""
     topic = settings.layout.name(TopicRole.CALENDARS)
-    return refused(settings, error, Role.CALENDAR_PUBLISHER, topic) or str(error)
+    message = refused(settings, error, Role.CALENDAR_PUBLISHER, topic) or str(error)
+    return f"{message}; {consequence}" if consequence else message
+
+
+def _yaml(document: dict[str, Any]) -> str:
+    """A calendars document as `show` prints it and `seed` writes it: in its own key order, each
+    list or mapping of plain values (a holiday, the business days) on one line."""
+    return yaml.safe_dump(document, sort_keys=False, default_flow_style=None, allow_unicode=True)
 
 
 def _version_json(version: CalendarVersion) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from typing import Annotated, TypeVar
 import typer
 
 from kairos.cli.options import DedupeUrlOption, ExecutorStateDirOption, fail
-from kairos.cli.output import JsonAliasOption, OutputOption, chosen, render, table_lines
+from kairos.cli.output import JsonAliasOption, OutputOption, chosen, print_table, render
 from kairos.core.errors import KairosError
 from kairos.services.executor.settings import dedupe_store_url
 from kairos.streams.dedupe import SQLITE_SCHEME, open_dedupe_store
@@ -111,7 +111,6 @@ def list_limits(
             typer.echo("no group is limited; `kairos concurrency set owner:TEAM N` limits one")
             return
         rows = [[s.group, str(s.max_running), str(s.running), str(s.waiting)] for s in statuses]
-        for line in table_lines(["GROUP", "LIMIT", "RUNNING", "WAITING"], rows):
-            typer.echo(line)
+        print_table(["GROUP", "LIMIT", "RUNNING", "WAITING"], rows)
 
     render(document, chosen_output, table)

@@ -19,7 +19,7 @@ from kairos.cli.output import JsonAliasOption, OutputOption, as_yaml, chosen, re
 from kairos.cli.partitions import GroupOption
 from kairos.cli.preview_calendars import preview_calendars
 from kairos.cli.reading import TIME_HELP, history_reader, instant_option, text
-from kairos.cli.runs import run_summaries
+from kairos.cli.runs import run_summaries, summary_cells
 from kairos.core.audit import HistoryEvent, changed_by_text
 from kairos.core.calendar import never_fires_reason
 from kairos.core.calendar_rules import Planned
@@ -78,7 +78,7 @@ def describe(
     except KairosError as error:
         raise fail(f"{error} (broker {settings.bootstrap_servers})") from None
     upcoming_fires = upcoming(schedule, after, count, calendars)
-    summaries = sorted(run_summaries(fired, events), key=lambda s: (s["nominal_at"], s["run_id"]))
+    summaries = run_summaries(fired, events)
     document = {
         "schedule": schedule.model_dump(mode="json"),
         "state": "paused" if schedule.paused else "active",
@@ -242,17 +242,7 @@ def _runs_table(document: dict[str, Any]) -> list[str]:
     if not document["last_runs"]:
         return ["  none on the runs topic"]
     header = ["RUN ID", "FIRED AT", "LATENESS", "TICKER", "ATTEMPTS", "OUTCOME"]
-    rows = [
-        [
-            s["run_id"],
-            text(s["fired_at"]) or "-",
-            "-" if s["lateness_ms"] is None else f"{s['lateness_ms']} ms",
-            s["ticker_instance"] or "-",
-            str(s["attempts"]),
-            s["status"] + (f" ({s['commits']} commits!)" if s["commits"] > 1 else ""),
-        ]
-        for s in document["last_runs"]
-    ]
+    rows = [summary_cells(summary) for summary in document["last_runs"]]
     return [f"  {line}" for line in table_lines(header, rows)]
 
 

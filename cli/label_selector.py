@@ -20,7 +20,9 @@ Operator = Literal["=", "!=", "exists", "absent"]
 # Kubernetes' label key (optional DNS prefix, then a name) and value characters, loosely: enough
 # to catch a typo such as a space or a stray operator, without refusing a label Kairos accepts.
 _KEY = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._/-]*[A-Za-z0-9])?$")
+_KEY_RULE = "letters, digits, '.', '_', '-', '/', starting and ending with a letter or digit"
 _VALUE = re.compile(r"^([A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?)?$")
+_VALUE_RULE = "letters, digits, '.', '_', '-'; one operator per requirement"
 _SET_BASED = re.compile(r"\s(in|notin)\s*\(", re.IGNORECASE)
 EXAMPLE = "-l team=billing,tier!=batch,critical,!legacy"
 
@@ -83,18 +85,16 @@ def _requirement(part: str, text: str) -> Requirement:
 
 
 def _key(key: str, part: str, text: str) -> str:
-    if not _KEY.match(key):
-        raise LabelSelectorError(
-            f"label selector {text!r}: {part!r} has no valid label key (letters, digits, "
-            f"'.', '_', '-', '/', starting and ending with a letter or digit), e.g. {EXAMPLE}"
-        )
-    return key
+    return _spelt(_KEY, key, part, text, f"has no valid label key ({_KEY_RULE})")
 
 
 def _value(value: str, part: str, text: str) -> str:
-    if not _VALUE.match(value):
-        raise LabelSelectorError(
-            f"label selector {text!r}: {part!r} has an invalid value {value!r} (letters, "
-            f"digits, '.', '_', '-'; one operator per requirement), e.g. {EXAMPLE}"
-        )
-    return value
+    return _spelt(_VALUE, value, part, text, f"has an invalid value {value!r} ({_VALUE_RULE})")
+
+
+def _spelt(spelling: re.Pattern[str], word: str, part: str, text: str, problem: str) -> str:
+    """`word`, when `spelling` matches it; else the error naming the selector, the `part` of it
+    that holds the word, and the `problem`."""
+    if not spelling.match(word):
+        raise LabelSelectorError(f"label selector {text!r}: {part!r} {problem}, e.g. {EXAMPLE}")
+    return word

@@ -67,6 +67,12 @@ def as_yaml(document: Any) -> str:
     return text.rstrip()
 
 
+def print_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+    """Print `table_lines` on standard output."""
+    for line in table_lines(header, rows):
+        typer.echo(line)
+
+
 def table_lines(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     """Plain columns, each as wide as its widest cell, two spaces apart: easy to `awk`."""
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import typer
 
-from kairos.cli.exit_codes import ExitCode
 from kairos.cli.options import fail, kafka_settings
 from kairos.cli.reading import warn_rejected
-from kairos.cli.schedule_files import SourcesInvalidError, load_sources
+from kairos.cli.schedule_files import SourcesInvalidError, fail_invalid, load_sources
 from kairos.core.errors import KairosError
 from kairos.core.schedule import Schedule
 from kairos.streams.readers.held_schedules import StoredSchedule
@@ -35,11 +34,7 @@ def file_schedules(file: str) -> list[Schedule]:
     try:
         return [one.schedule for one in load_sources([file], owner=None)]
     except SourcesInvalidError as invalid:
-        for one in invalid.invalid:
-            typer.echo(f"error: {one.source}: {len(one.problems)} problem(s):", err=True)
-            for problem in one.problems:
-                typer.echo(f"  - {problem}", err=True)
-        raise typer.Exit(ExitCode.COULD_NOT_RUN) from None
+        raise fail_invalid(invalid.invalid) from None
 
 
 def published_schedules(

@@ -1,4 +1,5 @@
-"""What `replay`, `audit` and `runs` share: time options, a progress bar, and instants as text."""
+"""What `replay`, `audit` and `runs` share: time options, a progress bar, instants as text, and
+run events by run."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn
 
 from kairos.cli.options import fail
+from kairos.core.audit import RunEventRecord
 from kairos.core.run_id import format_instant
 from kairos.core.time_arguments import TimeArgumentError, parse_time
 from kairos.streams.kafka.settings import KafkaSettings
@@ -75,6 +77,27 @@ def jsonable(value: Any) -> Any:
     if isinstance(value, list):
         return [jsonable(item) for item in value]
     return value
+
+
+def events_by_run(events: list[RunEventRecord]) -> dict[str, list[RunEventRecord]]:
+    """Each run's events, in the order read, by run id."""
+    by_run: dict[str, list[RunEventRecord]] = {}
+    for event in events:
+        by_run.setdefault(event.run_id, []).append(event)
+    return by_run
+
+
+def event_document(event: RunEventRecord) -> dict[str, Any]:
+    """One run event as `replay --json` and `runs get` show it."""
+    return {
+        "kind": event.kind,
+        "attempt": event.attempt,
+        "by": event.source,
+        "started_at": event.started_at,
+        "finished_at": event.finished_at,
+        "reason": event.reason,
+        "next_attempt_at": event.next_attempt_at,
+    }
 
 
 @contextmanager

@@ -23,6 +23,8 @@ from kairos.cli.reading import (
     ScheduleFilterOption,
     SinceOption,
     UntilOption,
+    event_document,
+    events_by_run,
     history_reader,
     instant_option,
     jsonable,
@@ -99,9 +101,7 @@ def _entries(
 ) -> Iterator[dict[str, Any]]:
     """The window's story: the schedule changes, then the fires with their steps, then skips."""
     yield from _change_entries(history)
-    story: dict[str, list[RunEventRecord]] = {}
-    for run_event in events:
-        story.setdefault(run_event.run_id, []).append(run_event)
+    story = events_by_run(events)
     seen: set[str] = set()
     for run in sorted(fired, key=lambda r: (r.partition, r.offset)):
         steps = story.get(run.run_id, [])
@@ -120,7 +120,7 @@ def _entries(
             # A second commit of a fire is a duplicate; an attempt above 1 is a retry request.
             "duplicate": run.attempt == 1 and run.run_id in seen,
             "outcome": steps[-1].kind if steps else None,
-            "events": [_event_document(step) for step in steps],
+            "events": [event_document(step) for step in steps],
         }
         if run.attempt == 1:
             seen.add(run.run_id)
@@ -161,18 +161,6 @@ def _change_entries(history: list[HistoryEvent]) -> Iterator[dict[str, Any]]:
                 for name, (old, new) in changed_fields(before, event.definition).items()
             },
         }
-
-
-def _event_document(event: RunEventRecord) -> dict[str, Any]:
-    return {
-        "kind": event.kind,
-        "attempt": event.attempt,
-        "by": event.source,
-        "started_at": event.started_at,
-        "finished_at": event.finished_at,
-        "reason": event.reason,
-        "next_attempt_at": event.next_attempt_at,
-    }
 
 
 def _line(entry: dict[str, Any]) -> str:

@@ -79,14 +79,9 @@ def trigger(
             f"--at {format_instant(instant)} is in the future: a trigger runs now or re-runs a "
             "past instant; for a later one-off run, apply a schedule with `at:`",
         )
+    instants = (instant, instant)
     ask = _Ask(
-        schedule_id,
-        RerunKind.TRIGGER,
-        (instant, instant),
-        _checked(request_id),
-        overlap,
-        reason,
-        (changed_by_or_default(changed_by), now),
+        schedule_id, RerunKind.TRIGGER, instants, request_id, overlap, reason, changed_by, now
     )
     _publish(context, ask, output, counted=None)
 
@@ -116,13 +111,7 @@ def backfill(
             "that are due already; future ones fire on schedule",
         )
     ask = _Ask(
-        schedule_id,
-        RerunKind.BACKFILL,
-        (first, last),
-        _checked(request_id),
-        overlap,
-        reason,
-        (changed_by_or_default(changed_by), now),
+        schedule_id, RerunKind.BACKFILL, (first, last), request_id, overlap, reason, changed_by, now
     )
     _publish(context, ask, output, counted=MAX_BACKFILL_RUNS)
 
@@ -148,7 +137,7 @@ def _checked(request_id: str | None) -> str | None:
 
 @dataclass(frozen=True)
 class _Ask:
-    """What the command asks, before the definition it asks it of is read."""
+    """What the command's options ask, as given: `_publish` checks them before it reads."""
 
     schedule_id: str
     kind: RerunKind
@@ -156,20 +145,8 @@ class _Ask:
     request_id: str | None
     overlap: OverlapPolicy | None
     reason: str | None
-    requested: tuple[str, datetime]
-
-    def of(self, definition_offset: int) -> RerunRequest:
-        """The request of the definition read at `definition_offset` (its default id's)."""
-        return rerun_request(
-            self.schedule_id,
-            self.kind,
-            self.instants,
-            request_id=self.request_id,
-            overlap=self.overlap,
-            reason=self.reason,
-            requested=self.requested,
-            definition_offset=definition_offset,
-        )
+    changed_by: str | None
+    asked_at: datetime
 
 
 def _publish(
@@ -179,12 +156,24 @@ def _publish(
     *,
     counted: int | None,
 ) -> None:
-    """Read the schedule, then publish the request `ask` makes of the definition read."""
+    """Read the schedule, then publish the request `ask` makes of the definition read (the
+    default request id is made of that definition's offset)."""
+    request_id = _checked(ask.request_id)
+    requested = (changed_by_or_default(ask.changed_by), ask.asked_at)
     settings = kafka_settings(context)
     try:
-        with SchedulesClient(settings, ask.requested[0]) as client:
+        with SchedulesClient(settings, requested[0]) as client:
             stored = client.get(ask.schedule_id)
-            request = ask.of(stored.offset)
+            request = rerun_request(
+                ask.schedule_id,
+                ask.kind,
+                ask.instants,
+                request_id=request_id,
+                overlap=ask.overlap,
+                reason=ask.reason,
+                requested=requested,
+                definition_offset=stored.offset,
+            )
             runs = _runs(stored.schedule, request, counted)
             partition = client.request_rerun(request)
     except KairosError as error:

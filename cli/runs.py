@@ -16,6 +16,8 @@ from kairos.cli.reading import (
     ScheduleFilterOption,
     SinceOption,
     UntilOption,
+    event_document,
+    events_by_run,
     history_reader,
     instant_option,
     text,
@@ -62,7 +64,7 @@ def list_(
             events = reader.run_events(keep=lambda e: wanted(e.schedule_id, e.nominal))
     except KairosError as error:
         raise fail(f"{error} (broker {settings.bootstrap_servers})") from None
-    summaries = sorted(run_summaries(fired, events), key=lambda s: (s["nominal_at"], s["run_id"]))
+    summaries = run_summaries(fired, events)
     shown = summaries[-limit:]
     render(shown, chosen_output, lambda: _print_runs(shown))
     if len(summaries) > limit:
@@ -76,27 +78,31 @@ def _print_runs(shown: list[dict[str, Any]]) -> None:
     table = Table(show_edge=False, pad_edge=False)
     for header in ("RUN ID", "FIRED AT", "LATENESS", "TICKER", "ATTEMPTS", "STATUS"):
         table.add_column(header, no_wrap=True)
-    for s in shown:
-        duplicate = f" ({s['commits']} commits!)" if s["commits"] > 1 else ""
-        table.add_row(
-            s["run_id"],
-            text(s["fired_at"]) or "-",
-            "-" if s["lateness_ms"] is None else f"{s['lateness_ms']} ms",
-            s["ticker_instance"] or "-",
-            str(s["attempts"]),
-            s["status"] + duplicate,
-        )
+    for summary in shown:
+        table.add_row(*summary_cells(summary))
     wide_console().print(table)
 
 
+def summary_cells(summary: dict[str, Any]) -> list[str]:
+    """A run summary's row of the runs table, which `runs list` and `describe` both print."""
+    commits = summary["commits"]
+    return [
+        summary["run_id"],
+        text(summary["fired_at"]) or "-",
+        "-" if summary["lateness_ms"] is None else f"{summary['lateness_ms']} ms",
+        summary["ticker_instance"] or "-",
+        str(summary["attempts"]),
+        summary["status"] + (f" ({commits} commits!)" if commits > 1 else ""),
+    ]
+
+
 def run_summaries(fired: list[FiredRun], events: list[RunEventRecord]) -> list[dict[str, Any]]:
+    """One summary of each run, by nominal instant, then run id."""
     fires: dict[str, list[FiredRun]] = {}
     for run in fired:
         if run.attempt == 1:
             fires.setdefault(run.run_id, []).append(run)
-    story: dict[str, list[RunEventRecord]] = {}
-    for event in events:
-        story.setdefault(event.run_id, []).append(event)
+    story = events_by_run(events)
     summaries = []
     for run_id in fires.keys() | story.keys():
         commits = fires.get(run_id, [])
@@ -117,7 +123,7 @@ def run_summaries(fired: list[FiredRun], events: list[RunEventRecord]) -> list[d
                 "status": _status(commits, steps),
             }
         )
-    return summaries
+    return sorted(summaries, key=lambda s: (s["nominal_at"], s["run_id"]))
 
 
 def _status(commits: list[FiredRun], steps: list[RunEventRecord]) -> str:
@@ -193,19 +199,7 @@ def _story(
             }
             for r in fired
         ],
-        "events": [
-            {
-                "kind": e.kind,
-                "attempt": e.attempt,
-                "by": e.source,
-                "started_at": e.started_at,
-                "finished_at": e.finished_at,
-                "reason": e.reason,
-                "next_attempt_at": e.next_attempt_at,
-                "offset": e.offset,
-            }
-            for e in events
-        ],
+        "events": [{**event_document(e), "offset": e.offset} for e in events],
         "version": None if version is None else _version_document(version),
     }
 

@@ -20,6 +20,7 @@ from kairos.cli.output import Format, JsonAliasOption, OutputOption, chosen, ren
 from kairos.cli.reading import (
     ScheduleFilterOption,
     SinceOption,
+    events_by_run,
     history_reader,
     instant_option,
     text,
@@ -86,9 +87,7 @@ def late_runs(
     now: datetime,
 ) -> list[dict[str, Any]]:
     """One row per (run, deadline) missed: reported by an executor, or judged from the topics."""
-    story: dict[str, list[RunEventRecord]] = {}
-    for event in events:
-        story.setdefault(event.run_id, []).append(event)
+    story = events_by_run(events)
     rows = [_reported(event) for event in events if event.kind == "deadline_missed"]
     reported = {(row["run_id"], row["deadline"]) for row in rows}
     for run in {r.run_id: r for r in fired}.values():

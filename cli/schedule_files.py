@@ -10,10 +10,14 @@ naming both.
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+import typer
+
+from kairos.cli.exit_codes import ExitCode
 from kairos.core.errors import KairosError
 from kairos.core.job_kinds import job_problems
 from kairos.core.schedule import (
@@ -54,6 +58,17 @@ class SourcesInvalidError(KairosError):
     def __init__(self, invalid: list[SourceProblems]) -> None:
         self.invalid = tuple(invalid)
         super().__init__("; ".join(f"{one.source}: {', '.join(one.problems)}" for one in invalid))
+
+
+def fail_invalid(invalid: Iterable[SourceProblems], consequence: str = "") -> typer.Exit:
+    """Print each file's problems, a line counting them then one a line, and return the exit to
+    raise: the command could not run. `consequence` says what that means, e.g. that nothing was
+    published."""
+    for one in invalid:
+        typer.echo(f"error: {one.source}: {len(one.problems)} problem(s){consequence}:", err=True)
+        for problem in one.problems:
+            typer.echo(f"  - {problem}", err=True)
+    return typer.Exit(ExitCode.COULD_NOT_RUN)
 
 
 def schedule_files(files: list[str], recursive: bool) -> list[str]:
@@ -109,7 +124,7 @@ def load_sources(files: list[str], owner: str | None) -> list[SourcedSchedule]:
     invalid: list[SourceProblems] = []
     for source in files:
         try:
-            schedules = load_schedules(*read_source(source))
+            schedules = load_schedules(*read_source(source, "schedules"))
             problems = [
                 *_owner_problems(schedules, owner),
                 *(p for index, s in enumerate(schedules) for p in job_problems(s, index)),
@@ -131,12 +146,13 @@ def load_sources(files: list[str], owner: str | None) -> list[SourcedSchedule]:
     return loaded
 
 
-def read_source(source: str) -> tuple[str, Literal["yaml", "json"]]:
-    """A file's (or stdin's) text and its format: by extension, else by content."""
+def read_source(source: str, what: str) -> tuple[str, Literal["yaml", "json"]]:
+    """A file's (or stdin's) text and its format: by extension, else by content. `what` the file
+    holds (schedules, calendars) names it when it cannot be read."""
     try:
         text = sys.stdin.read() if source == STDIN else Path(source).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
-        raise ApplySourceError(f"cannot read schedules file {source}: {error}") from None
+        raise ApplySourceError(f"cannot read {what} file {source}: {error}") from None
     suffix = Path(source).suffix.lower()
     if suffix == ".json":
         return text, "json"

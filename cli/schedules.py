@@ -15,12 +15,11 @@ import typer
 from kairos.cli.describe import describe
 from kairos.cli.label_selector import LabelSelectorError, parse_selector
 from kairos.cli.options import fail, kafka_settings
-from kairos.cli.output import Format, JsonAliasOption, OutputOption, chosen, render, table_lines
+from kairos.cli.output import Format, JsonAliasOption, OutputOption, chosen, print_table, render
 from kairos.cli.reading import reader_for, warn_rejected
 from kairos.core.errors import KairosError
 from kairos.core.schedule import Schedule
 from kairos.streams.client.schedule_publisher import SchedulesClient
-from kairos.streams.kafka.settings import KafkaSettings
 from kairos.streams.readers.held_schedules import StoredSchedule
 
 ChangedByOption = Annotated[
@@ -119,8 +118,7 @@ def _print_table(shown: list[StoredSchedule]) -> None:
         for s in shown
     ]
     header = ["ID", "TRIGGER", "TIMEZONE", "STATE", "OWNER", "LABELS", "CHANGED AT", "CHANGED BY"]
-    for line in table_lines(header, rows):
-        typer.echo(line)
+    print_table(header, rows)
 
 
 @app.command("get")
@@ -163,62 +161,50 @@ def awaiting_text(schedule_id: str, offsets: list[int]) -> str:
     )
 
 
-@app.command("delete")
-def delete(
-    context: typer.Context,
-    schedule_id: ScheduleIdArgument,
-    reason: ReasonOption = None,
-    changed_by: ChangedByOption = None,
-) -> None:
+_Change = Callable[[SchedulesClient, str, str | None], None]
+
+
+def _change_command(name: str, done: str) -> Callable[[_Change], Callable[..., None]]:
+    """Register the decorated change as `kairos schedules NAME ID`, with its docstring as the
+    command's help: the command publishes the change, then says the schedule is `done`."""
+
+    def register(change: _Change) -> Callable[..., None]:
+        def command(
+            context: typer.Context,
+            schedule_id: ScheduleIdArgument,
+            reason: ReasonOption = None,
+            changed_by: ChangedByOption = None,
+        ) -> None:
+            settings = kafka_settings(context)
+            try:
+                with SchedulesClient(settings, changed_by_or_default(changed_by)) as client:
+                    change(client, schedule_id, reason)
+            except KairosError as error:
+                raise fail(str(error)) from None
+            typer.echo(f"{done} {schedule_id}")
+
+        command.__doc__ = change.__doc__
+        return app.command(name)(command)
+
+    return register
+
+
+@_change_command("delete", "deleted")
+def delete(client: SchedulesClient, schedule_id: str, reason: str | None) -> None:
     """Delete a schedule: a `deleted` event, then a tombstone."""
-    _change(
-        lambda client: client.delete(schedule_id, reason),
-        changed_by,
-        kafka_settings(context),
-    )
-    typer.echo(f"deleted {schedule_id}")
+    client.delete(schedule_id, reason)
 
 
-@app.command("pause")
-def pause(
-    context: typer.Context,
-    schedule_id: ScheduleIdArgument,
-    reason: ReasonOption = None,
-    changed_by: ChangedByOption = None,
-) -> None:
+@_change_command("pause", "paused")
+def pause(client: SchedulesClient, schedule_id: str, reason: str | None) -> None:
     """Pause a schedule: no run fires until it is resumed."""
-    _change(
-        lambda client: client.pause(schedule_id, reason),
-        changed_by,
-        kafka_settings(context),
-    )
-    typer.echo(f"paused {schedule_id}")
+    client.pause(schedule_id, reason)
 
 
-@app.command("resume")
-def resume(
-    context: typer.Context,
-    schedule_id: ScheduleIdArgument,
-    reason: ReasonOption = None,
-    changed_by: ChangedByOption = None,
-) -> None:
+@_change_command("resume", "resumed")
+def resume(client: SchedulesClient, schedule_id: str, reason: str | None) -> None:
     """Resume a paused schedule; occurrences that fell inside the pause do not run."""
-    _change(
-        lambda client: client.resume(schedule_id, reason),
-        changed_by,
-        kafka_settings(context),
-    )
-    typer.echo(f"resumed {schedule_id}")
-
-
-def _change(
-    action: Callable[[SchedulesClient], None], changed_by: str | None, settings: KafkaSettings
-) -> None:
-    try:
-        with SchedulesClient(settings, changed_by_or_default(changed_by)) as client:
-            action(client)
-    except KairosError as error:
-        raise fail(str(error)) from None
+    client.resume(schedule_id, reason)
 
 
 def trigger_text(schedule: Schedule) -> str:

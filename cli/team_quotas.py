@@ -12,7 +12,7 @@ from typing import Annotated, Any
 import typer
 
 from kairos.cli.options import fail, kafka_settings, refused
-from kairos.cli.output import JsonAliasOption, OutputOption, chosen, render, table_lines
+from kairos.cli.output import JsonAliasOption, OutputOption, chosen, print_table, render
 from kairos.cli.schedules import ChangedByOption, changed_by_or_default
 from kairos.core.errors import KairosError
 from kairos.core.ownership import Team
@@ -69,6 +69,17 @@ def registered_team(settings: KafkaSettings, team: str, role: Role) -> Team | No
     return None if change is None else change.team
 
 
+def publish_team(
+    settings: KafkaSettings, team: str, registered: Team | None, changed_by: str | None
+) -> None:
+    """Publish `team`'s registration (`None`: its removal); a refused write names the grant an
+    operator needs."""
+    try:
+        publish_team_change(settings, team, registered, changed_by_or_default(changed_by))
+    except KairosError as error:
+        raise fail(refused(settings, error, Role.OPERATOR) or str(error)) from error
+
+
 def set_quota(
     context: typer.Context,
     team: TeamArgument,
@@ -89,10 +100,7 @@ def set_quota(
         _limit("--max-fires-per-minute", max_fires_per_minute, current.quota.max_fires_per_minute),
     )
     updated = Team(current.name, current.public_keys, current.admin, quota)
-    try:
-        publish_team_change(settings, team, updated, changed_by_or_default(changed_by))
-    except KairosError as error:
-        raise fail(refused(settings, error, Role.OPERATOR) or str(error)) from error
+    publish_team(settings, team, updated, changed_by)
     typer.echo(f"team {team}: {describe_quota(quota)}")
 
 
@@ -183,4 +191,4 @@ def _print(document: dict[str, Any]) -> None:
         for entry in document["by_partition"]
     ]
     headers = ["PARTITION", "SCHEDULES/SHARE", "FIRES A MINUTE/SHARE"]
-    typer.echo("\n".join(table_lines(headers, rows)))
+    print_table(headers, rows)

@@ -20,16 +20,23 @@ from typing import Annotated
 
 import typer
 
-from kairos.cli.options import fail, kafka_settings, refused
-from kairos.cli.output import JsonAliasOption, OutputOption, chosen, render, table_lines
-from kairos.cli.schedules import ChangedByOption, changed_by_or_default
-from kairos.cli.team_quotas import describe_quota, quota, registered_team, set_quota
+from kairos.cli.options import fail, kafka_settings
+from kairos.cli.output import JsonAliasOption, OutputOption, chosen, print_table, render
+from kairos.cli.schedules import ChangedByOption
+from kairos.cli.team_quotas import (
+    TeamArgument,
+    describe_quota,
+    publish_team,
+    quota,
+    registered_team,
+    set_quota,
+)
 from kairos.core.errors import KairosError
 from kairos.core.ownership import Team, TeamDefinitionError
 from kairos.core.quotas import UNLIMITED
 from kairos.streams.kafka.acls import Role
 from kairos.streams.readers.history import HistoryReader
-from kairos.streams.readers.team_events import TeamFeed, publish_team_change
+from kairos.streams.readers.team_events import TeamFeed
 from kairos.streams.wire.signing import SigningKeyError, new_signing_key
 
 app = typer.Typer(
@@ -38,8 +45,6 @@ app = typer.Typer(
 )
 app.command("set-quota")(set_quota)
 app.command("quota")(quota)
-
-TeamArgument = Annotated[str, typer.Argument(help="The team's name, e.g. payments-eu.")]
 
 
 def key_fingerprint(public_key: bytes) -> str:
@@ -98,10 +103,7 @@ def put(
     settings = kafka_settings(context)
     current = registered_team(settings, team, Role.OPERATOR)
     registered = Team(team, keys, admin, UNLIMITED if current is None else current.quota)
-    try:
-        publish_team_change(settings, team, registered, changed_by_or_default(changed_by))
-    except KairosError as error:
-        raise fail(refused(settings, error, Role.OPERATOR) or str(error)) from error
+    publish_team(settings, team, registered, changed_by)
     typer.echo(f"team {team} registered with {len(keys)} key{'s' if len(keys) > 1 else ''}")
 
 
@@ -109,11 +111,7 @@ def put(
 def remove(context: typer.Context, team: TeamArgument, changed_by: ChangedByOption = None) -> None:
     """Remove a team: every change signed by it is refused from then on. Its schedules stay,
     owned by a name no key signs for, until an administrators' team moves or deletes them."""
-    settings = kafka_settings(context)
-    try:
-        publish_team_change(settings, team, None, changed_by_or_default(changed_by))
-    except KairosError as error:
-        raise fail(refused(settings, error, Role.OPERATOR) or str(error)) from error
+    publish_team(kafka_settings(context), team, None, changed_by)
     typer.echo(f"team {team} removed")
 
 
@@ -157,7 +155,7 @@ def list_teams(
     render(
         document,
         chosen(output, as_json),
-        lambda: typer.echo("\n".join(table_lines(headers, rows))),
+        lambda: print_table(headers, rows),
     )
 
 
@@ -190,5 +188,5 @@ def rejections(
     render(
         document,
         chosen(output, as_json),
-        lambda: typer.echo("\n".join(table_lines(["REFUSED", "SCHEDULE", "REASON"], rows))),
+        lambda: print_table(["REFUSED", "SCHEDULE", "REASON"], rows),
     )
