@@ -56,15 +56,29 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from kairos.core.concurrency import DEFAULT_OWNER_SHARE, GroupStatus
 from kairos.core.errors import KairosError
 from kairos.core.overlap import RunState
 from kairos.core.schedule import OverlapPolicy
 
-if TYPE_CHECKING:
-    from kairos.streams.dedupe.deadlines import MissedDeadline
+
+class DeadlineKind(StrEnum):
+    START_BY = "start_by"
+    FINISH_BY = "finish_by"
+
+
+@dataclass(frozen=True, slots=True)
+class MissedDeadline:
+    """A deadline reported missed by this sweep; `value` is the run's `RunRequested`."""
+
+    run_id: str
+    schedule_id: str
+    deadline: DeadlineKind
+    due_by: datetime
+    reason: str
+    value: bytes
 
 
 class DedupeStoreError(KairosError):

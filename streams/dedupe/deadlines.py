@@ -20,34 +20,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from enum import StrEnum
 
 from kairos.core.instants import epoch_ms, from_epoch_ms
 from kairos.core.run_id import format_instant
-from kairos.streams.dedupe.base import EventKind, RunRequest
+from kairos.streams.dedupe.base import DeadlineKind, EventKind, MissedDeadline, RunRequest
 from kairos.streams.dedupe.database import Connection, Database
 from kairos.streams.dedupe.outbox import NewEvent, write_event
 
 _SWEEP_BATCH = 500
 _NOT_RUN = ("skipped", "cancelled")
 """Runs deliberately not run (overlap skip, replaced): never late."""
-
-
-class DeadlineKind(StrEnum):
-    START_BY = "start_by"
-    FINISH_BY = "finish_by"
-
-
-@dataclass(frozen=True, slots=True)
-class MissedDeadline:
-    """A deadline reported missed by this sweep; `value` is the run's `RunRequested`."""
-
-    run_id: str
-    schedule_id: str
-    deadline: DeadlineKind
-    due_by: datetime
-    reason: str
-    value: bytes
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,8 +12,13 @@ from dataclasses import replace
 from datetime import timedelta
 
 from kairos.streams.dedupe import open_dedupe_store
-from kairos.streams.dedupe.base import DedupeStore, EventKind, RunRequest
-from kairos.streams.dedupe.deadlines import DeadlineKind, MissedDeadline
+from kairos.streams.dedupe.base import (
+    DeadlineKind,
+    DedupeStore,
+    EventKind,
+    MissedDeadline,
+    RunRequest,
+)
 from tests.local.test_dedupe_contract import BROKEN, OK, SHELL, T0, drain, run_request
 
 MINUTE = timedelta(minutes=1)
