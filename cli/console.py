@@ -42,7 +42,8 @@ def console(context: typer.Context, log_level: LogLevelOption = "INFO", **settin
     except KairosError as error:
         raise fail(str(error)) from error
     except OSError as error:
-        listen = ":".join(str(part) for part in settings["listen"])
+        host, port = settings["listen"]
+        listen = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         raise fail(f"--listen {listen}: {error.strerror}; choose another host:port") from error
 
 

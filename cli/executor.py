@@ -56,7 +56,10 @@ def _served_kinds(
             "run by nobody"
         )
     if kinds is not None:
-        return comma_list(kinds)
+        try:
+            return comma_list(kinds)
+        except ValueError as error:
+            raise fail(f"--kinds {error}") from None
     if not own_group:
         return BUILT_IN_KINDS | ({"python"} if registry.names else set())
     if registry.names:

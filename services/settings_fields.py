@@ -2,9 +2,9 @@
 and one environment variable, derived from the field (`kairos.cli.settings_options`).
 
 A field says here only what its name and type cannot: an environment variable other than
-`KAIROS_<FIELD>` (the names deployments already use), a flag other than `--<field-name>`, how
-to read its text, or bounds the flag checks as it is read. Its help is its docstring: one place
-documents each setting for `--help`, the docs and the code.
+`KAIROS_<FIELD>` (the names deployments already use), a flag other than `--<field-name>`, or how
+to read its text. Bounds are the field's own, checked by the model. Its help is its docstring:
+one place documents each setting for `--help`, the docs and the code.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ from typing import Annotated
 from pydantic import Field, model_validator
 
 from kairos.core.durations import parse_duration
-from kairos.core.pools import DEFAULT_POOL, Pool
+from kairos.core.pools import DEFAULT_POOL, Pool, pool_name
 from kairos.services.executor.jobs import JOB_KINDS
 from kairos.services.executor.runtime_policy import RuntimePolicy, load_runtime_policy
 from kairos.services.probes import DEFAULT_METRICS_HOST
@@ -27,8 +27,17 @@ def dedupe_store_url(state_dir: Path, dedupe_url: str | None) -> str:
 
 
 def comma_list(text: str) -> frozenset[str]:
-    """The items of a comma-separated option, blanks dropped."""
-    return frozenset(item.strip() for item in text.split(",") if item.strip())
+    """The items of a comma-separated option, blanks dropped; raises `ValueError` when it names
+    none (leaving the option out is how to ask for its default)."""
+    items = frozenset(item.strip() for item in text.split(",") if item.strip())
+    if not items:
+        raise ValueError(f"{text!r} names nothing; list names separated by commas")
+    return items
+
+
+def pool_list(text: str) -> frozenset[str]:
+    """The pools of `--pool`, each a valid pool name (`PoolNameError` says what to write)."""
+    return frozenset(pool_name(pool) for pool in comma_list(text))
 
 
 _Duration = Setting(parse=parse_duration, metavar="DURATION")
@@ -67,7 +76,7 @@ class ExecutorSettings(ServiceSettings):
     run them (another consumer group), runs of unknown kinds are dead-lettered."""
     pools: Annotated[
         frozenset[Pool],
-        Setting(env="KAIROS_EXECUTOR_POOLS", flag="--pool", parse=comma_list, metavar="POOLS"),
+        Setting(env="KAIROS_EXECUTOR_POOLS", flag="--pool", parse=pool_list, metavar="POOLS"),
     ] = frozenset({DEFAULT_POOL})
     """Comma-separated pools whose runs this executor takes (a schedule's pool; default:
     default); another pool than default needs a --group-id of its own."""

@@ -62,7 +62,7 @@ class TickerSettings(ServiceSettings):
     """The mode the deployment is switching from: take over partitions last committed in it
     too. Without it a ticker refuses (exit 2) a partition last committed in another mode than
     --ownership; drop it once `kairos partitions` shows every partition in the new mode."""
-    signature_max_age_s: float = Field(default=300, gt=0)
+    signature_max_age_s: float = Field(default=300, ge=1)
     """With --ownership signed: seconds a change's signing may lie from when the broker appended
     it; a record replayed later is refused."""
 

@@ -14,13 +14,14 @@ C = TypeVar("C")
 
 
 class ThreadConnections(Generic[C]):
-    """This thread's connection (made by `connect` on first use), and every thread's to close."""
+    """This thread's connection (made by `connect` on first use), and every live thread's to
+    close."""
 
     def __init__(self, connect: Callable[[], C], close: Callable[[C], None]) -> None:
         self._connect = connect
         self._close = close
         self._local = threading.local()
-        self._all: list[C] = []
+        self._of_thread: dict[threading.Thread, C] = {}
         self._lock = threading.Lock()
 
     def get(self) -> C:
@@ -29,7 +30,12 @@ class ThreadConnections(Generic[C]):
             connection = self._connect()
             self._local.connection = connection
             with self._lock:
-                self._all.append(connection)
+                # A thread that ended left its connection to its thread-local, which frees it:
+                # kept here, a console's short-lived page threads would each leak one.
+                self._of_thread = {
+                    thread: kept for thread, kept in self._of_thread.items() if thread.is_alive()
+                }
+                self._of_thread[threading.current_thread()] = connection
         return connection
 
     def drop(self) -> None:
@@ -40,12 +46,12 @@ class ThreadConnections(Generic[C]):
         if connection is None:
             return
         with self._lock:
-            self._all = [other for other in self._all if other is not connection]
+            self._of_thread.pop(threading.current_thread(), None)
         self._closed(connection)
 
     def close_all(self) -> None:
         with self._lock:
-            connections, self._all = self._all, []
+            connections, self._of_thread = list(self._of_thread.values()), {}
         for connection in connections:
             self._closed(connection)
 

@@ -13,7 +13,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 SQLITE_SCHEME = "sqlite:///"
 POSTGRESQL_SCHEMES = ("postgresql://", "postgres://")
@@ -128,11 +127,10 @@ def connect_postgresql(url: str) -> Any:
 
 
 def shown_url(url: str) -> str:
-    """The URL without its password, for messages and logs."""
-    parts = urlsplit(url)
-    if parts.password is None:
+    """The URL without its password, for messages and logs. Split by hand, not parsed: a
+    password may hold `?` or `#`, and a malformed port must not make the message itself fail."""
+    scheme, separator, rest = url.partition("://")
+    credentials, at, host = rest.rpartition("@")
+    if not at or ":" not in credentials:
         return url
-    host = parts.hostname or ""
-    host = f"[{host}]" if ":" in host else host
-    netloc = f"{parts.username}:***@{host}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit(parts._replace(netloc=netloc))
+    return f"{scheme}{separator}{credentials.split(':', 1)[0]}:***@{host}"

@@ -10,6 +10,7 @@ import json
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from operator import itemgetter
 from typing import Any
 
 from kairos.core.definitions import shared_definition
@@ -332,7 +333,10 @@ def run_requested_record(
     }
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen: a frozen dataclass sets each of its 21 fields through object.__setattr__, and
+# reading a record cost 3.3 us that way against 0.5 us, beside about 10 us to decode it, once
+# per record of every executor's intake and every history read. Read it, never change it.
+@dataclass(slots=True)
 class RunRequestedRecord:
     """A decoded `RunRequested` as every reader reads it (`read_run_requested`): the schema's
     fields by name and type, instants aware UTC, durations in milliseconds as on the wire."""
@@ -365,12 +369,12 @@ class RunRequestedRecord:
         return str(self.job["kind"])
 
 
-_RUN_REQUESTED_FIELDS = RunRequestedRecord.__dataclass_fields__
+_RUN_REQUESTED_FIELDS = itemgetter(*RunRequestedRecord.__dataclass_fields__)
 
 
 def read_run_requested(record: dict[str, Any]) -> RunRequestedRecord:
     """The run a decoded `RunRequested` record asks for: the one reading of its fields."""
-    return RunRequestedRecord(**{name: record[name] for name in _RUN_REQUESTED_FIELDS})
+    return RunRequestedRecord(*_RUN_REQUESTED_FIELDS(record))
 
 
 def _run_deadline(deadline: Deadline | None) -> dict[str, int | None]:
