@@ -76,6 +76,28 @@ def alive(pid: int) -> bool:
     return state != "Z"
 
 
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid` now (children, theirs, ...), read from /proc."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            parents[int(entry.name)] = int(
+                (entry / "stat").read_text().rsplit(")", 1)[1].split()[1]
+            )
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+    found: list[int] = []
+    frontier = [pid]
+    while frontier:
+        children = [child for child, parent in parents.items() if parent == frontier[-1]]
+        frontier.pop()
+        found += children
+        frontier += children
+    return found
+
+
 def wait_for_pid(path: Path, timeout_s: float = 10.0) -> int:
     deadline = time.monotonic() + timeout_s
     while not path.exists() or not path.read_text().strip():

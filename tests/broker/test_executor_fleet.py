@@ -15,6 +15,7 @@ from kairos.services.executor.fleet import SeparateStoresError, StoreGuard, adve
 from kairos.streams.dedupe import open_dedupe_store, sqlite_url
 from tests.helpers import eventually
 from tests.processes import ServiceProcess
+from tests.shell_jobs import alive, descendants
 
 if TYPE_CHECKING:
     from tests.broker.conftest import Launcher, RunsTopic
@@ -76,9 +77,18 @@ def test_executors_sharing_a_store_execute_each_run_once_when_one_is_killed_mid_
             message="no run started",
         )
         victim = executors[running[0]["executor_instance"]]
+        doomed = descendants(victim.pid)
+        assert len(doomed) >= 2, "the victim's job watchdog and its started job run below it"
         victim.kill()
         survivors.remove(victim)
-        # A job of the victim still running now (it must have died with it) would add a line.
+        # Its jobs end with it (their supervisors' death signal, its watchdog), moments after,
+        # not in the same instant: the gate opens once they are gone, so a line added by a job
+        # that outlived its executor fails the test below, and none races the gate.
+        eventually(
+            lambda: not any(alive(pid) for pid in doomed),
+            timeout_s=30,
+            message="a job of the killed executor outlived it",
+        )
         gate.touch()
         ids = sorted(run["run_id"] for run in batch)
         eventually(
