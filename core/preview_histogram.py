@@ -16,6 +16,7 @@ are computed), with a message saying how to narrow it.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
@@ -98,19 +99,18 @@ class Histogram:
 
     def peak(self) -> Peak | None:
         """The minute most fires are due in (the earliest of equals), or `None` if none."""
-        if not self.minutes:
-            return None
-        minute = min(self.minutes, key=lambda m: (-self.minutes[m].fires, m))
-        load = self.minutes[minute]
-        return Peak(minute_instant(minute), load.fires, load.schedules)
+        return self._peak(lambda load: (load.fires, load.schedules))
 
     def peak_with_jitter(self) -> Peak | None:
         """The minute most fires start in once jitter is added, or `None` if none."""
+        return self._peak(lambda load: (load.fires_with_jitter, load.schedules_with_jitter))
+
+    def _peak(self, counts: Callable[[MinuteLoad], tuple[int, int]]) -> Peak | None:
+        """The minute with the most fires by `counts` (fires, schedules), the earliest of equals."""
         if not self.minutes:
             return None
-        minute = min(self.minutes, key=lambda m: (-self.minutes[m].fires_with_jitter, m))
-        load = self.minutes[minute]
-        return Peak(minute_instant(minute), load.fires_with_jitter, load.schedules_with_jitter)
+        minute = min(self.minutes, key=lambda m: (-counts(self.minutes[m])[0], m))
+        return Peak(minute_instant(minute), *counts(self.minutes[minute]))
 
     def busiest(self, top: int) -> list[tuple[int, MinuteLoad]]:
         """The `top` busiest minutes: by the larger of their two counts, then by fires due,

@@ -33,6 +33,7 @@ from kairos.services.executor.admission import ServedJobs
 from kairos.services.executor.attempts import Clock
 from kairos.services.executor.clients import ConfluentExecutorClients, ExecutorClients
 from kairos.services.executor.handlers import Handlers
+from kairos.services.executor.intake import TurnParts
 from kairos.services.executor.metrics import ExecutorMetrics
 from kairos.services.executor.offsets import OffsetMarks
 from kairos.services.executor.pool_watch import PoolWatch, served_pools
@@ -215,11 +216,9 @@ class Executor:
             on_revoke=failures.guarded(rebalance.on_revoke),
             on_lost=failures.guarded(rebalance.on_lost),
         )
-        return ExecutorTurn(
+        parts = TurnParts(
             session=session,
-            workers=workers,
             marks=marks,
-            callback_failures=failures,
             served=self.served,
             codec=self.codecs.run_requested,
             settings=self.settings,
@@ -227,6 +226,7 @@ class Executor:
             access=self._access,
             clock=self.clock,
         )
+        return ExecutorTurn(parts, workers, failures)
 
 
 def run_executor(

@@ -17,19 +17,10 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
 from kairos.core.errors import KairosError
-from kairos.services.executor.admission import ServedJobs
-from kairos.services.executor.attempts import Clock
-from kairos.services.executor.intake import Intake
-from kairos.services.executor.metrics import ExecutorMetrics
-from kairos.services.executor.offsets import OffsetMarks
+from kairos.services.executor.intake import Intake, TurnParts, raise_unless_retryable
 from kairos.services.executor.rebalance import CallbackFailures
-from kairos.services.executor.session import ExecutorSession
-from kairos.services.executor.settings import ExecutorSettings
 from kairos.services.executor.workers import AttemptWorkers
 from kairos.streams.dedupe.base import DedupeStoreError, OutboxEvent
-from kairos.streams.kafka.authorization import RoleAccess
-from kairos.streams.kafka.failures import is_retryable
-from kairos.streams.wire.codec import Codec
 
 logger = logging.getLogger(__name__)
 
@@ -42,52 +33,26 @@ _PRUNE_LIMIT = 10_000
 
 class ExecutorTurn:
     def __init__(
-        self,
-        *,
-        session: ExecutorSession,
-        workers: AttemptWorkers,
-        marks: OffsetMarks,
-        callback_failures: CallbackFailures,
-        served: ServedJobs,
-        codec: Codec,
-        settings: ExecutorSettings,
-        metrics: ExecutorMetrics,
-        access: RoleAccess,
-        clock: Clock,
+        self, parts: TurnParts, workers: AttemptWorkers, callback_failures: CallbackFailures
     ) -> None:
-        self._session = session
+        self._parts = parts
         self._workers = workers
-        self._marks = marks
         self._callback_failures = callback_failures
-        self._intake = Intake(
-            session=session,
-            marks=marks,
-            served=served,
-            codec=codec,
-            settings=settings,
-            metrics=metrics,
-            access=access,
-            clock=clock,
-        )
-        self._served = served
-        self._codec = codec
-        self._settings = settings
-        self._metrics = metrics
-        self._access = access
-        self._clock = clock
+        self._intake = Intake(parts)
         self._next_reap = self._next_prune = datetime.min.replace(tzinfo=UTC)
 
     def run_once(self) -> None:
         """Consume, admit, commit, reap, acquire, publish: one pass of the loop."""
-        session = self._session
+        parts = self._parts
+        session = parts.session
         messages = session.consumer.consume(
-            num_messages=BATCH, timeout=self._settings.poll_interval.total_seconds()
+            num_messages=BATCH, timeout=parts.settings.poll_interval.total_seconds()
         )
         self._callback_failures.raise_kept()
         if messages:
             self._intake.admit(messages)
-        self._marks.commit(session.consumer)
-        now = self._clock()
+        parts.marks.commit(session.consumer)
+        now = parts.clock()
         try:
             if now >= self._next_reap:
                 self._next_reap = now + _REAP_EVERY
@@ -97,52 +62,52 @@ class ExecutorTurn:
             self._dispatch(now)
             if now >= self._next_prune:
                 self._next_prune = now + _PRUNE_EVERY
-                session.store.prune_finished(now - self._settings.retention, _PRUNE_LIMIT)
+                session.store.prune_finished(now - parts.settings.retention, _PRUNE_LIMIT)
                 session.store.prune_deadlines(_PRUNE_LIMIT)
         except DedupeStoreError as error:
-            self._metrics.store_errors.inc()
+            parts.metrics.store_errors.inc()
             logger.error(
-                "executor instance=%s store unavailable: %s", self._settings.instance, error
+                "executor instance=%s store unavailable: %s", parts.settings.instance, error
             )
         self.publish_events()
 
     def publish_events(self) -> None:
         """Publish the outbox: a full batch means more may wait."""
         try:
-            while self._session.store.publish_events(self._publish_batch, BATCH) == BATCH:
+            while self._parts.session.store.publish_events(self._publish_batch, BATCH) == BATCH:
                 continue
         except KairosError as error:
-            self._access.raise_if_refused(error, getattr(error, "topic", None))
-            if not is_retryable(error):
-                raise
+            raise_unless_retryable(self._parts.access, error)
             logger.error(
                 "executor could not publish run events (they stay in the outbox): %s", error
             )
 
     def _publish_batch(self, events: Sequence[OutboxEvent]) -> None:
-        self._session.publisher.publish_events(events, self._clock())
+        self._parts.session.publisher.publish_events(events, self._parts.clock())
 
     def _reap(self, now: datetime) -> None:
+        parts = self._parts
         # Beside the reaping, at its pace: the groups' counts are a few indexed reads.
-        self._metrics.show_groups(self._session.store.concurrency(now))
-        reaped = self._session.store.reap_expired(now, self._settings.instance)
-        self._metrics.reaped.inc(len(reaped))
+        parts.metrics.show_groups(parts.session.store.concurrency(now))
+        reaped = parts.session.store.reap_expired(now, parts.settings.instance)
+        parts.metrics.reaped.inc(len(reaped))
 
     def _report_missed_deadlines(self, now: datetime) -> None:
-        for missed in self._session.store.report_missed_deadlines(now, self._settings.instance):
-            owner = self._codec.decode(missed.value)["owner"] or ""
-            self._metrics.deadlines_missed.labels(
+        parts = self._parts
+        for missed in parts.session.store.report_missed_deadlines(now, parts.settings.instance):
+            owner = parts.codec.decode(missed.value)["owner"] or ""
+            parts.metrics.deadlines_missed.labels(
                 owner, missed.schedule_id, missed.deadline.value
             ).inc()
             logger.warning("run=%s %s", missed.run_id, missed.reason)
 
     def _dispatch(self, now: datetime) -> None:
-        settings = self._settings
+        settings = self._parts.settings
         free = settings.concurrency - len(self._workers.attempts)
         held_until = time.monotonic() + settings.lease.total_seconds()
-        for lease in self._session.store.acquire(
+        for lease in self._parts.session.store.acquire(
             settings.instance,
-            self._served.runners,
+            self._parts.served.runners,
             now,
             settings.lease,
             free,
@@ -150,4 +115,4 @@ class ExecutorTurn:
         ):
             logger.info("run=%s attempt=%d started", lease.run_id, lease.attempt)
             self._workers.start(lease, held_until)
-        self._metrics.in_flight.set(len(self._workers.attempts))
+        self._parts.metrics.in_flight.set(len(self._workers.attempts))

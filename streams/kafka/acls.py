@@ -117,6 +117,10 @@ def _topic(names: DeploymentNames, role: TopicRole, operation: Operation, why: s
     return Grant(Resource.TOPIC, names.layout.name(role), Pattern.LITERAL, operation, why)
 
 
+def _group(group: str, operation: Operation, why: str) -> Grant:
+    return Grant(Resource.GROUP, group, Pattern.LITERAL, operation, why)
+
+
 def _ticker(names: DeploymentNames) -> list[Grant]:
     return [
         _topic(names, TopicRole.SCHEDULES, Operation.READ, "consume schedule changes"),
@@ -148,10 +152,8 @@ def _ticker(names: DeploymentNames) -> list[Grant]:
             "check schedule and calendar changes' signatures (--ownership signed)",
         ),
         _reader_group(names.team_readers_group),
-        Grant(
-            Resource.GROUP,
+        _group(
             names.ticker_group,
-            Pattern.LITERAL,
             Operation.READ,
             "join the tickers' group; commit offsets inside transactions",
         ),
@@ -184,10 +186,8 @@ def _executor(names: DeploymentNames) -> list[Grant]:
         ),
         _topic(names, TopicRole.RUN_EVENTS, Operation.WRITE, "publish run events"),
         _topic(names, TopicRole.DEAD_LETTERS, Operation.WRITE, "dead-letter refused runs"),
-        Grant(
-            Resource.GROUP,
+        _group(
             names.executor_group,
-            Pattern.LITERAL,
             Operation.READ,
             "join the executors' group, commit offsets, check its members' dedupe stores",
         ),
@@ -298,10 +298,8 @@ def _auditor(names: DeploymentNames) -> list[Grant]:
 
 
 def _tickers_judged(names: DeploymentNames) -> Grant:
-    return Grant(
-        Resource.GROUP,
+    return _group(
         names.ticker_group,
-        Pattern.LITERAL,
         Operation.DESCRIBE,
         "the tickers' committed offsets: which changes a signed ticker took, to show their "
         "signing teams, and the mode calendar changes are judged in (and, in the console, who "
@@ -310,10 +308,8 @@ def _tickers_judged(names: DeploymentNames) -> Grant:
 
 
 def _reader_group(group: str) -> Grant:
-    return Grant(
-        Resource.GROUP,
+    return _group(
         group,
-        Pattern.LITERAL,
         Operation.DESCRIBE,
         "the readers' group id: never joined, but librdkafka looks its coordinator up",
     )

@@ -17,18 +17,15 @@ from __future__ import annotations
 
 import logging
 
-from confluent_kafka import KafkaError
-
 from kairos.core.calendar_ownership import CalendarLedger
 from kairos.core.calendar_versions import CalendarBook, CalendarChange, SkippedCalendarRecord
-from kairos.core.errors import KairosError
 from kairos.streams.kafka.ownership import Ownership
 from kairos.streams.kafka.partition_status import PartitionStatusError, read_judged
 from kairos.streams.kafka.settings import CALENDAR_READERS_GROUP, TICKER_GROUP, KafkaSettings
 from kairos.streams.kafka.topic_check import calendars_partition_problem
 from kairos.streams.kafka.topics import TopicRole
 from kairos.streams.readers.calendar_ownership import SignedCalendars
-from kairos.streams.readers.table_feed import TableFeed
+from kairos.streams.readers.table_feed import TableFeed, TopicReadError
 from kairos.streams.readers.team_events import TeamFeed, TeamReadError
 from kairos.streams.wire.calendar_events import read_calendar_message
 from kairos.streams.wire.codec import Codecs, make_codecs
@@ -38,16 +35,11 @@ logger = logging.getLogger(__name__)
 _Record = CalendarChange | SkippedCalendarRecord
 
 
-class CalendarReadError(KairosError):
+class CalendarReadError(TopicReadError):
     """The calendars topic could not be read to its end: the broker or the topic is unavailable."""
 
     retryable = True
-
-    def __init__(self, topic: str, reason: str, kafka_error: KafkaError | None = None) -> None:
-        self.topic = topic
-        self.reason = reason
-        self.kafka_error = kafka_error
-        super().__init__(f"cannot read calendars topic {topic}: {reason}")
+    kind = "calendars"
 
 
 class CalendarFeed:

@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
-from kairos.core.errors import KairosError
 from kairos.streams.kafka.ownership import Judged, Ownership
 from kairos.streams.kafka.partition_status import PartitionStatusError, read_judged
 from kairos.streams.kafka.partitioner import partition_for
@@ -30,6 +29,7 @@ from kairos.streams.kafka.settings import SCHEDULE_READERS_GROUP, TICKER_GROUP, 
 from kairos.streams.kafka.topics import TopicRole
 from kairos.streams.readers.held_schedules import FoldedRecord, HeldSchedules, StoredSchedule
 from kairos.streams.readers.history import HistoryReader
+from kairos.streams.readers.table_feed import TopicReadError
 from kairos.streams.wire.codec import Codecs, make_codecs
 from kairos.streams.wire.schedule_events import (
     RejectedEvent,
@@ -67,16 +67,11 @@ class ScheduleSnapshot:
 _UNKNOWN_TOPIC = KafkaError.UNKNOWN_TOPIC_OR_PART
 
 
-class ScheduleReadError(KairosError):
+class ScheduleReadError(TopicReadError):
     """The schedules topic could not be read: the broker, or the topic, is unavailable."""
 
     retryable = True
-
-    def __init__(self, topic: str, reason: str, kafka_error: KafkaError | None = None) -> None:
-        self.topic = topic
-        self.reason = reason
-        self.kafka_error = kafka_error
-        super().__init__(f"cannot read schedules topic {topic}: {reason}")
+    kind = "schedules"
 
 
 class ScheduleReader:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Generic, TypeVar
+from typing import ClassVar, Generic, TypeVar
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -23,6 +23,7 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import TopicMetadata
 
+from kairos.core.errors import KairosError
 from kairos.streams.kafka.passing import BROKER_GONE, LEADER_MOVING, ask_until_answered
 from kairos.streams.kafka.settings import KafkaSettings
 from kairos.streams.kafka.topic_check import TopicProblem
@@ -32,17 +33,30 @@ logger = logging.getLogger(__name__)
 
 Record = TypeVar("Record")
 
-ReadError = Callable[[str, str, KafkaError | None], Exception]
-"""Builds the error a table's readers raise: (topic, reason, the broker's error if any)."""
-
 _ELECTING = frozenset({KafkaError.LEADER_NOT_AVAILABLE})
+
+
+class TopicReadError(KairosError):
+    """A topic could not be read to its end: the broker or the topic is unavailable.
+
+    Raised as the topic's own subclass, which names its `kind` and marks it retryable.
+    """
+
+    kind: ClassVar[str]
+    """What the topic holds, as the message names it: schedules, calendars, teams."""
+
+    def __init__(self, topic: str, reason: str, kafka_error: KafkaError | None = None) -> None:
+        self.topic = topic
+        self.reason = reason
+        self.kafka_error = kafka_error
+        super().__init__(f"cannot read {self.kind} topic {topic}: {reason}")
 
 
 class TableFeed(Generic[Record]):
     """Follows one single-partition topic. Not thread-safe: one thread reads.
 
-    Raises what `read_error` builds when the topic cannot be read (missing, refused, or of
-    another partition count than one).
+    Raises `read_error`, the topic's own `TopicReadError`, when the topic cannot be read
+    (missing, refused, or of another partition count than one).
     """
 
     def __init__(
@@ -52,7 +66,7 @@ class TableFeed(Generic[Record]):
         *,
         group: str,
         read_record: Callable[[Message], Record],
-        read_error: ReadError,
+        read_error: type[TopicReadError],
         partition_problem: Callable[[TopicLayout, int], TopicProblem | None],
         timeout_s: float = 30.0,
     ) -> None:

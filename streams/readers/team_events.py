@@ -23,22 +23,17 @@ from kairos.core.quotas import Quota, QuotaDefinitionError
 from kairos.streams.kafka.settings import TEAM_READERS_GROUP, KafkaSettings
 from kairos.streams.kafka.topic_check import teams_partition_problem
 from kairos.streams.kafka.topics import TopicRole
-from kairos.streams.readers.table_feed import TableFeed
+from kairos.streams.readers.table_feed import TableFeed, TopicReadError
 from kairos.streams.wire.codec import Codec, Codecs, DecodeError, make_codecs
 
 logger = logging.getLogger(__name__)
 
 
-class TeamReadError(KairosError):
+class TeamReadError(TopicReadError):
     """The teams topic could not be read to its end: the broker or the topic is unavailable."""
 
     retryable = True
-
-    def __init__(self, topic: str, reason: str, kafka_error: KafkaError | None = None) -> None:
-        self.topic = topic
-        self.reason = reason
-        self.kafka_error = kafka_error
-        super().__init__(f"cannot read teams topic {topic}: {reason}")
+    kind = "teams"
 
 
 class TeamPublishError(KairosError):

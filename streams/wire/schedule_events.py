@@ -257,40 +257,28 @@ def _event(
             f"a re-run request must be keyed {schedule_id}{RERUN_MARK}<request id>, not by the "
             "schedule id alone (it would replace the definition under compaction)"
         )
-    if event["definition"] is None:
-        if change not in _DELETES_WITHOUT_DEFINITION:
-            raise InvalidScheduleEventError(
-                f"an event of change {change!r} must carry the whole definition; publish the "
-                "schedule's full definition with every change but a delete"
-            )
-        return ScheduleDeleted(
-            schedule_id,
-            partition,
-            offset,
-            change,
-            event["changed_at"],
-            event["changed_by"],
-            event["event_id"],
-            event["revision"],
-            event["reason"],
-        )
-    schedule = _schedule_of(event["definition"])
-    if schedule.id != schedule_id:
-        raise InvalidScheduleEventError(
-            f"the definition's id {schedule.id!r} differs from the key {schedule_id!r}"
-        )
-    return ScheduleUpserted(
-        schedule.id,  # equal to the key's, and the one object every copy of the state keeps
-        partition,
-        offset,
-        schedule,
-        change,
+    # The fields both kinds of change end with, in the order both keep them.
+    stamp = (
         event["changed_at"],
         event["changed_by"],
         event["event_id"],
         event["revision"],
         event["reason"],
     )
+    if event["definition"] is None:
+        if change not in _DELETES_WITHOUT_DEFINITION:
+            raise InvalidScheduleEventError(
+                f"an event of change {change!r} must carry the whole definition; publish the "
+                "schedule's full definition with every change but a delete"
+            )
+        return ScheduleDeleted(schedule_id, partition, offset, change, *stamp)
+    schedule = _schedule_of(event["definition"])
+    if schedule.id != schedule_id:
+        raise InvalidScheduleEventError(
+            f"the definition's id {schedule.id!r} differs from the key {schedule_id!r}"
+        )
+    # schedule.id: equal to the key's, and the one object every copy of the state keeps.
+    return ScheduleUpserted(schedule.id, partition, offset, schedule, change, *stamp)
 
 
 def _schedule_id(key: bytes | None, partition: int, partitions: int) -> tuple[str, str | None]:

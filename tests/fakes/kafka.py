@@ -23,6 +23,7 @@ from kairos.core.calendar_versions import CalendarBook
 from kairos.streams.kafka.ports import DeliveryCallback, Headers, RebalanceCallback
 from kairos.streams.readers.calendar_ownership import SignedCalendars
 from kairos.streams.readers.run_outcomes import RunOutcome, Wanted
+from kairos.streams.readers.team_events import TeamChange
 from tests.fakes.kafka_log import FakeKafka, GroupMetadata, Record, Transaction, group_metadata
 
 
@@ -413,6 +414,19 @@ class FakeCalendars:
         """Nothing held."""
 
 
+class FakeTeams:
+    """A teams topic where no team is registered."""
+
+    def __init__(self, topic: str) -> None:
+        self.topic = topic
+
+    def refresh(self, timeout_s: float | None = None) -> dict[str, TeamChange]:
+        return {}
+
+    def close(self) -> None:
+        """Nothing held."""
+
+
 class FakeRunOutcomes:
     """The run-events topic as a list a test appends `RunOutcome`s to; each take returns the
     wanted ones appended since the last."""
@@ -445,6 +459,9 @@ class FakeTickerClients:
 
     def calendars(self) -> FakeCalendars:
         return FakeCalendars("calendars")
+
+    def teams(self) -> FakeTeams:
+        return FakeTeams("teams")
 
     def run_outcomes(self) -> FakeRunOutcomes:
         return self.outcomes
