@@ -42,6 +42,8 @@ from kairos.services.console.audits import AuditJobs
 from kairos.services.console.documents import LiveGroup
 from kairos.services.console.follower import ViewFollower
 from kairos.services.console.herd import ComingHerd, count_herd
+from kairos.services.console.server import door_config
+from kairos.services.console.settings import ConsoleSettings
 from kairos.services.console.view import ConsoleView, ScheduleRow, ViewBatch
 from kairos.streams.kafka.settings import KafkaSettings
 from kairos.streams.readers.schedule_reader import ScheduleReader
@@ -161,6 +163,7 @@ def measure_pages(settings: KafkaSettings, size: int, workdir: Path) -> dict[str
         LiveGroup(settings, settings.deployment_id("tickers")),
         AuditJobs(view, lambda *_: {}),
         herd,
+        door_config(ConsoleSettings(state_dir=workdir), None),
     )
     base, server = serve(console)
     medians: dict[str, float] = {}

@@ -1,4 +1,5 @@
-"""`kairos console`: the web console and its JSON API, read-only, until SIGTERM or Ctrl-C."""
+"""`kairos console`: the web console and its JSON API, until SIGTERM or Ctrl-C: read-only unless it
+knows its users (a users file or a trusted sign-on proxy)."""
 
 from __future__ import annotations
 
@@ -20,8 +21,8 @@ from kairos.cli.options import (
 )
 from kairos.cli.settings_options import with_settings
 from kairos.core.errors import KairosError
-from kairos.services.console.actions import Users
 from kairos.services.console.audits import AuditRunner
+from kairos.services.console.identity import Users
 from kairos.services.console.server import run_console
 from kairos.services.console.settings import ConsoleSettings
 from kairos.streams.kafka.settings import KafkaSettings
@@ -32,6 +33,11 @@ def console(context: typer.Context, log_level: LogLevelOption = "INFO", **settin
     """Serve the web console and JSON API: schedules, runs, partitions, activity and audits."""
     logging.getLogger().setLevel(log_level.upper())
     kafka = service_kafka_settings(context)
+    if kafka.signing_key is not None:
+        raise fail(
+            "kairos console signs each action as the team acting, with a key of that team from "
+            "--team-keys DIR (<team>.key); drop --signing-key"
+        )
     try:
         console_settings = ConsoleSettings(**settings)
         users_file = console_settings.users_file
@@ -58,8 +64,12 @@ def _auditor(settings: KafkaSettings) -> AuditRunner:
 
 
 def console_arguments(
-    settings: KafkaSettings, state_dir: Path, listen: str, users_file: Path | None = None
+    settings: KafkaSettings,
+    state_dir: Path,
+    listen: str,
+    users_file: Path | None = None,
+    *more: tuple[str, str | Path | None],
 ) -> list[str]:
-    """The `kairos` arguments of a console of this deployment."""
-    flags = [("--listen", listen), ("--users-file", users_file)]
+    """The `kairos` arguments of a console of this deployment (`more`: other flags, values)."""
+    flags = [("--listen", listen), ("--users-file", users_file), *more]
     return service_arguments("console", settings, None, state_dir, flags)

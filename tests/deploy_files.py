@@ -7,7 +7,8 @@ from __future__ import annotations
 import copy
 import functools
 import re
-from collections.abc import Iterable
+import subprocess
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -113,6 +114,50 @@ def kubernetes_environment(container: dict[str, Any], pod_name: str = "") -> dic
             assert variable["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
             environment[variable["name"]] = pod_name
     return environment
+
+
+def run_init_containers(
+    pod: dict[str, Any], root: Path, placeholder: Callable[[Path], None] | None = None
+) -> dict[str, Path]:
+    """Run the pod's init containers here, as the kubelet would, each volume they mount a
+    directory under `root` (by the volume's name): a Secret volume's holds the example Secrets'
+    files at the volume's defaultMode, an empty one (a placeholder) made by `placeholder(path)`
+    if given. Each mount path in their commands stands for its directory. The directories, by
+    volume name."""
+    init = pod.get("initContainers", [])
+    mounted = {m["name"] for container in init for m in container["volumeMounts"]}
+    secrets = by_kind("Secret")
+    directories = {}
+    for volume in (v for v in pod.get("volumes", []) if v["name"] in mounted):
+        directory = root / volume["name"]
+        directory.mkdir(parents=True)
+        for name in secret_names(volume):
+            for file_name, text in secrets[name]["stringData"].items():
+                path = directory / file_name
+                if text or placeholder is None:
+                    path.write_text(text)
+                else:
+                    placeholder(path)
+                path.chmod((volume.get("secret") or volume["projected"])["defaultMode"])
+        directories[volume["name"]] = directory
+    for container in init:
+        # A tool of the image run in place of `kairos`, the image's entrypoint.
+        command = [*container["command"], *container.get("args", [])]
+        for mount in sorted(container["volumeMounts"], key=lambda m: -len(m["mountPath"])):
+            local = str(directories[mount["name"]])
+            command = [part.replace(mount["mountPath"], local) for part in command]
+        ran = subprocess.run(command, capture_output=True, text=True, check=False)
+        assert ran.returncode == 0, f"init container {container['name']}: {ran.stderr}"
+    return directories
+
+
+def local_path(container: dict[str, Any], directories: dict[str, Path], path: str) -> Path:
+    """Where the container's `path` is here, its volumes being `directories`
+    (`run_init_containers`)."""
+    for mount in sorted(container["volumeMounts"], key=lambda m: -len(m["mountPath"])):
+        if Path(path).is_relative_to(mount["mountPath"]):
+            return directories[mount["name"]] / Path(path).relative_to(mount["mountPath"])
+    raise AssertionError(f"{container['name']}: {path} is on no volume")
 
 
 def client_properties(text: str) -> dict[str, str]:

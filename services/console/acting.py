@@ -1,12 +1,13 @@
-"""The routes of the console's actions (`kairos.services.console.actions` says who may act
-and what an action publishes): refused unless the console was started with a users file, the
-request comes from the console's own pages (or from no browser at all), and it proves who sends
-it."""
+"""The routes of signing in and of the console's actions (`kairos.services.console.actions`
+says what an action publishes). The door (`kairos.services.console.door`) has already checked
+where a post comes from and who sends it; here a user acts only on the schedules of their teams
+(an administrators' team's user on every schedule), signed as that team."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 from urllib.parse import quote, urlencode
 
 from starlette.concurrency import run_in_threadpool
@@ -14,34 +15,80 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 
 from kairos.core.errors import KairosError
-from kairos.services.console.actions import ACTIONS, REALM, Users, act
+from kairos.services.console.actions import ACTIONS, act
+from kairos.services.console.documents import held_schedule
+from kairos.services.console.door import csrf_refusal, identity_of
+from kairos.services.console.identity import SESSION_COOKIE, Identity, teams_acting_for
 from kairos.streams.kafka.settings import KafkaSettings
 
 if TYPE_CHECKING:
-    from kairos.services.console.app import Console
+    from kairos.services.console.app import Console, Render
+
+
+class Administrators(Protocol):
+    """The administrators' teams (`kairos.services.console.actions.AdminTeams`)."""
+
+    def names(self) -> frozenset[str]: ...
+
+    def close(self) -> None: ...
 
 
 @dataclass(frozen=True)
 class ActionDoor:
-    """Who may act (`Users`) and the deployment the actions publish to."""
+    """The deployment the actions publish to, who its administrators are, and the keys the
+    console signs with: `<team>.key` in `team_keys`, one per team it acts for."""
 
-    users: Users
     settings: KafkaSettings
+    admins: Administrators
+    team_keys: Path | None = None
+
+
+class ForbiddenActionError(KairosError):
+    """The user may not do this; the message says why."""
 
 
 class Acting:
-    def __init__(self, console: Console) -> None:
+    def __init__(self, console: Console, render: Render) -> None:
         self._console = console
+        self._render = render
 
-    def login(self, request: Request) -> Response:
-        refusal = self._refusal(request)
+    async def login(self, request: Request) -> Response:
+        door = self._console.door
+        if request.method != "POST":
+            return self._render(request, "login.html", next=_local(request))
+        form = {k: str(v) for k, v in (await request.form()).items()}
+        identity = (
+            None
+            if door.users is None
+            else door.users.signed_in(form.get("name", ""), form.get("token", ""))
+        )
+        if identity is None:
+            return self._render(request, "login.html", 401, next=_local(request), failed=True)
+        response = RedirectResponse(_local(request, form.get("next")), status_code=303)
+        response.set_cookie(
+            SESSION_COOKIE,
+            door.sessions.issue(identity, int(door.clock())),
+            max_age=door.sessions.lifetime_s,
+            httponly=True,
+            samesite="strict",
+            secure=door.origin(request).startswith("https://"),
+        )
+        return response
+
+    async def logout(self, request: Request) -> Response:
+        refusal = csrf_refusal(request, {k: str(v) for k, v in (await request.form()).items()})
         if refusal is not None:
             return refusal
-        return RedirectResponse("/schedules", status_code=303)
+        response = RedirectResponse("/schedules", status_code=303)
+        response.delete_cookie(SESSION_COOKIE, httponly=True, samesite="strict")
+        return response
 
     async def page(self, request: Request) -> Response:
-        form = await request.form()
-        outcome = await self._act(request, {k: str(v) for k, v in form.items()})
+        form = {k: str(v) for k, v in (await request.form()).items()}
+        refusal = csrf_refusal(request, form)
+        if refusal is not None:
+            return refusal
+        outcome = await self._act(request, form)
         if isinstance(outcome, Response):
             return outcome
         schedule_id = quote(request.path_params["schedule_id"])
@@ -62,39 +109,50 @@ class Acting:
         return JSONResponse({"done": outcome})
 
     async def _act(self, request: Request, fields: dict[str, str]) -> str | Response:
-        refusal = self._refusal(request)
-        if refusal is not None:
-            return refusal
-        door = self._console.actions
-        assert door is not None  # checked by `_refusal`
-        action = request.path_params["action"]
+        actions, identity = self._console.actions, identity_of(request)
+        assert actions is not None and identity is not None  # the door lets in no one else
+        action, schedule_id = request.path_params["action"], request.path_params["schedule_id"]
         if action not in ACTIONS:
             return JSONResponse({"error": f"no action {action!r}; one of {list(ACTIONS)}"}, 404)
-        who = door.users.authenticated(request.headers.get("authorization"))
-        assert who is not None  # checked by `_refusal`
         try:
-            return str(
-                await run_in_threadpool(
-                    act, door.settings, action, request.path_params["schedule_id"], who, fields
-                )
+            settings = await run_in_threadpool(self._signing, actions, identity, schedule_id)
+            done = await run_in_threadpool(
+                act, settings, action, schedule_id, identity.user, fields
             )
+        except ForbiddenActionError as error:
+            return JSONResponse({"error": str(error)}, 403)
         except KairosError as error:
             return JSONResponse({"error": str(error)}, 400)
+        return str(done)
 
-    def _refusal(self, request: Request) -> Response | None:
-        door = self._console.actions
-        if door is None:
-            return JSONResponse(
-                {"error": "the console is read-only; start it with --users-file to allow actions"},
-                403,
+    def _signing(self, actions: ActionDoor, identity: Identity, schedule_id: str) -> KafkaSettings:
+        """The settings signing as the team `identity` acts as on the schedule."""
+        # Decided by the owner the ticker holds, not the key's latest record: a change awaiting
+        # the ticker's verdict (perhaps another team's forgery) moves nothing here.
+        held = held_schedule(self._console.view, self._console.group, schedule_id)
+        if held is None:
+            raise KairosError(f"no schedule {schedule_id!r} in the view")
+        owner = held[0]["owner"]
+        teams = teams_acting_for(identity, owner, actions.admins.names())
+        if not teams:
+            raise ForbiddenActionError(
+                f"{identity.shown()} may act only on its teams' schedules; {schedule_id} "
+                f"belongs to {'team ' + repr(owner) if owner else 'no team (administrators only)'}"
             )
-        origin = request.headers.get("origin")
-        if origin is not None and origin != f"{request.url.scheme}://{request.url.netloc}":
-            return JSONResponse({"error": f"refused: posted from {origin}"}, 403)
-        if door.users.authenticated(request.headers.get("authorization")) is None:
-            return JSONResponse(
-                {"error": "who are you? send your name and token (HTTP Basic)"},
-                401,
-                headers={"WWW-Authenticate": f'Basic realm="{REALM}", charset="UTF-8"'},
-            )
-        return None
+        if actions.team_keys is None:
+            return actions.settings
+        for team in teams:
+            key = actions.team_keys / f"{team}.key"
+            if key.is_file():
+                return actions.settings.model_copy(update={"signing_key": key})
+        raise ForbiddenActionError(
+            f"this console holds no signing key of team {teams[0]!r}: an administrator puts "
+            f"one of the team's keys at {actions.team_keys / (teams[0] + '.key')}"
+        )
+
+
+def _local(request: Request, chosen: str | None = None) -> str:
+    """Where to go after signing in: a path of this console, never another site."""
+    target = chosen if chosen is not None else request.query_params.get("next", "/schedules")
+    foreign = not target.startswith("/") or target.startswith("//") or "\\" in target
+    return "/schedules" if foreign else target

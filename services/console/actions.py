@@ -1,27 +1,20 @@
-"""The console's actions (pause, resume, trigger now, backfill), off unless a users file is
-given.
+"""The console's actions (pause, resume, trigger now, backfill), off unless the console knows
+its users (a users file or a trusted proxy).
 
 An action is the CLI's own SDK call (`SchedulesClient.pause`, `.resume`, `.request_rerun`), so
 what the console publishes is what `kairos schedules pause|resume|trigger|backfill` would,
 validated the same way (`kairos.core.reruns`), with the person's name as `changed_by`
 (`<name> via console`) for the history.
 
-Who may act is a file of `name:token` lines, readable by the console's user only. A request
-proves who it is with HTTP Basic authentication (the name and the token, over TLS in front of
-the console when it is reached from another host); a browser asks for them once at `/login`.
-A form posted from another site is refused by its `Origin`, so a page elsewhere cannot make an
-authenticated browser act.
+Who may act, and as which team, is `kairos.services.console.acting`'s; how a request proves
+who sends it, `kairos.services.console.identity`'s and `.door`'s.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
-import hmac
-import stat
-from dataclasses import dataclass
+import logging
+import threading
 from datetime import UTC, datetime
-from pathlib import Path
 
 from kairos.core.errors import KairosError
 from kairos.core.rerun_request import RerunKind
@@ -30,59 +23,38 @@ from kairos.core.run_id import format_instant
 from kairos.core.time_arguments import parse_time
 from kairos.streams.client.schedule_publisher import SchedulesClient
 from kairos.streams.kafka.settings import KafkaSettings
+from kairos.streams.readers.team_events import TeamFeed, TeamReadError
 
-SHORTEST_TOKEN = 16
-REALM = "Kairos console actions"
+logger = logging.getLogger(__name__)
 
-
-class UsersFileError(KairosError):
-    """The users file cannot be used; the message names the line or the fix."""
+TEAMS_READ_S = 5.0
 
 
-@dataclass(frozen=True)
-class Users:
-    tokens: dict[str, str]
+class AdminTeams:
+    """The administrators' teams as the teams topic has them: an action asks before it picks
+    the team it signs as. Unreadable, no team is an administrators' (the log says why), so a
+    user acts only on their own teams' schedules."""
 
-    @classmethod
-    def load(cls, path: Path) -> Users:
-        try:
-            mode = path.stat().st_mode
-            text = path.read_text()
-        except OSError as error:
-            raise UsersFileError(f"--users-file {path}: {error.strerror}") from None
-        if mode & (stat.S_IRWXG | stat.S_IRWXO):
-            raise UsersFileError(
-                f"--users-file {path} is readable by other users; `chmod 600 {path}`"
-            )
-        tokens: dict[str, str] = {}
-        for number, line in enumerate(text.splitlines(), start=1):
-            if not line.strip() or line.lstrip().startswith("#"):
-                continue
-            name, colon, token = line.strip().partition(":")
-            if not colon or not name or len(token) < SHORTEST_TOKEN or name in tokens:
-                raise UsersFileError(
-                    f"--users-file {path} line {number}: write name:token, one name once, with "
-                    f"a token of at least {SHORTEST_TOKEN} characters (e.g. from "
-                    "`openssl rand -hex 16`)"
-                )
-            tokens[name] = token
-        if not tokens:
-            raise UsersFileError(f"--users-file {path} names nobody; add a name:token line")
-        return cls(tokens)
+    def __init__(self, settings: KafkaSettings) -> None:
+        self._settings = settings
+        self._feed: TeamFeed | None = None
+        self._lock = threading.Lock()
 
-    def authenticated(self, authorization: str | None) -> str | None:
-        """The name a `Basic` Authorization header proves, or `None`."""
-        scheme, _, encoded = (authorization or "").partition(" ")
-        if scheme.lower() != "basic":
-            return None
-        try:
-            name, _, token = base64.b64decode(encoded, validate=True).decode().partition(":")
-        except (binascii.Error, UnicodeDecodeError):
-            return None
-        known = self.tokens.get(name)
-        # Compared whatever the name, in constant time: neither names nor tokens leak by timing.
-        matches = hmac.compare_digest(token.encode(), (known or "\0").encode())
-        return name if known is not None and matches else None
+    def names(self) -> frozenset[str]:
+        with self._lock:
+            try:
+                if self._feed is None:
+                    self._feed = TeamFeed(self._settings, timeout_s=TEAMS_READ_S)
+                teams = self._feed.refresh(TEAMS_READ_S)
+            except TeamReadError as error:
+                logger.warning("administrators' teams unknown: %s", error)
+                return frozenset()
+        return frozenset(name for name, c in teams.items() if c.team and c.team.admin)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._feed is not None:
+                self._feed.close()
 
 
 ACTIONS = ("pause", "resume", "trigger", "backfill")

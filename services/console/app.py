@@ -1,13 +1,15 @@
 """The console's routes: server-rendered pages and the JSON API, both built from the documents
 of `kairos.services.console.documents`, so a page and its API path never disagree.
 
-Every path is read-only: the console changes nothing in Kairos. Requesting an audit window
-stores a report in the console's own view, nothing else. The API is versioned under `/api/v1`;
+Pages and reads change nothing. Actions (`kairos.services.console.acting`) and audit requests
+are for signed-in users only, past the door (`kairos.services.console.door`); an audit stores a
+report in the console's own view, nothing else. The API is versioned under `/api/v1`;
 docs/console.md lists its paths.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -16,6 +18,7 @@ from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
@@ -23,9 +26,10 @@ from starlette.templating import Jinja2Templates
 
 from kairos.core.time_arguments import TimeArgumentError, parse_time
 from kairos.services.build import register_build_info
-from kairos.services.console import audits, documents, queries
+from kairos.services.console import audits, documents, queries, runs
 from kairos.services.console.acting import Acting, ActionDoor
 from kairos.services.console.audits import AuditJobs, AuditsBusyError
+from kairos.services.console.door import Door, DoorConfig, csrf_refusal, identity_of
 from kairos.services.console.follower import ViewFollower
 from kairos.services.console.herd import ComingHerd, herd_document
 from kairos.services.console.plots import Series, plot_svg
@@ -33,11 +37,14 @@ from kairos.services.console.view import ConsoleView
 
 API = "/api/v1"
 LONGEST_AUDIT = timedelta(days=7)
-"""Anyone who can read the console can ask for an audit: each is bounded, and one waits at most
+"""Any signed-in user can ask for an audit: each is bounded, and one waits at most
 (`AuditJobs`), so that asking cannot take the console's machine."""
 POST = ["POST"]
 MAX_HOURS = 24 * 7
 _TEMPLATES = Jinja2Templates(directory=str(Path(__file__).parent / "templates"))
+# JSON shown as text, escaped by the templates like any text (`tojson` writes `<` as `\u003c`
+# for script contexts, which a person reads as noise).
+_TEMPLATES.env.filters["pretty_json"] = lambda value: json.dumps(value, indent=2, sort_keys=True)
 
 
 @dataclass(frozen=True)
@@ -49,9 +56,14 @@ class Console:
     group: documents.LiveGroup
     audits: AuditJobs
     herd: ComingHerd
+    door: DoorConfig
     actions: ActionDoor | None = None
     """`None`: read-only, the default."""
     clock: Callable[[], datetime] = lambda: datetime.now(UTC)
+
+
+Render = Callable[..., Response]
+"""`Pages.render`: a request, a template's name, a status, and the template's context."""
 
 
 class BadRequestError(ValueError):
@@ -61,9 +73,14 @@ class BadRequestError(ValueError):
 def build_app(console: Console) -> Starlette:
     pages = Pages(console)
     api = Api(console)
-    acting = Acting(console)
+    acting = Acting(console, pages.render)
     routes = [
-        Route("/login", acting.login),
+        Route("/login", acting.login, methods=["GET", "POST"]),
+        Route("/logout", acting.logout, methods=POST),
+        Route("/runs", pages.runs),
+        Route("/runs/{run_id:path}", pages.run),
+        Route(f"{API}/runs", api.runs),
+        Route(f"{API}/runs/{{run_id:path}}", api.run),
         Route("/schedules/{schedule_id:path}/actions/{action}", acting.page, methods=POST),
         Route(f"{API}/schedules/{{schedule_id:path}}/actions/{{action}}", acting.api, methods=POST),
         Route("/", lambda _r: RedirectResponse("/schedules", status_code=303)),
@@ -85,7 +102,7 @@ def build_app(console: Console) -> Starlette:
         Route(f"{API}/audits/{{audit_id:int}}", api.audit),
         Route(f"{API}/dead-letters", api.dead_letters),
     ]
-    return Starlette(routes=routes)
+    return Starlette(routes=routes, middleware=[Middleware(Door, config=console.door)])
 
 
 def probe_routes() -> list[Route]:
@@ -176,7 +193,11 @@ class Api:
     def schedule(self, request: Request) -> Response:
         schedule_id = request.path_params["schedule_id"]
         found = documents.schedule_page(
-            self._console.view, self._console.group, schedule_id, self._console.clock()
+            self._console.view,
+            self._console.group,
+            schedule_id,
+            self._console.clock(),
+            identity_of(request),
         )
         if found is None:
             return JSONResponse({"error": f"no schedule {schedule_id!r} in the view"}, 404)
@@ -222,6 +243,15 @@ class Api:
         for letter in letters:
             letter["dead_lettered_at"] = documents.instant_text(letter["dead_lettered_at"])
         return JSONResponse({"dead_letters": letters})
+
+    def runs(self, request: Request) -> Response:
+        return _json(lambda: {"runs": runs_document(self._console, request)})
+
+    def run(self, request: Request) -> Response:
+        found = run_document(self._console, request)
+        if found is None:
+            return JSONResponse({"error": "no such run in the view"}, 404)
+        return JSONResponse(found)
 
 
 def _json(build: Callable[[], dict[str, Any]]) -> Response:
@@ -278,12 +308,17 @@ class Pages:
     def __init__(self, console: Console) -> None:
         self._console = console
 
-    def _render(self, request: Request, name: str, status: int = 200, **context: Any) -> Response:
-        context.update(status=status_document(self._console), path=request.url.path)
+    def render(self, request: Request, name: str, status: int = 200, **context: Any) -> Response:
+        context.update(
+            status=status_document(self._console),
+            path=request.url.path,
+            identity=identity_of(request),
+            can_sign_in=self._console.door.users is not None,
+        )
         return _TEMPLATES.TemplateResponse(request, name, context, status_code=status)
 
     def _problem(self, request: Request, message: str, status: int) -> Response:
-        return self._render(request, "problem.html", status, message=message)
+        return self.render(request, "problem.html", status, message=message)
 
     def schedules(self, request: Request) -> Response:
         try:
@@ -295,17 +330,21 @@ class Pages:
         )
         owners = queries.owners(self._console.view)
         args = dict(request.query_params)
-        return self._render(request, "schedules.html", page=page, owners=owners, args=args)
+        return self.render(request, "schedules.html", page=page, owners=owners, args=args)
 
     def schedule(self, request: Request) -> Response:
         schedule_id = request.path_params["schedule_id"]
         found = documents.schedule_page(
-            self._console.view, self._console.group, schedule_id, self._console.clock()
+            self._console.view,
+            self._console.group,
+            schedule_id,
+            self._console.clock(),
+            identity_of(request),
         )
         if found is None:
             message = f"No schedule {schedule_id!r} in the view: never published, or deleted."
             return self._problem(request, message, 404)
-        return self._render(
+        return self.render(
             request,
             "schedule.html",
             page=found,
@@ -314,7 +353,7 @@ class Pages:
         )
 
     def partitions(self, request: Request) -> Response:
-        return self._render(request, "partitions.html", group=self._console.group.document())
+        return self.render(request, "partitions.html", group=self._console.group.document())
 
     def activity(self, request: Request) -> Response:
         try:
@@ -323,7 +362,7 @@ class Pages:
             return self._problem(request, str(error), 400)
         activity = documents.activity_page(self._console.view, self._console.clock(), hours)
         herd = herd_document(self._console.herd.latest(self._console.clock()))
-        return self._render(
+        return self.render(
             request,
             "activity.html",
             activity=activity,
@@ -335,9 +374,12 @@ class Pages:
 
     async def audits(self, request: Request) -> Response:
         if request.method == "POST":
-            form = await request.form()
+            form = {k: str(v) for k, v in (await request.form()).items()}
+            refusal = csrf_refusal(request, form)
+            if refusal is not None:
+                return refusal
             try:
-                start, end = audit_window(self._console, dict(form))
+                start, end = audit_window(self._console, form)
             except BadRequestError as error:
                 return self._problem(request, str(error), 400)
             try:
@@ -345,16 +387,69 @@ class Pages:
             except AuditsBusyError as error:
                 return self._problem(request, str(error), 429)
             return RedirectResponse(f"/audit/{audit_id}", status_code=303)
-        return self._render(request, "audits.html", audits=audits.audits(self._console.view))
+        return self.render(request, "audits.html", audits=audits.audits(self._console.view))
 
     def audit(self, request: Request) -> Response:
         found = audits.audit(self._console.view, request.path_params["audit_id"])
         if found is None:
             return self._problem(request, "No such audit.", 404)
-        return self._render(request, "audit.html", audit=found)
+        return self.render(request, "audit.html", audit=found)
 
     def dead_letters(self, request: Request) -> Response:
         letters = queries.dead_letters(self._console.view)
         for letter in letters:
             letter["dead_lettered_at"] = documents.instant_text(letter["dead_lettered_at"])
-        return self._render(request, "dead_letters.html", letters=letters)
+        return self.render(request, "dead_letters.html", letters=letters)
+
+    def runs(self, request: Request) -> Response:
+        try:
+            found = runs_document(self._console, request)
+        except BadRequestError as error:
+            return self._problem(request, str(error), 400)
+        teams = queries.owners(self._console.view)
+        args = dict(request.query_params)
+        return self.render(request, "runs.html", runs=found, teams=teams, args=args)
+
+    def run(self, request: Request) -> Response:
+        found = run_document(self._console, request)
+        if found is None:
+            return self._problem(request, "No such run in the view (kept 14 days).", 404)
+        return self.render(request, "run.html", page=found)
+
+
+def run_filter(console: Console, request: Request) -> runs.RunFilter:
+    args = request.query_params
+    state = args.get("state") or None
+    if state is not None and state not in runs.STATES:
+        raise BadRequestError(f"state {state!r} is not one of {', '.join(runs.STATES)}")
+    now = console.clock()
+    try:
+        start = parse_time(args.get("from") or "-24h", now)
+        end = parse_time(args.get("to") or "+1h", now)
+    except TimeArgumentError as error:
+        raise BadRequestError(f"{error}; e.g. 2027-03-14T07:00:00Z, now or -2h") from None
+    return runs.RunFilter(
+        start, end, args.get("team") or None, state, args.get("schedule", "").strip() or None
+    )
+
+
+def runs_document(console: Console, request: Request) -> list[dict[str, Any]]:
+    found = runs.runs_list(console.view, run_filter(console, request), identity_of(request))
+    return [_instants(run) for run in found]
+
+
+def run_document(console: Console, request: Request) -> dict[str, Any] | None:
+    found = runs.run_page(console.view, request.path_params["run_id"], identity_of(request))
+    if found is None:
+        return None
+    _instants(found["run"])
+    for event in found["events"]:
+        event["at"] = documents.instant_text(event["at"])
+    found["same_occurrence"] = [_instants(other) for other in found["same_occurrence"]]
+    return found
+
+
+def _instants(run: dict[str, Any]) -> dict[str, Any]:
+    for key in ("nominal_at", "fired_at", "finished_at"):
+        run[key] = documents.instant_text(run[key])
+    return run

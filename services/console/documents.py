@@ -21,7 +21,10 @@ from kairos.core.run_id import format_instant
 from kairos.core.schedule import Schedule
 from kairos.services.console import queries
 from kairos.services.console.follower import trigger_of
+from kairos.services.console.identity import Identity
 from kairos.services.console.lateness import OVER_AN_HOUR, merged, percentile_ms
+from kairos.services.console.redaction import redacted, sees_secrets
+from kairos.services.console.runs import HIDDEN_REASON, OUTPUT_STATES
 from kairos.services.console.view import ConsoleView
 from kairos.streams.kafka.ownership import NOT_JUDGED, Judged, Ownership
 from kairos.streams.kafka.partition_status import group_status_document, read_group_status
@@ -71,29 +74,29 @@ def schedules_page(view: ConsoleView, chosen: queries.ScheduleFilter, after: str
 
 
 def schedule_page(
-    view: ConsoleView, group: LiveGroup, schedule_id: str, now: datetime
+    view: ConsoleView,
+    group: LiveGroup,
+    schedule_id: str,
+    now: datetime,
+    viewer: Identity | None = None,
 ) -> dict[str, Any] | None:
-    latest = queries.schedule(view, schedule_id)
-    if latest is None:
+    """The schedule as its page and `/api/v1/schedules/<id>` show it to `viewer`: secret values
+    only to the owning team's users (`kairos.services.console.redaction`)."""
+    held = held_schedule(view, group, schedule_id)
+    if held is None:
         return None
-    placement = next(
-        (
-            p
-            for p in group.document().get("partitions", [])
-            if p["partition"] == latest["partition"]
-        ),
-        None,
-    )
-    judged = _judged(placement)
-    found = _as_held(view, latest, judged)
-    if found is None:
-        return None
+    found, placement, judged = held
     schedule = Schedule.model_validate(found["definition"])
+    hide = not sees_secrets(viewer, schedule.owner)
+    if hide:
+        found["definition"] = redacted(found["definition"])
     fires = upcoming(schedule, now, 10, None)
     runs = queries.runs(view, schedule_id)
     for run in runs:
         for key in ("nominal_at", "fired_at", "finished_at"):
             run[key] = instant_text(run[key])
+        if hide and run["reason"] and run["status"] in OUTPUT_STATES:
+            run["reason"] = HIDDEN_REASON
     # The keys and shapes `kairos schedules describe --json` uses for the same things.
     next_fires = [fire_document(p, schedule) for p in fires]
     for fire in next_fires:
@@ -105,8 +108,23 @@ def schedule_page(
         "never_fires": None if fires else never_fires_reason(schedule, now),
         "calendars_not_applied": uses_calendars(schedule),
         "last_runs": runs,
-        "last_changes": _changes_with_diffs(queries.changes(view, schedule_id), judged),
+        "last_changes": _changes_with_diffs(queries.changes(view, schedule_id), judged, hide),
     }
+
+
+def held_schedule(
+    view: ConsoleView, group: LiveGroup, schedule_id: str
+) -> tuple[dict[str, Any], dict[str, Any] | None, Judged] | None:
+    """The schedule as its ticker holds it (`None`: none held), its partition's entry in the
+    group, and how far that partition was judged: what pages show and actions are decided by."""
+    latest = queries.schedule(view, schedule_id)
+    if latest is None:
+        return None
+    partitions = group.document().get("partitions", [])
+    placement = next((p for p in partitions if p["partition"] == latest["partition"]), None)
+    judged = _judged(placement)
+    found = _as_held(view, latest, judged)
+    return None if found is None else (found, placement, judged)
 
 
 def _as_held(view: ConsoleView, latest: dict[str, Any], judged: Judged) -> dict[str, Any] | None:
@@ -151,12 +169,17 @@ def _judged(placement: dict[str, Any] | None) -> Judged:
     )
 
 
-def _changes_with_diffs(changes: list[dict[str, Any]], judged: Judged) -> list[dict[str, Any]]:
-    """Each change (newest first) with the diff of the definition from the change before it,
-    and the team a signed ticker verified when it took it (none for a refused change)."""
+def _changes_with_diffs(
+    changes: list[dict[str, Any]], judged: Judged, hide: bool
+) -> list[dict[str, Any]]:
+    """Each change (newest first) with the diff of the definition from the change before it
+    (secret values redacted when `hide`), and the team a signed ticker verified when it took it
+    (none for a refused change)."""
+    definitions = [change["definition"] for change in changes] + [None]
     for index, change in enumerate(changes):
-        before = changes[index + 1]["definition"] if index + 1 < len(changes) else None
-        after = change["definition"]
+        before, after = definitions[index + 1], definitions[index]
+        if hide:
+            before, after = _hidden(before, None), _hidden(after, before)
         change["diff"] = list(
             difflib.unified_diff(_lines(before), _lines(after), "before", "after", lineterm="", n=1)
         )[2:]
@@ -167,6 +190,12 @@ def _changes_with_diffs(changes: list[dict[str, Any]], judged: Judged) -> list[d
     for change in changes:
         change.pop("definition")
     return changes
+
+
+def _hidden(
+    definition: dict[str, Any] | None, before: dict[str, Any] | None
+) -> dict[str, Any] | None:
+    return None if definition is None else redacted(definition, before)
 
 
 def _lines(definition: dict[str, Any] | None) -> list[str]:

@@ -24,8 +24,10 @@ from kairos.core.instants import epoch_ms
 from kairos.services.console.database import Connections, ViewDatabaseError, ViewDb
 from kairos.services.console.lateness import LATENESS_BOUNDS_MS, bucket_of
 
-SCHEMA_VERSION = 3
-"""2 added `changes.signing_team`, 3 `changes.restores`; an older view is migrated in place."""
+SCHEMA_VERSION = 4
+"""2 added `changes.signing_team`, 3 `changes.restores`, 4 `runs.owner` (the team the ticker
+fired the run for, so runs are shown by the ticker's verdict, not a later forged record); an
+older view is migrated in place."""
 RUNS_KEPT_MS = 14 * 24 * 3600 * 1000
 """Runs older than this (by nominal instant) leave the view: pages show recent runs, and the
 audit reads the topics. The per-minute activity is kept longer (`MINUTES_KEPT_MS`)."""
@@ -61,9 +63,15 @@ CREATE TABLE IF NOT EXISTS changes (
 CREATE TABLE IF NOT EXISTS runs (
     run_id TEXT PRIMARY KEY, schedule_id {key_text} NOT NULL, nominal_at BIGINT NOT NULL,
     fired_at BIGINT, lateness_ms BIGINT, ticker TEXT, status TEXT NOT NULL,
-    attempts INTEGER NOT NULL, executor TEXT, reason TEXT, finished_at BIGINT){table_suffix};
+    attempts INTEGER NOT NULL, executor TEXT, reason TEXT, finished_at BIGINT,
+    owner TEXT){table_suffix};
 CREATE INDEX IF NOT EXISTS runs_by_schedule ON runs (schedule_id, nominal_at);
 CREATE INDEX IF NOT EXISTS runs_by_nominal ON runs (nominal_at);
+CREATE TABLE IF NOT EXISTS run_events (
+    run_id TEXT NOT NULL, attempt INTEGER NOT NULL, kind TEXT NOT NULL, at_ms BIGINT NOT NULL,
+    nominal_at BIGINT NOT NULL, source TEXT NOT NULL, reason TEXT,
+    PRIMARY KEY (run_id, attempt, kind, at_ms)){table_suffix};
+CREATE INDEX IF NOT EXISTS run_events_by_nominal ON run_events (nominal_at);
 CREATE TABLE IF NOT EXISTS minutes (
     minute BIGINT PRIMARY KEY, fires BIGINT NOT NULL, lateness TEXT NOT NULL,
     skipped BIGINT NOT NULL, failed BIGINT NOT NULL, dead_lettered BIGINT NOT NULL,
@@ -214,11 +222,16 @@ class ConsoleView:
                 (str(SCHEMA_VERSION),),
             )
         elif int(found[0]) < SCHEMA_VERSION:
-            if found[0] == "1":
+            version = int(found[0])
+            if version < 2:
                 # Changes read before keep no signing team: none is shown for them.
                 db.execute("ALTER TABLE changes ADD COLUMN signing_team TEXT")
-            # Restorations read before are read as changes: each restates what its ticker held.
-            db.execute("ALTER TABLE changes ADD COLUMN restores INTEGER NOT NULL DEFAULT 0")
+            if version < 3:
+                # Restorations read before are read as changes: each restates what its ticker held.
+                db.execute("ALTER TABLE changes ADD COLUMN restores INTEGER NOT NULL DEFAULT 0")
+            if version < 4:
+                # Runs read before keep no owner: their reasons are shown to no team.
+                db.execute("ALTER TABLE runs ADD COLUMN owner TEXT")
             db.execute(
                 "UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),)
             )
@@ -249,7 +262,8 @@ class ConsoleView:
     def prune(self, now_ms: int) -> None:
         """Forget runs and minutes past what the view keeps (`RUNS_KEPT_MS`, `MINUTES_KEPT_MS`)."""
         with self.transaction() as db:
-            db.execute("DELETE FROM runs WHERE nominal_at < ?", (now_ms - RUNS_KEPT_MS,))
+            for table in ("runs", "run_events"):
+                db.execute(f"DELETE FROM {table} WHERE nominal_at < ?", (now_ms - RUNS_KEPT_MS,))
             db.execute(
                 "DELETE FROM minutes WHERE minute < ?", ((now_ms - MINUTES_KEPT_MS) // 60_000,)
             )
@@ -358,9 +372,9 @@ def _write_runs(db: ViewDb, fired: list[FiredRun], events: list[RunEventRecord])
         counts[0] += 1
         counts[1 + bucket_of(run.lateness_ms)] += 1
     db.executemany(
-        "INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, 'requested', 1, NULL, NULL, NULL) "
+        "INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, 'requested', 1, NULL, NULL, NULL, ?) "
         "ON CONFLICT (run_id) DO UPDATE SET fired_at = excluded.fired_at, "
-        "lateness_ms = excluded.lateness_ms, ticker = excluded.ticker",
+        "lateness_ms = excluded.lateness_ms, ticker = excluded.ticker, owner = excluded.owner",
         [
             (
                 r.run_id,
@@ -369,10 +383,20 @@ def _write_runs(db: ViewDb, fired: list[FiredRun], events: list[RunEventRecord])
                 epoch_ms(r.fired_at),
                 r.lateness_ms,
                 r.ticker_instance,
+                r.owner,
             )
             for r in firsts
         ],
     )
+    # A republished event (an executor's outbox after a crash) is the same row: kept once.
+    db.executemany(
+        "INSERT INTO run_events VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+        [
+            (e.run_id, e.attempt, e.kind, epoch_ms(e.finished_at or e.started_at or e.fired_at),
+             epoch_ms(e.nominal), e.source, e.reason)
+            for e in events
+        ],
+    )  # fmt: skip
     for event in events:
         _apply_event(db, event)
         if event.kind in _MINUTE_EVENTS:
@@ -395,7 +419,8 @@ def _apply_event(db: ViewDb, event: RunEventRecord) -> None:
         # An event whose fire is not read yet (another topic, another partition): the fire
         # fills in its own columns when it arrives.
         db.execute(
-            "INSERT INTO runs VALUES (?, ?, ?, NULL, NULL, NULL, 'requested', ?, NULL, NULL, NULL)",
+            "INSERT INTO runs VALUES "
+            "(?, ?, ?, NULL, NULL, NULL, 'requested', ?, NULL, NULL, NULL, NULL)",
             (event.run_id, event.schedule_id, epoch_ms(event.nominal), event.attempt),
         )
         found = ("requested", event.attempt)

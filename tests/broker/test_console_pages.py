@@ -36,17 +36,33 @@ TOKEN = "a-token-of-the-right-length"
 
 
 def start_console(
-    settings: KafkaSettings, state_dir: Path, log_dir: Path, users_file: Path | None = None
+    settings: KafkaSettings,
+    state_dir: Path,
+    log_dir: Path,
+    users_file: Path | None = None,
+    *flags: tuple[str, str | Path | None],
 ) -> ServiceProcess:
-    arguments = console_arguments(settings, state_dir, "127.0.0.1:0", users_file)
+    arguments = console_arguments(settings, state_dir, "127.0.0.1:0", users_file, *flags)
     return ServiceProcess(arguments, log_dir / "console.log")
+
+
+def sign_in(browser: WebDriver, base: str, name: str, token: str) -> None:
+    """Through the login form, as a person does: the session is a cookie, the token is not kept."""
+    browser.get(base + "/login")
+    form = browser.find_element(By.ID, "login-form")
+    form.find_element(By.NAME, "name").send_keys(name)
+    form.find_element(By.NAME, "token").send_keys(token)
+    click_and_load(browser, form.find_element(By.ID, "sign-in-button"))
+    assert browser.find_element(By.ID, "who").text.startswith(name), browser.page_source[:2000]
 
 
 def post(
     base: str, path: str, headers: dict[str, str] | None = None, body: dict[str, str] | None = None
 ) -> tuple[int, Any]:
+    """An API post, as a script sends it (with the header no page elsewhere can send)."""
     data = json.dumps(body or {"reason": "test"}).encode()
-    request = urllib.request.Request(base + path, data=data, headers=headers or {}, method="POST")
+    sent = {"X-Kairos-Client": "test", "Content-Type": "application/json", **(headers or {})}
+    request = urllib.request.Request(base + path, data=data, headers=sent, method="POST")
     try:
         with urllib.request.urlopen(request, timeout=30) as response:
             return response.status, json.load(response)
@@ -131,14 +147,13 @@ def test_a_person_reads_schedules_runs_partitions_activity_and_an_audit(
         _the_schedule_page(browser, base, first_run["nominal_at"])
         _the_partitions_page(browser, base)
         _the_activity_page(browser, base)
-        _an_audit_window(browser, base, first_run["nominal_at"])
         _a_bad_record(browser, base)
         _read_only_by_default(browser, base)
         fires_before = _fires_in_minute(base, first_run["fired_at"])
         console.signal(signal.SIGTERM)
         assert console.process.wait(timeout=30) == 0, console.log()[-3000:]
         users = tmp_path / "users"
-        users.write_text(f"alice:{TOKEN}\n")
+        users.write_text(f"alice:{TOKEN}:ops,billing\n")
         users.chmod(0o600)
         console = start_console(kafka_settings, tmp_path / "console", tmp_path, users)
         processes.append(console)
@@ -147,6 +162,7 @@ def test_a_person_reads_schedules_runs_partitions_activity_and_an_audit(
         assert api(restarted, "/api/v1/status")["schedules"] == 4
         assert _fires_in_minute(restarted, first_run["fired_at"]) == fires_before
         _acting_as_alice(browser, restarted)
+        _an_audit_window(browser, restarted, first_run["nominal_at"])
         _a_backfill_as_alice(browser, restarted, first_run["nominal_at"])
     finally:
         for process in processes:
@@ -235,7 +251,8 @@ def _the_activity_page(browser: WebDriver, base: str) -> None:
 
 
 def _an_audit_window(browser: WebDriver, base: str, nominal_at: str) -> None:
-    status, answer = post(base, "/api/v1/audits", body={"from": "-30d", "to": "now"})
+    alice = {"Authorization": "Basic " + base64.b64encode(f"alice:{TOKEN}".encode()).decode()}
+    status, answer = post(base, "/api/v1/audits", alice, {"from": "-30d", "to": "now"})
     assert status == 400 and "longer than 7 days" in answer["error"], answer
     browser.get(base + "/audit")
     start = datetime.fromisoformat(nominal_at)
@@ -279,6 +296,8 @@ def _read_only_by_default(browser: WebDriver, base: str) -> None:
     assert (status, answer["error"][:25]) == (403, "the console is read-only;")
     browser.get(base + "/schedules/ops.paused")
     assert not browser.find_elements(By.ID, "actions")
+    browser.get(base + "/audit")
+    assert "knows no users" in browser.find_element(By.ID, "sign-in-to-audit").text
 
 
 def _acting_as_alice(browser: WebDriver, base: str) -> None:
@@ -294,7 +313,11 @@ def _acting_as_alice(browser: WebDriver, base: str) -> None:
     assert status == 401, "a wrong token"
     status, _ = post(base, resume, {"Authorization": alice, "Origin": "http://elsewhere.example"})
     assert status == 403, "a form posted from another site"
-    browser.get(base.replace("http://", f"http://alice:{TOKEN}@") + "/login")
+    browser.get(base + "/schedules/ops.paused")
+    assert browser.find_elements(By.ID, "sign-in-to-act") and not browser.find_elements(
+        By.ID, "actions"
+    )
+    sign_in(browser, base, "alice", TOKEN)
     browser.get(base + "/schedules/ops.paused")
     form = browser.find_element(By.ID, "actions")
     form.find_element(By.NAME, "reason").send_keys("back to work")

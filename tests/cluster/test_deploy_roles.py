@@ -14,10 +14,11 @@ files connect as their roles too.
 
 Substituted, because it must differ on this machine: the bootstrap servers, each properties
 file's password (the cluster generated it) and CA path, the topic prefix (the session shares the
-cluster), the ports, the state directories, where the console's users file and signing key are
-copied to (the key made by `kairos teams keygen`, for the example's empty placeholder), and the
-dedupe store's PostgreSQL URL. The one-shot commands (the Job's steps, keygen, apply, audit) run
-in this process; the ticker, executor and console are processes of their own.
+cluster), the ports, the state directories, where the console's users file and team keys are
+copied to (its init container runs here; `kairos teams keygen` makes the key of team ops for the
+example's empty placeholder), and the dedupe store's PostgreSQL URL. The one-shot commands (the
+Job's steps, keygen, apply, audit) run in this process; the ticker, executor and console are
+processes of their own.
 """
 
 from __future__ import annotations
@@ -54,9 +55,10 @@ from tests.deploy_files import (
     client_properties,
     containers,
     kubernetes_environment,
+    local_path,
     mounted_properties,
     pod_templates,
-    secret_names,
+    run_init_containers,
     systemd_credential,
 )
 from tests.helpers import eventually, sleep_until, unique_name
@@ -74,6 +76,8 @@ POD_NAMES = {
     "kairos-console": "kairos-console-7c9d6b5f8-q4m2z",
 }
 SERVICES = tuple(POD_NAMES)
+# Files (and directories of them) the pods' init containers copy out of Secrets, mode 0600.
+PRIVATE_FILES = ("KAIROS_SIGNING_KEY", "KAIROS_CONSOLE_USERS_FILE", "KAIROS_TEAM_KEYS")
 
 
 class FilesDeployment:
@@ -125,29 +129,20 @@ class FilesDeployment:
             environment["KAIROS_CONSOLE_LISTEN"] = f"{host}:{free_port()}"
         if "KAIROS_DEDUPE_URL" in environment:
             environment["KAIROS_DEDUPE_URL"] = self.dedupe_url
-        for variable in ("KAIROS_CONSOLE_USERS_FILE", "KAIROS_SIGNING_KEY"):
-            if variable in environment:
-                name = Path(environment[variable]).name
-                environment[variable] = str(self.private_copy(pod, name, own / "private"))
+        private = [variable for variable in PRIVATE_FILES if variable in environment]
+        if private:
+            # What the pod's init containers copy out of its Secrets, as they copy it; an empty
+            # `<team>.key` is the example's placeholder (console-secret.example.yaml).
+            directories = run_init_containers(pod, own / "volumes", self.placeholder_key)
+            for variable in private:
+                environment[variable] = str(
+                    local_path(container, directories, environment[variable])
+                )
         return environment
 
-    def private_copy(self, pod: dict[str, Any], name: str, directory: Path) -> Path:
-        """What the pod's init container copies, mode 0600: the Secret's file `name`."""
-        secrets = by_kind("Secret")
-        (text,) = [
-            secrets[secret]["stringData"][name]
-            for volume in pod["volumes"]
-            for secret in secret_names(volume)
-            if name in secrets[secret].get("stringData", {})
-        ]
-        directory.mkdir(parents=True, exist_ok=True)
-        path = directory / name
-        if text:
-            path.write_text(text)
-            path.chmod(0o600)
-        else:  # the example's placeholder for the key of team ops (console-secret.example.yaml)
-            self.keygen("ops", path)
-        return path
+    def placeholder_key(self, path: Path) -> None:
+        """A key of the team `path` names (`<team>.key`), for an example's empty one."""
+        self.keygen(path.stem, path)
 
     def keygen(self, team: str, path: Path) -> str:
         """A key pair of `team` in `path`; its public key."""

@@ -279,9 +279,17 @@ def test_the_held_change_skips_refusals_restorations_and_what_awaits_a_signed_ti
     assert queries.held_change(view, "other", awaiting_from=None) == (None, 0)
 
 
-def test_a_view_of_schema_1_gains_the_signing_team_and_restores_columns(tmp_path: Path) -> None:
+def test_a_view_of_schema_1_gains_the_columns_of_each_later_schema(tmp_path: Path) -> None:
     url = f"{SQLITE_SCHEME}{tmp_path / 'view.sqlite'}"
     with ConsoleView(url).connection() as db:
+        db.execute("DROP TABLE runs")
+        db.execute(
+            "CREATE TABLE runs (run_id TEXT PRIMARY KEY, schedule_id TEXT NOT NULL, "
+            "nominal_at BIGINT NOT NULL, fired_at BIGINT, lateness_ms BIGINT, ticker TEXT, "
+            "status TEXT NOT NULL, attempts INTEGER NOT NULL, executor TEXT, reason TEXT, "
+            "finished_at BIGINT)"
+        )
+        db.execute("INSERT INTO runs VALUES ('r', 's', 0, 0, 0, 't1', 'failed', 1, 'e1', 'x', 1)")
         db.execute("DROP TABLE changes")
         db.execute(
             "CREATE TABLE changes (schedule_id TEXT NOT NULL, partition INTEGER NOT NULL, "
@@ -296,4 +304,6 @@ def test_a_view_of_schema_1_gains_the_signing_team_and_restores_columns(tmp_path
         (None, False)
     ]
     with migrated.connection() as db:
-        assert db.execute("SELECT value FROM meta").fetchone() == ("3",)
+        assert db.execute("SELECT value FROM meta").fetchone() == ("4",)
+        # A run read before runs kept their owner: its reason is shown to no team.
+        assert db.execute("SELECT owner FROM runs").fetchall() == [(None,)]

@@ -7,7 +7,8 @@ verify` and `security`. The schemas cannot see what only Kairos knows, so the te
 that: every KAIROS_* variable is one `kairos --help` names, a ticker keeps its instance name and
 its own state volume, every grace period outlasts a clean handover, each role connects as its
 own principal and the administrator's steps grant that principal the role's ACLs, tickers run
-with ownership `signed`, and the probes call `/readyz` and `/livez` where they can reach them.
+with ownership `signed`, and the probes call `/readyz` and `/livez` where they can reach them
+(the console's files: test_deploy_console_files.py).
 (tests/cluster/test_deploy_roles.py runs the Kubernetes files' processes on a secured cluster.)
 """
 
@@ -180,7 +181,7 @@ def test_compose_roles_connect_as_their_own_principals_granted_by_the_administra
     for name, (role, user) in principals.items():
         assert (role, user) in granted, f"{name}: the admin never grants {user} the {role} ACLs"
     console = services["console"]["environment"]
-    assert "KAIROS_CONSOLE_USERS_FILE" in console and "KAIROS_SIGNING_KEY" in console
+    assert "KAIROS_CONSOLE_USERS_FILE" in console and "KAIROS_TEAM_KEYS" in console
     assert ("producer", console["KAIROS_KAFKA_SASL_USERNAME"]) in granted, "its actions write"
     # Each principal's password is the one the brokers hold for it, from compose/.env.
     node = services["kafka-1"]["environment"]
@@ -304,29 +305,6 @@ def test_kubernetes_pods_can_read_the_secret_and_write_their_state_as_a_non_root
             if secret_names(volume):
                 mode = (volume.get("secret") or volume["projected"])["defaultMode"]
                 assert mode & 0o040 and not mode & 0o007, f"{name}: mode {mode:o}"
-
-
-# Files Kairos refuses when its group may read them: a Secret's files always are.
-_PRIVATE_FILES = ("KAIROS_SIGNING_KEY", "KAIROS_CONSOLE_USERS_FILE")
-
-
-def test_kubernetes_keys_and_users_reach_kairos_as_private_copies() -> None:
-    for name, pod in pod_templates().items():
-        volumes = {v["name"]: v for v in pod.get("volumes", [])}
-        for container in pod["containers"]:
-            env = kubernetes_environment(container)
-            mounts = {m["mountPath"]: m["name"] for m in container.get("volumeMounts", [])}
-            for variable in (v for v in _PRIVATE_FILES if v in env):
-                path = Path(env[variable])
-                volume = mounts[str(path.parent)]
-                assert not secret_names(volumes[volume]), f"{name}: {variable} is group-readable"
-                copied = [
-                    c["command"]
-                    for c in pod["initContainers"]
-                    if any(m["name"] == volume for m in c["volumeMounts"])
-                ]
-                assert [c[:3] for c in copied] == [["install", "-m", "0600"]], name
-                assert any(Path(source).name == path.name for source in copied[0][3:-1]), name
 
 
 def _kubernetes_principals() -> dict[str, str]:
