@@ -17,7 +17,7 @@ from starlette.responses import JSONResponse, RedirectResponse, Response
 from kairos.core.errors import KairosError
 from kairos.services.console.actions import ACTIONS, act
 from kairos.services.console.documents import held_schedule
-from kairos.services.console.door import csrf_refusal, identity_of
+from kairos.services.console.door import SignInLimitError, csrf_refusal, identity_of
 from kairos.services.console.identity import SESSION_COOKIE, Identity, teams_acting_for
 from kairos.streams.kafka.settings import KafkaSettings
 
@@ -57,17 +57,19 @@ class Acting:
         if request.method != "POST":
             return self._render(request, "login.html", next=_local(request))
         form = {k: str(v) for k, v in (await request.form()).items()}
-        identity = (
-            None
-            if door.users is None
-            else door.users.signed_in(form.get("name", ""), form.get("token", ""))
-        )
+        name, token = form.get("name", ""), form.get("token", "")
+        peer = request.client.host if request.client else None
+        try:
+            identity = None if door.users is None else door.signed_in(peer, name, token)
+        except SignInLimitError as error:
+            return self._render(request, "login.html", 429, next=_local(request), failed=str(error))
         if identity is None:
-            return self._render(request, "login.html", 401, next=_local(request), failed=True)
+            wrong = "That name and token do not match a user of this console."
+            return self._render(request, "login.html", 401, next=_local(request), failed=wrong)
         response = RedirectResponse(_local(request, form.get("next")), status_code=303)
         response.set_cookie(
             SESSION_COOKIE,
-            door.sessions.issue(identity, int(door.clock())),
+            door.sessions.issue(identity, token, int(door.clock())),
             max_age=door.sessions.lifetime_s,
             httponly=True,
             samesite="strict",
@@ -79,6 +81,9 @@ class Acting:
         refusal = csrf_refusal(request, {k: str(v) for k, v in (await request.form()).items()})
         if refusal is not None:
             return refusal
+        identity = identity_of(request)
+        if identity is not None and identity.via == "session" and identity.csrf:
+            self._console.door.revoked.add(identity.csrf)
         response = RedirectResponse("/schedules", status_code=303)
         response.delete_cookie(SESSION_COOKIE, httponly=True, samesite="strict")
         return response
@@ -132,6 +137,11 @@ class Acting:
         held = held_schedule(self._console.view, self._console.group, schedule_id)
         if held is None:
             raise KairosError(f"no schedule {schedule_id!r} in the view")
+        if held[2].mode is None:
+            raise ForbiddenActionError(
+                f"the tickers' verdict on {schedule_id} is not known yet (their group cannot be "
+                "read, or no ticker has judged its partition); try again in a moment"
+            )
         owner = held[0]["owner"]
         teams = teams_acting_for(identity, owner, actions.admins.names())
         if not teams:

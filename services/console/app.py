@@ -33,6 +33,7 @@ from kairos.services.console.door import Door, DoorConfig, csrf_refusal, identit
 from kairos.services.console.follower import ViewFollower
 from kairos.services.console.herd import ComingHerd, herd_document
 from kairos.services.console.plots import Series, plot_svg
+from kairos.services.console.redaction import sees_secrets
 from kairos.services.console.view import ConsoleView
 
 API = "/api/v1"
@@ -233,16 +234,13 @@ class Api:
         return JSONResponse({"audits": audits.audits(self._console.view)})
 
     def audit(self, request: Request) -> Response:
-        found = audits.audit(self._console.view, request.path_params["audit_id"])
+        found = stored_audit(self._console, request)
         if found is None:
             return JSONResponse({"error": "no such audit"}, 404)
         return JSONResponse(found)
 
-    def dead_letters(self, _request: Request) -> Response:
-        letters = queries.dead_letters(self._console.view)
-        for letter in letters:
-            letter["dead_lettered_at"] = documents.instant_text(letter["dead_lettered_at"])
-        return JSONResponse({"dead_letters": letters})
+    def dead_letters(self, request: Request) -> Response:
+        return JSONResponse({"dead_letters": dead_letters_document(self._console, request)})
 
     def runs(self, request: Request) -> Response:
         return _json(lambda: {"runs": runs_document(self._console, request)})
@@ -390,15 +388,13 @@ class Pages:
         return self.render(request, "audits.html", audits=audits.audits(self._console.view))
 
     def audit(self, request: Request) -> Response:
-        found = audits.audit(self._console.view, request.path_params["audit_id"])
+        found = stored_audit(self._console, request)
         if found is None:
             return self._problem(request, "No such audit.", 404)
         return self.render(request, "audit.html", audit=found)
 
     def dead_letters(self, request: Request) -> Response:
-        letters = queries.dead_letters(self._console.view)
-        for letter in letters:
-            letter["dead_lettered_at"] = documents.instant_text(letter["dead_lettered_at"])
+        letters = dead_letters_document(self._console, request)
         return self.render(request, "dead_letters.html", letters=letters)
 
     def runs(self, request: Request) -> Response:
@@ -415,6 +411,24 @@ class Pages:
         if found is None:
             return self._problem(request, "No such run in the view (kept 14 days).", 404)
         return self.render(request, "run.html", page=found)
+
+
+def stored_audit(console: Console, request: Request) -> dict[str, Any] | None:
+    audit_id = request.path_params["audit_id"]
+    # Ids are the view's BIGINTs: a larger number names no audit (and would not fit a query).
+    return audits.audit(console.view, audit_id) if 0 <= audit_id < 2**63 else None
+
+
+def dead_letters_document(console: Console, request: Request) -> list[dict[str, Any]]:
+    """The latest dead letters; a reason (which may quote a job's output or a definition's
+    values) only to the users of the team the schedule's runs were fired for."""
+    viewer = identity_of(request)
+    letters = queries.dead_letters(console.view)
+    for letter in letters:
+        letter["dead_lettered_at"] = documents.instant_text(letter["dead_lettered_at"])
+        if not sees_secrets(viewer, letter.pop("owner")):
+            letter["reason"] = runs.HIDDEN_REASON
+    return letters
 
 
 def run_filter(console: Console, request: Request) -> runs.RunFilter:

@@ -87,7 +87,9 @@ def schedule_page(
         return None
     found, placement, judged = held
     schedule = Schedule.model_validate(found["definition"])
-    hide = not sees_secrets(viewer, schedule.owner)
+    # Unjudged (the group unreadable, or no verdict yet), what the ticker holds is not known:
+    # secrets are then shown to no one.
+    hide = judged.mode is None or not sees_secrets(viewer, schedule.owner)
     if hide:
         found["definition"] = redacted(found["definition"])
     fires = upcoming(schedule, now, 10, None)
@@ -108,7 +110,7 @@ def schedule_page(
         "never_fires": None if fires else never_fires_reason(schedule, now),
         "calendars_not_applied": uses_calendars(schedule),
         "last_runs": runs,
-        "last_changes": _changes_with_diffs(queries.changes(view, schedule_id), judged, hide),
+        "last_changes": _changes_with_diffs(queries.changes(view, schedule_id), judged, viewer),
     }
 
 
@@ -170,16 +172,20 @@ def _judged(placement: dict[str, Any] | None) -> Judged:
 
 
 def _changes_with_diffs(
-    changes: list[dict[str, Any]], judged: Judged, hide: bool
+    changes: list[dict[str, Any]], judged: Judged, viewer: Identity | None
 ) -> list[dict[str, Any]]:
-    """Each change (newest first) with the diff of the definition from the change before it
-    (secret values redacted when `hide`), and the team a signed ticker verified when it took it
-    (none for a refused change)."""
+    """Each change (newest first) with the diff of the definition from the change before it,
+    and the team a signed ticker verified when it took it (none for a refused change).
+
+    Each version's secret values are shown only to its own owner's users, and only once a
+    ticker took it; otherwise they are redacted, and marked changed only between two versions
+    a ticker took, so a refused forgery cannot learn whether it guessed a secret right."""
+    taken = [_taken(change, judged) for change in changes] + [False]
     definitions = [change["definition"] for change in changes] + [None]
     for index, change in enumerate(changes):
-        before, after = definitions[index + 1], definitions[index]
-        if hide:
-            before, after = _hidden(before, None), _hidden(after, before)
+        before = _seen(definitions[index + 1], None, taken[index + 1], viewer)
+        compared = definitions[index + 1] if taken[index] and taken[index + 1] else None
+        after = _seen(definitions[index], compared, taken[index], viewer)
         change["diff"] = list(
             difflib.unified_diff(_lines(before), _lines(after), "before", "after", lineterm="", n=1)
         )[2:]
@@ -192,10 +198,20 @@ def _changes_with_diffs(
     return changes
 
 
-def _hidden(
-    definition: dict[str, Any] | None, before: dict[str, Any] | None
+def _taken(change: dict[str, Any], judged: Judged) -> bool:
+    committed = judged.committed_offset
+    return not change["refused"] and committed is not None and change["offset"] < committed
+
+
+def _seen(
+    definition: dict[str, Any] | None,
+    compared: dict[str, Any] | None,
+    taken: bool,
+    viewer: Identity | None,
 ) -> dict[str, Any] | None:
-    return None if definition is None else redacted(definition, before)
+    if definition is None or (taken and sees_secrets(viewer, definition.get("owner"))):
+        return definition
+    return redacted(definition, compared)
 
 
 def _lines(definition: dict[str, Any] | None) -> list[str]:

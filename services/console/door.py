@@ -13,7 +13,8 @@ check (`csrf_refusal`), since only they read forms.
 
 from __future__ import annotations
 
-import hashlib
+import base64
+import binascii
 import hmac
 import time
 from collections.abc import Callable
@@ -26,6 +27,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from kairos.core.errors import KairosError
 from kairos.services.console.identity import (
     SESSION_COOKIE,
     Identity,
@@ -62,6 +64,15 @@ class RateLimit:
         self._counts[user] = (minute, count)
         return count <= self.per_minute
 
+    def exceeded(self, user: str, now_s: float) -> bool:
+        """Whether `user` has used up this minute, without counting."""
+        seen_minute, count = self._counts.get(user, (-1, 0))
+        return seen_minute == int(now_s // 60) and count >= self.per_minute
+
+
+class SignInLimitError(KairosError):
+    """Too many wrong tokens: the message says to wait."""
+
 
 @dataclass(frozen=True)
 class DoorConfig:
@@ -74,6 +85,11 @@ class DoorConfig:
     public_origin: str | None = None
     require_login: bool = False
     rate: RateLimit = field(default_factory=lambda: RateLimit(30))
+    failures: RateLimit = field(default_factory=lambda: RateLimit(10))
+    """Wrong tokens a minute, per address and name."""
+    revoked: set[str] = field(default_factory=set)
+    """Nonces of sessions signed out of in this process (kept until it restarts; a session
+    lasts `lifetime_s` at most)."""
     clock: Callable[[], float] = time.time
 
     @property
@@ -81,21 +97,60 @@ class DoorConfig:
         return self.users is not None or self.proxy is not None
 
     def who(self, request: Request) -> Identity | None:
-        """The sender, with the CSRF token their forms carry; raises `IdentityRefusedError`."""
+        """The sender, with the CSRF token their forms carry; raises `IdentityRefusedError`, or
+        `SignInLimitError` after too many wrong tokens from one address for one name."""
         peer = request.client.host if request.client else None
-        found = TrustedProxy(frozenset()) if self.proxy is None else self.proxy
-        identity = found.identity(peer, request.headers)
+        proxy = TrustedProxy(frozenset()) if self.proxy is None else self.proxy
+        headers = request.headers
+        identity = proxy.identity(
+            peer, headers.getlist(proxy.user_header), headers.getlist(proxy.groups_header)
+        )
         if identity is None:
-            identity = self.sessions.read(request.cookies.get(SESSION_COOKIE), int(self.clock()))
-        if identity is None and self.users is not None:
-            identity = self.users.authenticated(request.headers.get("authorization"))
-        if identity is None or identity.csrf is not None:
-            return identity
-        token = hmac.new(self.sessions.secret, identity.user.encode(), hashlib.sha256)
-        return Identity(identity.user, identity.teams, identity.via, token.hexdigest())
+            cookie = request.cookies.get(SESSION_COOKIE)
+            identity = self.sessions.read(cookie, self.users, int(self.clock()))
+            if identity is not None and identity.csrf in self.revoked:
+                identity = None
+        if identity is None and self.users is not None and "authorization" in headers:
+            identity = self.signed_in(peer, *basic_credentials(headers["authorization"]))
+        if identity is None:
+            return None
+        csrf = self.sessions.csrf_token(identity)
+        return Identity(identity.user, identity.teams, identity.via, csrf)
+
+    def signed_in(self, peer: str | None, name: str, token: str) -> Identity | None:
+        """The user a name and token prove, counting wrong tokens per address and name: past
+        the limit even the right token waits, so guessing is slowed, and one address guessing
+        one name does not lock out the others behind the same proxy."""
+        assert self.users is not None
+        attempt = f"{peer} {name}"
+        if self.failures.exceeded(attempt, self.clock()):
+            raise SignInLimitError(f"too many wrong tokens for {name!r}; wait a minute")
+        identity = self.users.signed_in(name, token)
+        if identity is None:
+            self.failures.allows(attempt, self.clock())
+        return identity
 
     def origin(self, request: Request) -> str:
         return self.public_origin or f"{request.url.scheme}://{request.headers.get('host', '')}"
+
+
+def host_name(host: str) -> str:
+    """The name of a Host header without its port: `[::1]:8080` and `[::1]` are `::1`."""
+    if host.startswith("["):
+        return host[1:].partition("]")[0].lower()
+    return host.partition(":")[0].lower()
+
+
+def basic_credentials(authorization: str) -> tuple[str, str]:
+    """The name and token of a `Basic` Authorization header; empty ones if it is not that."""
+    scheme, _, encoded = authorization.partition(" ")
+    if scheme.lower() != "basic":
+        return "", ""
+    try:
+        name, _, token = base64.b64decode(encoded, validate=True).decode().partition(":")
+    except (binascii.Error, UnicodeDecodeError):
+        return "", ""
+    return name, token
 
 
 def identity_of(request: Request) -> Identity | None:
@@ -108,7 +163,8 @@ def csrf_refusal(request: Request, form: dict[str, str]) -> Response | None:
     """A form without the signed-in user's CSRF token is refused."""
     identity = identity_of(request)
     sent = form.get("csrf", "")
-    if identity is None or identity.csrf is None or not hmac.compare_digest(sent, identity.csrf):
+    expected = b"" if identity is None or identity.csrf is None else identity.csrf.encode()
+    if not expected or not hmac.compare_digest(sent.encode(), expected):
         return _refused(request, 403, "the form has no valid CSRF token; reload the page and retry")
     return None
 
@@ -134,13 +190,15 @@ class Door:
 
     def _check(self, request: Request) -> tuple[Response | None, Identity | None]:
         config = self._config
-        host = request.headers.get("host", "").rpartition(":")[0] or request.headers.get("host")
-        if (host or "").strip("[]").lower() not in config.hosts:
+        host = request.headers.get("host", "")
+        if host_name(host) not in config.hosts:
             return _refused(request, 400, f"this console does not answer Host {host!r}"), None
         try:
             identity = config.who(request)
         except IdentityRefusedError as error:
             return _refused(request, 403, str(error)), None
+        except SignInLimitError as error:
+            return _refused(request, 429, str(error)), None
         if request.method in _SAFE:
             if config.require_login and identity is None and request.url.path != "/login":
                 return _sign_in_first(request), None
@@ -157,6 +215,10 @@ class Door:
                 "act or request audits",
             )
         length = request.headers.get("content-length")
+        if "transfer-encoding" in request.headers:
+            # The server reads a chunked body whatever Content-Length says: the cap would be
+            # the sender's word. Browsers and scripts send forms and JSON with a length.
+            return _refused(request, 411, "send the body with Content-Length, not chunked")
         if length is None or not length.isdigit():
             return _refused(request, 411, "send Content-Length with the request")
         if int(length) > MAX_BODY_BYTES:

@@ -16,14 +16,13 @@ Three sources, each refused where it cannot be trusted:
 from __future__ import annotations
 
 import base64
-import binascii
 import hashlib
 import hmac
 import ipaddress
 import json
 import secrets
 import stat
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -114,17 +113,6 @@ class Users:
         matches = hmac.compare_digest(token.encode(), (known.token if known else "\0").encode())
         return Identity(name, known.teams, "token") if known is not None and matches else None
 
-    def authenticated(self, authorization: str | None) -> Identity | None:
-        """Who a `Basic` Authorization header proves, or `None`."""
-        scheme, _, encoded = (authorization or "").partition(" ")
-        if scheme.lower() != "basic":
-            return None
-        try:
-            name, _, token = base64.b64decode(encoded, validate=True).decode().partition(":")
-        except (binascii.Error, UnicodeDecodeError):
-            return None
-        return self.signed_in(name, token)
-
 
 @dataclass(frozen=True)
 class Sessions:
@@ -150,35 +138,51 @@ class Sessions:
             )
         return cls(secret, lifetime_s)
 
-    def issue(self, identity: Identity, now_s: int) -> str:
-        """A cookie value for `identity`, valid for the session's lifetime from `now_s`."""
+    def issue(self, identity: Identity, token: str, now_s: int) -> str:
+        """A cookie value for `identity`, signed in with `token`, valid for the session's
+        lifetime from `now_s`. It names the token by a fingerprint, so changing a user's token
+        in the users file ends their sessions."""
         payload = {
             "u": identity.user,
-            "t": sorted(identity.teams),
             "x": now_s + self.lifetime_s,
             "c": secrets.token_urlsafe(18),
-            "v": identity.via,
+            "f": self.fingerprint(token),
         }
         body = base64.urlsafe_b64encode(json.dumps(payload).encode()).decode()
-        return f"{body}.{self._mac(body)}"
+        return f"{body}.{self._mac(_SESSION, body)}"
 
-    def read(self, cookie: str | None, now_s: int) -> Identity | None:
-        """Who the cookie proves, or `None` when it is absent, forged or expired."""
+    def read(self, cookie: str | None, users: Users | None, now_s: int) -> Identity | None:
+        """Who the cookie proves, with the teams the users file gives them now; `None` when it
+        is absent, forged, expired, or its user or token is no longer in the file."""
         body, _, mac = (cookie or "").partition(".")
-        if not body or not hmac.compare_digest(mac, self._mac(body)):
+        expected = self._mac(_SESSION, body)
+        if not body or not hmac.compare_digest(mac.encode(), expected.encode()):
             return None
         try:
             payload = json.loads(base64.urlsafe_b64decode(body))
-            user, teams, expires = str(payload["u"]), payload["t"], int(payload["x"])
-            csrf, via = str(payload["c"]), str(payload["v"])
+            user, expires = str(payload["u"]), int(payload["x"])
+            nonce, fingerprint = str(payload["c"]), str(payload["f"])
         except (ValueError, KeyError, TypeError):
             return None
-        if expires <= now_s:
+        entry = None if users is None else users.entries.get(user)
+        if expires <= now_s or entry is None or fingerprint != self.fingerprint(entry.token):
             return None
-        return Identity(user, frozenset(map(str, teams)), f"session ({via})", csrf)
+        return Identity(user, entry.teams, "session", nonce)
 
-    def _mac(self, body: str) -> str:
-        return hmac.new(self.secret, body.encode(), hashlib.sha256).hexdigest()
+    def csrf_token(self, identity: Identity) -> str:
+        """The token forms carry: the session's nonce, else one derived from the user's name."""
+        return identity.csrf or self._mac(_CSRF, f"{identity.via}:{identity.user}")
+
+    def fingerprint(self, token: str) -> str:
+        return self._mac(_FINGERPRINT, token)[:32]
+
+    def _mac(self, purpose: bytes, text: str) -> str:
+        # One key per purpose: a value signed for one use never verifies for another.
+        key = hmac.new(self.secret, purpose, hashlib.sha256).digest()
+        return hmac.new(key, text.encode(), hashlib.sha256).hexdigest()
+
+
+_SESSION, _CSRF, _FINGERPRINT = b"kairos-session", b"kairos-csrf", b"kairos-token-fingerprint"
 
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -205,21 +209,23 @@ class TrustedProxy:
     group_prefix: str = ""
     """Groups that name a team start with it (`kairos-`): `kairos-payments` is team payments."""
 
-    def identity(self, peer: str | None, headers: Mapping[str, str]) -> Identity | None:
-        """The user the proxy vouches for; `None` when no identity header is sent. Raises
-        `IdentityRefusedError` for identity headers from an address that is not a proxy."""
-        user = headers.get(self.user_header)
-        groups = headers.get(self.groups_header)
-        if user is None and groups is None:
+    def identity(self, peer: str | None, users: list[str], groups: list[str]) -> Identity | None:
+        """The user the proxy vouches for, from the values of its user and groups headers;
+        `None` when neither is sent. Raises `IdentityRefusedError` for identity headers from an
+        address that is not a proxy, or sent twice (a proxy that appends rather than replaces
+        would let the client's own value through)."""
+        if not users and not groups:
             return None
         if not self._is_proxy(peer):
             raise IdentityRefusedError(
                 f"{self.user_header} and {self.groups_header} are taken only from the console's "
                 f"trusted proxies (--trusted-proxies), not from {peer}"
             )
-        if not user:
+        if len(users) > 1 or len(groups) > 1:
+            raise IdentityRefusedError("the proxy sent an identity header twice; send it once")
+        if not users or not users[0]:
             raise IdentityRefusedError(f"the proxy sent {self.groups_header} without a user")
-        return Identity(user, self._teams(groups or ""), "proxy")
+        return Identity(users[0], self._teams(groups[0] if groups else ""), "proxy")
 
     def _is_proxy(self, peer: str | None) -> bool:
         try:

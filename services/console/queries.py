@@ -283,11 +283,14 @@ def schedules_by_partition(view: ConsoleView) -> dict[int, int]:
 
 
 def dead_letters(view: ConsoleView, limit: int = 100) -> list[dict[str, Any]]:
+    """The latest dead letters, each with the owner its schedule's latest run was fired for
+    (the ticker's verdict; `None` when the view holds no run of it)."""
     with view.connection() as db:
         rows = db.execute(
-            "SELECT source_topic, source_partition, source_offset, error_class, reason, "
-            "dead_lettered_at, schedule_id FROM dead_letters ORDER BY dead_lettered_at DESC "
-            "LIMIT ?",
+            "SELECT d.source_topic, d.source_partition, d.source_offset, d.error_class, d.reason, "
+            "d.dead_lettered_at, d.schedule_id, (SELECT r.owner FROM runs r WHERE "
+            "r.schedule_id = d.schedule_id ORDER BY r.nominal_at DESC LIMIT 1) "
+            "FROM dead_letters d ORDER BY d.dead_lettered_at DESC LIMIT ?",
             (limit,),
         ).fetchall()
     keys = (
@@ -298,5 +301,6 @@ def dead_letters(view: ConsoleView, limit: int = 100) -> list[dict[str, Any]]:
         "reason",
         "dead_lettered_at",
         "schedule_id",
+        "owner",
     )
     return [dict(zip(keys, row, strict=True)) for row in rows]

@@ -33,7 +33,13 @@ from kairos.services.console.herd import ComingHerd
 from kairos.services.console.identity import Sessions, TrustedProxy, Users, proxy_networks
 from kairos.services.console.redaction import CHANGED, REDACTED
 from kairos.services.console.runs import HIDDEN_REASON
-from kairos.services.console.view import ChangeRow, ConsoleView, ScheduleRow, ViewBatch
+from kairos.services.console.view import (
+    ChangeRow,
+    ConsoleView,
+    DeadLetterRow,
+    ScheduleRow,
+    ViewBatch,
+)
 from kairos.streams.kafka.settings import KafkaSettings
 from kairos.streams.sql.dialects import SQLITE_SCHEME
 from tests.probe_client import free_port
@@ -43,9 +49,18 @@ TOKEN = "0123456789abcdef-token"
 PROXY = "127.0.0.2"
 
 
-class NoGroup:
+class SignedGroup:
+    """The tickers' group as `kairos partitions` reads it: partition 0 judged in signed mode."""
+
+    def __init__(self, judged: bool = True) -> None:
+        self.judged = judged
+
     def document(self) -> dict[str, Any]:
-        return {"partitions": []}
+        if not self.judged:
+            return {"error": "the group cannot be read"}
+        entry = {"partition": 0, "owner": "t1", "mode": "signed", "committed_offset": 100,
+                 "mode_since": 0}  # fmt: skip
+        return {"partitions": [entry]}
 
 
 class NoAdmins:
@@ -61,6 +76,10 @@ def http_job(token: str) -> dict[str, Any]:
             "headers": {"Authorization": f"Bearer {token}"}, "body": {"amount": 1}}  # fmt: skip
 
 
+def shell_job(token: str) -> dict[str, Any]:
+    return {"kind": "shell", "command": "report", "env": {"TOKEN": token}}
+
+
 def schedule_records(view: ConsoleView) -> None:
     batch = ViewBatch()
     for offset, (schedule_id, owner, job) in enumerate(
@@ -68,6 +87,9 @@ def schedule_records(view: ConsoleView) -> None:
             ("payments.settle", "payments", http_job("old-secret")),
             ("payments.settle", "payments", http_job("new-secret")),
             ("growth.report", "growth", {"kind": "shell", "command": "true"}),
+            # Handed from growth to payments, each with its own token.
+            ("shared.report", "growth", shell_job("growth-secret")),
+            ("shared.report", "payments", shell_job("payments-secret")),
         ]
     ):
         definition = Schedule.model_validate(
@@ -109,6 +131,11 @@ def schedule_records(view: ConsoleView) -> None:
         RunEventRecord(rerun.run_id, rerun.schedule_id, "failed", 1, "e2", nominal,
                        rerun.fired_at, rerun.fired_at, rerun.fired_at, "exit status 1", None, 0, 3)
     )  # fmt: skip
+    batch.dead_letters.append(
+        DeadLetterRow("dead-letters", 0, 0, "runs", 0, 9, "JobFailedError",
+                      "3 of 3 attempts failed; the last: OUTPUT password=hunter2", 1,
+                      "payments.settle")
+    )  # fmt: skip
     view.apply(batch)
 
 
@@ -144,7 +171,10 @@ class Served:
         return headers["set-cookie"].split(";", 1)[0]
 
 
-def serve(tmp_path: Path, require_login: bool = False) -> Iterator[Served]:
+def serve(
+    tmp_path: Path, require_login: bool = False, group: SignedGroup | None = None
+) -> Iterator[Served]:
+    group = group or SignedGroup()
     users_file = tmp_path / "users"
     users_file.write_text(f"paula:{TOKEN}:payments\ngary:{TOKEN}:growth\n")
     users_file.chmod(0o600)
@@ -160,7 +190,7 @@ def serve(tmp_path: Path, require_login: bool = False) -> Iterator[Served]:
         rate=RateLimit(5),
     )
     console = Console(
-        view, ViewFollower(settings, view), NoGroup(),  # type: ignore[arg-type]
+        view, ViewFollower(settings, view), group,  # type: ignore[arg-type]
         AuditJobs(view, lambda *_: {"verdict": "holds"}), ComingHerd(view), door,
         ActionDoor(settings, NoAdmins()),
     )  # fmt: skip
@@ -185,7 +215,7 @@ def served(tmp_path: Path) -> Iterator[Served]:
 def test_a_foreign_host_is_refused_and_probes_answer_any(served: Served) -> None:
     assert served.request("GET", "/schedules")[0] == 200
     status, _, text = served.request("GET", "/schedules", {"Host": "evil.example:8080"})
-    assert status == 400 and "does not answer Host 'evil.example'" in text
+    assert status == 400 and "does not answer Host 'evil.example:8080'" in text
     assert served.request("GET", "/readyz", {"Host": "10.1.2.3:8080"})[0] == 200
 
 
@@ -298,3 +328,89 @@ def test_guessing_tokens_at_the_sign_in_form_is_slowed(served: Served) -> None:
     form = {"Content-Type": "application/x-www-form-urlencoded"}
     statuses = [served.request("POST", "/login", form, guess)[0] for _ in range(6)]
     assert statuses == [401] * 5 + [429], statuses
+
+
+def test_a_proxy_users_csrf_token_never_signs_a_session(served: Served) -> None:
+    payload = {"u": "paula", "x": 9_999_999_999, "c": "zz", "f": "0" * 32}
+    name = base64.urlsafe_b64encode(json.dumps(payload).encode()).decode()
+    proxied = {"X-Forwarded-User": name, "X-Forwarded-Groups": "kairos-growth"}
+    _, _, html = served.request("GET", "/audit", proxied, source=PROXY)
+    token = re.search(r'name="csrf" value="([0-9a-f]+)"', html)
+    assert token is not None
+    forged = {"Cookie": f"kairos_session={name}.{token.group(1)}"}
+    _, _, text = served.request("GET", "/api/v1/schedules/payments.settle", forged)
+    assert "new-secret" not in text, "a forged session is nobody"
+
+
+def test_a_chunked_body_is_refused_whatever_length_it_claims(served: Served) -> None:
+    status, _, _ = served.request(
+        "POST",
+        "/login",
+        {"Content-Length": "10", "Transfer-Encoding": "chunked",
+         "Content-Type": "application/x-www-form-urlencoded"},
+        b"5\r\nname=\r\n0\r\n\r\n",
+    )  # fmt: skip
+    assert status == 411
+
+
+def test_dead_letter_reasons_are_shown_only_to_the_owning_team(served: Served) -> None:
+    for who, shown in ((None, False), ("gary", False), ("paula", True)):
+        headers = {} if who is None else {"Cookie": served.sign_in(who)}
+        _, _, text = served.request("GET", "/api/v1/dead-letters", headers)
+        (letter,) = json.loads(text)["dead_letters"]
+        assert ("hunter2" in letter["reason"]) is shown, (who, letter)
+
+
+def test_a_version_of_another_owner_stays_redacted_after_a_handover(served: Served) -> None:
+    payments = {"Cookie": served.sign_in("paula")}
+    _, _, text = served.request("GET", "/api/v1/schedules/shared.report", payments)
+    page = json.loads(text)
+    assert page["schedule"]["definition"]["job"]["env"]["TOKEN"] == "payments-secret"
+    assert "growth-secret" not in text, "growth's token was growth's, even to the new owner"
+
+
+def test_unjudged_secrets_are_shown_to_no_one_and_actions_wait(tmp_path: Path) -> None:
+    for served in serve(tmp_path, group=SignedGroup(judged=False)):
+        payments = {"Cookie": served.sign_in("paula")}
+        _, _, text = served.request("GET", "/api/v1/schedules/payments.settle", payments)
+        assert "new-secret" not in text
+        status, _, text = served.request(
+            "POST", "/api/v1/schedules/payments.settle/actions/pause",
+            {"Authorization": basic("paula"), "X-Kairos-Client": "t",
+             "Content-Type": "application/json"}, b"{}",
+        )  # fmt: skip
+        assert status == 403 and "verdict" in text, text
+
+
+def test_an_identity_header_sent_twice_is_refused(served: Served) -> None:
+    connection = http.client.HTTPConnection(
+        "127.0.0.1", served.port, timeout=10, source_address=(PROXY, 0)
+    )
+    connection.putrequest("GET", "/api/v1/schedules/payments.settle", skip_host=True)
+    connection.putheader("Host", f"127.0.0.1:{served.port}")
+    connection.putheader("X-Forwarded-User", "victim")
+    connection.putheader("X-Forwarded-User", "attacker")
+    connection.endheaders()
+    response = connection.getresponse()
+    assert response.status == 403 and b"twice" in response.read()
+
+
+def test_guessing_a_token_over_basic_is_slowed_even_before_the_right_one(served: Served) -> None:
+    wrong = {"Authorization": "Basic " + base64.b64encode(b"paula:" + b"x" * 20).decode()}
+    statuses = [served.request("GET", "/schedules", wrong)[0] for _ in range(11)]
+    assert statuses[:10] == [200] * 10 and statuses[10] == 429, statuses
+    assert served.request("GET", "/schedules", {"Authorization": basic("paula")})[0] == 429
+    assert served.request("GET", "/schedules", {"Authorization": basic("gary")})[0] == 200
+
+
+def test_signing_out_ends_the_session_and_odd_input_is_no_crash(served: Served) -> None:
+    cookie = served.sign_in("paula")
+    _, _, html = served.request("GET", "/schedules", {"Cookie": cookie})
+    token = re.search(r'name="csrf" value="([^"]+)"', html)
+    assert token is not None
+    form = {"Cookie": cookie, "Content-Type": "application/x-www-form-urlencoded"}
+    assert served.request("POST", "/logout", form, f"csrf={token.group(1)}".encode())[0] == 303
+    _, _, text = served.request("GET", "/api/v1/schedules/payments.settle", {"Cookie": cookie})
+    assert "new-secret" not in text, "a signed-out session is nobody"
+    assert served.request("GET", "/schedules", {"Cookie": "kairos_session=abc.\u00e9"})[0] == 200
+    assert served.request("GET", "/api/v1/audits/99999999999999999999999")[0] == 404

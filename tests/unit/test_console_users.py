@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from kairos.services.console.door import basic_credentials
 from kairos.services.console.identity import (
     Identity,
     Sessions,
@@ -30,18 +31,21 @@ def basic(name: str, token: str) -> str:
     return "Basic " + base64.b64encode(f"{name}:{token}".encode()).decode()
 
 
+def signed_in(users: Users, authorization: str) -> Identity | None:
+    return users.signed_in(*basic_credentials(authorization))
+
+
 def test_a_name_and_its_own_token_authenticate_and_nothing_else_does(tmp_path: Path) -> None:
     text = f"# operators\nalice:{TOKEN}:payments,ops\n\nbob:{TOKEN}x\n"
     users = Users.load(users_file(tmp_path, text))
-    alice = users.authenticated(basic("alice", TOKEN))
+    alice = signed_in(users, basic("alice", TOKEN))
     assert alice is not None and (alice.user, alice.teams) == ("alice", {"payments", "ops"})
-    bob = users.authenticated(basic("bob", TOKEN + "x"))
+    bob = signed_in(users, basic("bob", TOKEN + "x"))
     assert bob is not None and bob.teams == frozenset(), "a user of no team acts on nothing"
-    assert users.authenticated(basic("bob", TOKEN)) is None
-    assert users.authenticated(basic("carol", TOKEN)) is None
-    assert users.authenticated(f"Bearer {TOKEN}") is None
-    assert users.authenticated("Basic !!not-base64") is None
-    assert users.authenticated(None) is None
+    assert signed_in(users, basic("bob", TOKEN)) is None
+    assert signed_in(users, basic("carol", TOKEN)) is None
+    assert signed_in(users, f"Bearer {TOKEN}") is None
+    assert signed_in(users, "Basic !!not-base64") is None
 
 
 @pytest.mark.parametrize(
@@ -63,16 +67,23 @@ def test_a_users_file_that_cannot_be_trusted_is_refused_with_the_fix(
         Users.load(users_file(tmp_path, text, mode))
 
 
-def test_a_session_proves_its_user_until_it_expires_and_not_once_altered() -> None:
+def test_a_session_proves_its_user_until_it_expires_and_not_once_altered(tmp_path: Path) -> None:
+    users = Users.load(users_file(tmp_path, f"alice:{TOKEN}:payments\n"))
     sessions = Sessions(b"k" * 32, lifetime_s=600)
-    cookie = sessions.issue(Identity("alice", frozenset({"payments"}), "token"), now_s=1000)
-    read = sessions.read(cookie, now_s=1599)
+    alice = Identity("alice", frozenset({"payments"}), "token")
+    cookie = sessions.issue(alice, TOKEN, now_s=1000)
+    read = sessions.read(cookie, users, now_s=1599)
     assert read is not None and (read.user, read.teams) == ("alice", {"payments"})
     assert read.csrf, "a session carries the token its forms must send"
-    assert sessions.read(cookie, now_s=1600) is None, "expired"
+    assert sessions.read(cookie, users, now_s=1600) is None, "expired"
     body, _, mac = cookie.partition(".")
-    assert sessions.read(body[:-2] + "xx." + mac, now_s=1001) is None, "altered"
-    assert Sessions(b"j" * 32, 600).read(cookie, now_s=1001) is None, "another console's secret"
+    assert sessions.read(body[:-2] + "xx." + mac, users, now_s=1001) is None, "altered"
+    assert Sessions(b"j" * 32, 600).read(cookie, users, 1001) is None, "another console's secret"
+    moved = Users.load(users_file(tmp_path, f"alice:{TOKEN}:growth\n"))
+    read = sessions.read(cookie, moved, now_s=1001)
+    assert read is not None and read.teams == {"growth"}, "the teams the users file gives now"
+    rotated = Users.load(users_file(tmp_path, f"alice:{TOKEN}-new:payments\n"))
+    assert sessions.read(cookie, rotated, now_s=1001) is None, "a new token ends old sessions"
 
 
 def test_a_user_acts_as_the_owning_team_first_then_as_an_administrators_team() -> None:
