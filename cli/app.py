@@ -18,6 +18,7 @@ from kairos.cli import (
     console,
     dev,
     executor,
+    notifier,
     partitions,
     preview,
     replay,
@@ -153,6 +154,7 @@ app.add_typer(teams.app, name="teams")
 app.add_typer(concurrency.app, name="concurrency")
 app.command("partitions")(partitions.partitions)
 app.command("console")(console.console)
+app.command("notifier")(notifier.notifier)
 app.command("replay")(replay.replay)
 app.add_typer(audit.app, name="audit")
 app.add_typer(runs.app, name="runs")

@@ -166,7 +166,8 @@ def rejections(
     output: OutputOption = None,
     as_json: JsonAliasOption = False,
 ) -> None:
-    """The schedule changes signed by TEAM that the tickers refused, oldest first, with why."""
+    """The schedule changes signed by TEAM that the tickers refused, and the notices no route of
+    TEAM took (`kairos notifier`), oldest first, with why."""
     settings = kafka_settings(context)
     try:
         found = HistoryReader(settings).refused_changes(team)

@@ -87,6 +87,7 @@ def run_event_record(event: OutboxEvent) -> dict[str, Any]:
         "finished_at": event.finished_at,
         "reason": None if event.reason is None else bounded(event.reason),
         "next_attempt_at": event.next_attempt_at,
+        "owner": event.owner,
     }
 
 

@@ -276,9 +276,9 @@ class FiringTransactions:
             except (BufferError, KafkaException):
                 self._produce(runs_topic, value, run_id)
         # 2. Skipped misfires, so an audit can tell a skip from a loss.
-        for decision in work.skips:
+        for decision, owner in work.skips:
             record = skipped_run_event_record(
-                decision, decided_at=fired_at, ticker_instance=self.ticker_instance
+                decision, decided_at=fired_at, ticker_instance=self.ticker_instance, owner=owner
             )
             self._produce(
                 self.topics.run_events, self.codecs.run_event.encode(record), decision.run_id

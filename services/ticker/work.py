@@ -21,7 +21,8 @@ from kairos.streams.state.state_store import StateWrite
 class TransactionWork:
     runs: list[tuple[Decision, ScheduleState, int]] = field(default_factory=list)
     """Each occurrence to fire, with the state that owed it and its schedules partition."""
-    skips: list[Decision] = field(default_factory=list)
+    skips: list[tuple[Decision, str | None]] = field(default_factory=list)
+    """Each occurrence skipped, with the owner of the definition that skipped it."""
     dead_letters: list[tuple[bytes | None, bytes]] = field(default_factory=list)
     """(key, value) of each dead letter: keyed by the (bounded) key of the record it copies."""
     states: dict[int, dict[str, ScheduleState | None]] = field(default_factory=dict)
@@ -149,7 +150,8 @@ class TransactionWork:
                 assert owed_by is not None, "only an existing schedule owes occurrences"
                 self.runs.append((decision, owed_by, partition))
             else:
-                self.skips.append(decision)
+                owner = None if owed_by is None else owed_by.schedule.owner
+                self.skips.append((decision, owner))
         state = outcome.state
         if state is not None and state.ran_out and owed_by is not None and not owed_by.ran_out:
             self.ran_out.append((partition, state))
@@ -172,7 +174,7 @@ class TransactionWork:
             for p, state in self.ran_out
             if p != partition or state.schedule_id != schedule_id
         ]
-        self.skips = [skip for skip in self.skips if skip.schedule_id != schedule_id]
+        self.skips = [skip for skip in self.skips if skip[0].schedule_id != schedule_id]
         self.states.get(partition, {}).pop(schedule_id, None)
         self.written_ahead.get(partition, {}).pop(schedule_id, None)
         # Its deletion then encodes nothing it decided: the one write that cannot fail.

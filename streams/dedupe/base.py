@@ -241,6 +241,8 @@ class OutboxEvent:
     next_attempt_at: datetime | None
     dead_letter: DeadLetteredRun | None
     """Set on `DEAD_LETTERED` events: a `DeadLetter` record goes out with the event."""
+    owner: str | None = None
+    """The team the ticker fired the run for (`RunRequested.owner`)."""
 
 
 @dataclass(frozen=True, slots=True)

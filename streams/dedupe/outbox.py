@@ -58,7 +58,7 @@ def oldest_events(db: Database, conn: Connection, limit: int) -> list[tuple[int,
             "SELECT o.id, o.run_id, r.schedule_id, o.kind, o.attempt, o.executor_instance, "
             "r.nominal_ms, r.fired_ms, o.started_ms, o.finished_ms, o.reason, "
             "o.next_attempt_ms, o.dead_letter, r.source_topic, r.source_partition, "
-            "r.source_offset, r.value "
+            "r.source_offset, r.value, r.owner "
             "FROM kairos_outbox o JOIN kairos_runs r ON r.run_id = o.run_id "
             "ORDER BY o.id LIMIT ?"
         ),
@@ -91,6 +91,7 @@ def _outbox_event(row: Sequence[Any]) -> OutboxEvent:
         partition,
         offset,
         value,
+        owner,
     ) = row
     return OutboxEvent(
         run_id=run_id,
@@ -109,4 +110,7 @@ def _outbox_event(row: Sequence[Any]) -> OutboxEvent:
             if dead_letter
             else None
         ),
+        # The store keeps no owner as '' (runs of ownerless schedules, and runs stored before
+        # owners were); a RunEvent says none as null.
+        owner=owner or None,
     )

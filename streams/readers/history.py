@@ -45,7 +45,7 @@ from kairos.streams.kafka.partitioner import partition_for
 from kairos.streams.kafka.settings import HISTORY_READERS_GROUP, TICKER_GROUP, KafkaSettings
 from kairos.streams.kafka.topics import TopicRole
 from kairos.streams.wire.codec import Codecs, DecodeError, make_codecs
-from kairos.streams.wire.dead_letters import REFUSED_CHANGES
+from kairos.streams.wire.dead_letters import NOTIFICATION_FAILED, REFUSED_CHANGES
 from kairos.streams.wire.history_records import (
     InvalidRecordError,
     RefusedChange,
@@ -237,14 +237,16 @@ class HistoryReader:
         ]
 
     def refused_changes(self, team: str | None = None) -> list[RefusedChange]:
-        """Every schedule change a ticker refused, by the ownership rules or a quota (reported
-        to `team`, if given)."""
+        """Every schedule change a ticker refused, by the ownership rules or a quota, and every
+        notice no route took (reported to `team`, if given)."""
         schedules = self.topic(TopicRole.SCHEDULES)
         return [
             refused_change(letter)
             for letter in self._dead_letters()
-            if letter["source_topic"] == schedules
-            and letter["error_class"] in REFUSED_CHANGES
+            if (
+                (letter["source_topic"] == schedules and letter["error_class"] in REFUSED_CHANGES)
+                or letter["error_class"] == NOTIFICATION_FAILED
+            )
             and (team is None or letter["reported_to"] == team)
         ]
 

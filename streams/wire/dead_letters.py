@@ -32,6 +32,9 @@ reaching past now: `kairos.core.reruns.judge_rerun`)."""
 STALE_CHANGE = "StaleChangeError"
 """The `error_class` of a change marked for a version of its schedule (`kairos-if-version`, the
 ticker's own `after_last_run`) that the schedule had left when the change was read."""
+NOTIFICATION_FAILED = "NotificationFailedError"
+"""A notice no route of its team took (`kairos notifier`): reported to that team, and never
+itself notified."""
 REFUSED_CHANGES = frozenset({OWNERSHIP_REFUSED, QUOTA_EXCEEDED, RERUN_OUT_OF_BOUNDS, STALE_CHANGE})
 """The error classes of schedule changes a ticker refused and restored the key after: every
 reader of the schedules topic skips them as the ticker did."""

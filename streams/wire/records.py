@@ -383,7 +383,7 @@ def _run_deadline(deadline: Deadline | None) -> dict[str, int | None]:
 
 
 def skipped_run_event_record(
-    decision: Decision, *, decided_at: datetime, ticker_instance: str
+    decision: Decision, *, decided_at: datetime, ticker_instance: str, owner: str | None
 ) -> dict[str, Any]:
     """A misfire the policy chose not to run, recorded so that an audit can tell it from a loss."""
     return {
@@ -398,4 +398,5 @@ def skipped_run_event_record(
         "finished_at": decided_at,
         "reason": decision.reason,
         "next_attempt_at": None,
+        "owner": owner,
     }

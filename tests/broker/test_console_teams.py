@@ -27,7 +27,9 @@ from kairos.core.schedule import Schedule
 from kairos.services.ticker.settings import Ownership
 from kairos.streams.client.schedule_publisher import SchedulesClient
 from kairos.streams.kafka.settings import KafkaSettings
+from kairos.streams.kafka.topics import TopicRole
 from kairos.streams.readers.team_events import publish_team_change
+from kairos.streams.wire.codec import make_codecs
 from tests.broker.test_console_pages import (
     address_of,
     api,
@@ -38,6 +40,7 @@ from tests.broker.test_console_pages import (
 from tests.broker.test_team_ownership import _as, _key_file
 from tests.browser import chromium, click_and_load
 from tests.helpers import eventually
+from tests.kafka_helpers import read_topic
 from tests.processes import ServiceProcess, start_executor, start_ticker
 
 TOKEN = "a-token-of-the-right-length"
@@ -102,6 +105,7 @@ def test_each_team_acts_on_and_reads_the_secrets_of_its_own_schedules_only(
         run_id = eventually(
             lambda: _run_failed_twice(base), timeout_s=120, message="no run failed twice"
         )
+        _run_events_name_the_team_the_run_was_fired_for(kafka_settings)
         _growth_sees_secrets_redacted_and_may_not_pause(browser, base)
         _the_door_refuses_foreign_hosts_and_proxy_headers(base)
         click_and_load(browser, browser.find_element(By.ID, "sign-out"))
@@ -118,6 +122,15 @@ def _run_failed_twice(base: str) -> str:
     runs = api(base, f"/api/v1/runs?schedule={SETTLE}")["runs"]
     done = [run for run in runs if run["attempts"] == 2 and run["status"] == "dead_lettered"]
     return str(done[0]["run_id"]) if done else ""
+
+
+def _run_events_name_the_team_the_run_was_fired_for(settings: KafkaSettings) -> None:
+    """What the notifier routes by (schema history v11): the executor copies the owner the
+    ticker fired the run for onto each event."""
+    codec = make_codecs().run_event
+    topic = settings.layout.name(TopicRole.RUN_EVENTS)
+    events = [event for _, event in read_topic(settings.bootstrap_servers, topic, codec.decode)]
+    assert events and {event["owner"] for event in events} == {"payments"}, events[:3]
 
 
 def _basic(name: str) -> dict[str, str]:

@@ -112,6 +112,10 @@ def could_not_run(inputs: Inputs) -> dict[str, tuple[str, ...]]:
         "dev kafka stop": ("dev", "kafka", "stop", *kafka),
         "dev up": ("dev", "up", "--home", inputs.blocked, "--schedules", inputs.missing),
         "executor": (*NO_BROKER, "executor", *at_start),
+        "notifier": (
+            *NO_BROKER,
+            *("notifier", "--instance", "exit-codes", "--routes-file", inputs.missing, *QUIET),
+        ),
         "partitions": (*NO_BROKER, "partitions"),
         "preview": ("preview", "-f", inputs.missing),
         "replay": (*NO_BROKER, "replay"),

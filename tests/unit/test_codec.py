@@ -138,6 +138,7 @@ def _run_event(kind: str, **extra: Any) -> dict[str, Any]:
         "finished_at": None,
         "reason": None,
         "next_attempt_at": None,
+        "owner": "billing",
         **extra,
     }
 

@@ -1,0 +1,214 @@
+"""`kairos notifier`: reads the run events and dead letters (committed records only), and tells
+each notice to the routes of its team (`kairos.services.notifier.notices`), at least once.
+
+A delivery that gets no answer or a "try later" is tried again after a growing wait with
+jitter, up to `attempts` tries; one that a receiver refuses (4xx, a redirect) or that runs out
+of tries is dead-lettered with the reason, reported to the team (`kairos teams rejections`).
+Any number of notifiers share the topics' partitions in one consumer group.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import random
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from datetime import UTC, datetime
+
+from confluent_kafka import Consumer, Message, Producer, TopicPartition
+
+from kairos.core.notifications import Answer, Notice, retry_delay, wanted
+from kairos.services.notifier.delivery import Mail, deliver
+from kairos.services.notifier.notices import dead_letter_notice, run_event_notice
+from kairos.services.notifier.progress import Delivery, Lanes, Pending, Source
+from kairos.services.notifier.routes import RoutesWatch
+from kairos.services.notifier.settings import NotifierSettings
+from kairos.streams.kafka.settings import KafkaSettings
+from kairos.streams.kafka.topics import TopicRole
+from kairos.streams.wire.codec import DecodeError, make_codecs
+from kairos.streams.wire.dead_letters import NOTIFICATION_FAILED, dead_letter_record
+
+logger = logging.getLogger(__name__)
+
+NOTIFIERS_GROUP = "notifiers"
+COMMIT_EVERY_S = 1.0
+BATCH = 200
+
+
+class Notifier:
+    def __init__(self, kafka: KafkaSettings, settings: NotifierSettings) -> None:
+        self._settings = settings
+        self._routes = RoutesWatch(settings.routes_file)
+        self._codecs = make_codecs()
+        self._topics = {role: kafka.layout.name(role) for role in TopicRole}
+        group = settings.group_id or kafka.deployment_id(NOTIFIERS_GROUP)
+        reset = "earliest" if settings.from_beginning else "latest"
+        self._consumer = Consumer(
+            kafka.group_member_config(
+                group, settings.instance, 10_000, **{"auto.offset.reset": reset}
+            )
+        )
+        self._producer = Producer(kafka.producer_config(**{"client.id": settings.instance}))
+        self._mail = (
+            None
+            if settings.smtp_host is None
+            else Mail(settings.smtp_host, settings.smtp_port, settings.smtp_from)
+        )
+        self._pending = Pending()
+        self._lanes = Lanes(settings.per_route)
+        self._ready: list[Delivery] = []
+        self._retries: list[tuple[float, int, Delivery]] = []
+        self._order = itertools.count()
+        self._running: dict[Future[tuple[Answer, str]], Delivery] = {}
+        self._rng = random.Random()
+        self._paused = False
+
+    def run(self, stop: threading.Event) -> None:
+        topics = [self._topics[TopicRole.RUN_EVENTS], self._topics[TopicRole.DEAD_LETTERS]]
+        self._consumer.subscribe(topics, on_assign=self._assigned, on_revoke=self._revoked)
+        last_commit = time.monotonic()
+        with ThreadPoolExecutor(self._settings.concurrency, "notify") as pool:
+            while not stop.is_set():
+                self._intake()
+                self._finish()
+                self._launch(pool)
+                if time.monotonic() - last_commit >= COMMIT_EVERY_S:
+                    self._commit(self._pending.committable())
+                    last_commit = time.monotonic()
+        self._commit(self._pending.committable())
+        self._consumer.close()
+        self._producer.flush(10)
+
+    def _assigned(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        logger.info(
+            "notifier %s assigned %d partition(s)", self._settings.instance, len(partitions)
+        )
+
+    def _revoked(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        revoked = [(p.topic, p.partition) for p in partitions]
+        self._commit(self._pending.committable(revoked))
+        self._pending.forget(revoked)
+
+    def _intake(self) -> None:
+        full = self._pending.count() >= self._settings.max_pending
+        if full != self._paused:
+            assignment = self._consumer.assignment()
+            (self._consumer.pause if full else self._consumer.resume)(assignment)
+            self._paused = full
+            logger.info("notifier intake %s", "paused: too much undelivered" if full else "resumed")
+        for message in self._consumer.consume(BATCH, timeout=0.05 if self._running else 0.2):
+            if message.error() is not None:
+                logger.warning("notifier consume: %s", message.error())
+                continue
+            self._take(message)
+
+    def _take(self, message: Message) -> None:
+        topic, value = str(message.topic()), message.value()
+        source = Source(
+            topic, message.partition() or 0, message.offset() or 0, message.key(), value
+        )
+        notice = None
+        try:
+            if value is not None and topic == self._topics[TopicRole.RUN_EVENTS]:
+                notice = run_event_notice(self._codecs.run_event.decode(value))
+            elif value is not None:
+                notice = dead_letter_notice(self._codecs.dead_letter.decode(value))
+        except DecodeError as error:
+            logger.warning(
+                "notifier skips %s[%d]@%d: %s", topic, source.partition, source.offset, error
+            )
+        deliveries = [] if notice is None else self._deliveries(notice, source)
+        self._pending.read(source, len(deliveries))
+        for delivery in deliveries:
+            if self._lanes.enter(delivery):
+                self._ready.append(delivery)
+
+    def _deliveries(self, notice: Notice, source: Source) -> list[Delivery]:
+        routes = self._routes.refresh().of(notice.team)
+        return [Delivery(notice, route, source) for route in routes if wanted(route, notice)]
+
+    def _launch(self, pool: ThreadPoolExecutor) -> None:
+        now = time.monotonic()
+        while self._retries and self._retries[0][0] <= now:
+            _, _, delivery = heapq.heappop(self._retries)
+            if self._lanes.enter(delivery):
+                self._ready.append(delivery)
+        while self._ready and len(self._running) < self._settings.concurrency:
+            delivery = self._ready.pop(0)
+            delivery.tries += 1
+            secret = self._routes.routes.secrets.get(delivery.lane)
+            timeout_s = self._settings.timeout.total_seconds()
+            future = pool.submit(
+                deliver, delivery.route, delivery.notice, secret, self._mail, timeout_s
+            )
+            self._running[future] = delivery
+
+    def _finish(self) -> None:
+        for future in [f for f in self._running if f.done()]:
+            delivery = self._running.pop(future)
+            answer, why = future.result()
+            following = self._lanes.leave(delivery)
+            if following is not None:
+                self._ready.append(following)
+            self._settle(delivery, answer, why)
+
+    def _settle(self, delivery: Delivery, answer: Answer, why: str) -> None:
+        notice, route = delivery.notice, delivery.route
+        if answer is Answer.DELIVERED:
+            logger.info("notice %s to %s/%s: %s", notice.notice_id, notice.team, route.name, why)
+        elif answer is Answer.RETRY and delivery.tries < self._settings.attempts:
+            wait = retry_delay(
+                delivery.tries, self._settings.first_retry, self._settings.longest_retry, self._rng
+            )
+            logger.warning(
+                "notice %s to %s/%s: %s; try %d in %.1f s",
+                notice.notice_id,
+                notice.team,
+                route.name,
+                why,
+                delivery.tries + 1,
+                wait.total_seconds(),
+            )
+            due = time.monotonic() + wait.total_seconds()
+            heapq.heappush(self._retries, (due, next(self._order), delivery))
+            return
+        else:
+            self._dead_letter(delivery, why)
+        self._pending.done(delivery.source)
+
+    def _dead_letter(self, delivery: Delivery, why: str) -> None:
+        notice, route, source = delivery.notice, delivery.route, delivery.source
+        reason = (
+            f"notice {notice.notice_id} on route {route.name} ({route.kind}) of team "
+            f"{notice.team} not delivered after {delivery.tries} tries: {why}"
+        )
+        logger.error("%s", reason)
+        record = dead_letter_record(
+            source_topic=source.topic,
+            source_partition=source.partition,
+            source_offset=source.offset,
+            key=source.key,
+            value=source.value,
+            reason=reason,
+            error_class=NOTIFICATION_FAILED,
+            dead_lettered_at=datetime.now(UTC),
+            dead_lettered_by=self._settings.instance,
+            reported_to=notice.team,
+        )
+        topic = self._topics[TopicRole.DEAD_LETTERS]
+        self._producer.produce(topic, self._codecs.dead_letter.encode(record), source.key)
+        # Acknowledged before the record's offset may be committed: a dead letter lost with the
+        # notifier would leave the team told nothing.
+        if self._producer.flush(30) != 0:
+            raise RuntimeError(f"the dead letter of {notice.notice_id} was not acknowledged")
+
+    def _commit(self, offsets: list[TopicPartition]) -> None:
+        if not offsets:
+            return
+        try:
+            self._consumer.commit(offsets=offsets, asynchronous=False)
+        except Exception as error:  # a partition moved meanwhile: the next owner delivers again
+            logger.warning("notifier commit: %s", error)
