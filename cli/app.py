@@ -37,6 +37,7 @@ from kairos.cli.connection import (
     ConnectionFlags,
 )
 from kairos.cli.exit_codes import COULD_NOT_RUN_ERRORS, ExitCode, error_line
+from kairos.cli.log_format import checked_log_format, use_log_format
 from kairos.services.build import installed_version
 
 app = typer.Typer(
@@ -118,6 +119,17 @@ _SigningKeyOption = Annotated[
 ]
 
 
+_LogFormatOption = Annotated[
+    str,
+    typer.Option(
+        envvar="KAIROS_LOG_FORMAT",
+        help="text, or json: one JSON object a line, with run_id, schedule_id, owner and "
+        "partition as fields where a line is about one run.",
+        callback=checked_log_format,
+    ),
+]
+
+
 @app.callback()
 def deployment(
     context: typer.Context,
@@ -127,6 +139,7 @@ def deployment(
     schedules_partitions: _SchedulesPartitionsOption = None,
     timeout: _TimeoutOption = None,
     signing_key: _SigningKeyOption = None,
+    log_format: _LogFormatOption = "text",
     _version: _VersionOption = False,
 ) -> None:
     """Kairos: every scheduled run happens — late, never lost, never fired twice.
@@ -134,6 +147,7 @@ def deployment(
     The options before the command name the deployment's Kafka cluster; later ones win over
     earlier ones: defaults < --kafka-config file < KAIROS_KAFKA_* < KAIROS_* < these options.
     """
+    use_log_format(log_format)
     context.obj = ConnectionFlags(
         bootstrap_servers, kafka_config, topic_prefix, schedules_partitions, timeout, signing_key
     )

@@ -104,32 +104,58 @@ class Route(BaseModel):
         return "webhook" if self.webhook else "slack" if self.slack else "email"
 
 
-class _RoutesFile(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+@dataclass(frozen=True)
+class RouteProblem:
+    """A route of one team that cannot be used: the team is told, the others' routes go on."""
 
-    teams: dict[str, list[Route]]
+    team: str
+    position: int
+    """Its place in the team's list, from 1."""
+    reason: str
+
+    def shown(self, source: str) -> str:
+        return f"{source}: team {self.team}, route {self.position}: {self.reason}"
 
 
-def parse_routes(document: object, source: str) -> dict[str, tuple[Route, ...]]:
-    """Each team's routes from a routes file's parsed YAML; raises `RoutesFileError` naming
-    the team, the route and what to write."""
-    if not isinstance(document, Mapping):
-        raise RoutesFileError(f"{source}: write `teams:` mapping each team to its routes")
-    for team in document.get("teams") or {}:
+@dataclass(frozen=True)
+class ParsedRoutes:
+    by_team: dict[str, tuple[Route, ...]]
+    problems: tuple[RouteProblem, ...]
+
+
+def parse_routes(document: object, source: str) -> ParsedRoutes:
+    """Each team's usable routes from a routes file's parsed YAML, and the routes that are not
+    (named by team, place and what to write). A file whose shape is wrong raises
+    `RoutesFileError`: then no team's routes can be read from it."""
+    shaped = isinstance(document, Mapping) and set(document) == {"teams"}
+    teams = document["teams"] if shaped else None  # type: ignore[index]
+    if not isinstance(teams, Mapping):
+        raise RoutesFileError(f"{source}: write one key, `teams:`, mapping each team to a list")
+    by_team: dict[str, tuple[Route, ...]] = {}
+    problems: list[RouteProblem] = []
+    for team, entries in teams.items():
         if not TEAM_NAME.fullmatch(str(team)):
             raise RoutesFileError(f"{source}: {team!r} is not a team name (e.g. payments-eu)")
-    try:
-        parsed = _RoutesFile.model_validate(document)
-    except ValidationError as invalid:
-        problem = invalid.errors()[0]
-        where = ".".join(str(part) for part in problem["loc"])
-        raise RoutesFileError(f"{source}: {where}: {problem['msg']}") from None
-    for team, routes in parsed.teams.items():
-        names = [route.name for route in routes]
-        twice = {name for name in names if names.count(name) > 1}
-        if twice:
-            raise RoutesFileError(f"{source}: team {team}: route {sorted(twice)[0]!r} twice")
-    return {team: tuple(routes) for team, routes in parsed.teams.items()}
+        if not isinstance(entries, list):
+            raise RoutesFileError(f"{source}: team {team}: write a list of routes")
+        routes, names = [], set()
+        for position, entry in enumerate(entries, start=1):
+            try:
+                route = Route.model_validate(entry)
+            except ValidationError as invalid:
+                first = invalid.errors()[0]
+                where = ".".join(str(part) for part in first["loc"])
+                problems.append(
+                    RouteProblem(team, position, f"{where}: {first['msg']}".lstrip(": "))
+                )
+                continue
+            if route.name in names:
+                problems.append(RouteProblem(team, position, f"route {route.name!r} twice"))
+                continue
+            names.add(route.name)
+            routes.append(route)
+        by_team[team] = tuple(routes)
+    return ParsedRoutes(by_team, tuple(problems))
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,6 +27,7 @@ from kairos.services.executor.metrics import ExecutorMetrics
 from kairos.services.executor.runners import JOB_RUNNERS, JobRun
 from kairos.services.executor.settings import ExecutorSettings
 from kairos.services.executor.watchdog import JobWatchdog
+from kairos.services.log_fields import run_fields
 from kairos.streams.dedupe.base import (
     AttemptResult,
     AttemptTransaction,
@@ -261,6 +262,7 @@ class AttemptRunner:
                 lease.attempt,
                 end.value,
                 "" if result.succeeded else f": {result.reason}",
+                extra=run_fields(lease.run_id, lease.schedule_id, self._owner(lease)),
             )
         except LeaseLostError as lost:
             self._metrics.outcomes.labels("lease_lost").inc()
@@ -276,6 +278,10 @@ class AttemptRunner:
         finally:
             self._attempts.remove(attempt)
             self._metrics.in_flight.set(len(self._attempts))
+
+    def _owner(self, lease: Lease) -> str | None:
+        owner: str | None = self._codec.decode(lease.value)["owner"]
+        return owner
 
     def _attempt(self, attempt: InFlight, transaction: AttemptTransaction) -> AttemptResult:
         lease = attempt.lease

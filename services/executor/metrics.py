@@ -86,8 +86,10 @@ class ExecutorMetrics:
         self.deadlines_missed = Counter(
             "kairos_executor_deadlines_missed",
             "Runs that missed their schedule's deadline (start_by or finish_by), counted once "
-            "per run and deadline across the executors sharing a dedupe store.",
-            ["owner", "schedule", "deadline"],
+            "per run and deadline across the executors sharing a dedupe store; by team, not "
+            "schedule, so that its series stay as few as the teams (`kairos runs late` names "
+            "the runs).",
+            ["owner", "deadline"],
             registry=r,
         )
         self.store_errors = Counter(

@@ -20,6 +20,7 @@ from kairos.core.errors import KairosError
 from kairos.services.executor.intake import Intake, TurnParts, raise_unless_retryable
 from kairos.services.executor.rebalance import CallbackFailures
 from kairos.services.executor.workers import AttemptWorkers
+from kairos.services.log_fields import run_fields
 from kairos.streams.dedupe.base import DedupeStoreError, OutboxEvent
 
 logger = logging.getLogger(__name__)
@@ -96,10 +97,9 @@ class ExecutorTurn:
         parts = self._parts
         for missed in parts.session.store.report_missed_deadlines(now, parts.settings.instance):
             owner = parts.codec.decode(missed.value)["owner"] or ""
-            parts.metrics.deadlines_missed.labels(
-                owner, missed.schedule_id, missed.deadline.value
-            ).inc()
-            logger.warning("run=%s %s", missed.run_id, missed.reason)
+            parts.metrics.deadlines_missed.labels(owner, missed.deadline.value).inc()
+            fields = run_fields(missed.run_id, missed.schedule_id, owner or None)
+            logger.warning("run=%s %s", missed.run_id, missed.reason, extra=fields)
 
     def _dispatch(self, now: datetime) -> None:
         settings = self._parts.settings
@@ -113,6 +113,13 @@ class ExecutorTurn:
             free,
             owner_share=settings.owner_share,
         ):
-            logger.info("run=%s attempt=%d started", lease.run_id, lease.attempt)
+            logger.info(
+                "run=%s attempt=%d started",
+                lease.run_id,
+                lease.attempt,
+                extra=run_fields(
+                    lease.run_id, lease.schedule_id, self._parts.codec.decode(lease.value)["owner"]
+                ),
+            )
             self._workers.start(lease, held_until)
         self._parts.metrics.in_flight.set(len(self._workers.attempts))

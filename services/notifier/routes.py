@@ -11,7 +11,7 @@ from pathlib import Path
 
 import yaml
 
-from kairos.core.notifications import Route, RoutesFileError, parse_routes
+from kairos.core.notifications import Route, RouteProblem, RoutesFileError, parse_routes
 
 logger = logging.getLogger(__name__)
 
@@ -20,17 +20,21 @@ SHORTEST_SECRET = 16
 
 @dataclass(frozen=True)
 class Routes:
-    """Each team's routes, and each webhook's signing secret by route name."""
+    """Each team's usable routes, each webhook's signing secret by (team, route name), and the
+    routes that cannot be used, each reported to its team."""
 
     by_team: dict[str, tuple[Route, ...]]
     secrets: dict[tuple[str, str], bytes]
+    problems: tuple[RouteProblem, ...] = ()
 
     def of(self, team: str) -> tuple[Route, ...]:
         return self.by_team.get(team, ())
 
 
 def load_routes(path: Path) -> Routes:
-    """Raises `RoutesFileError` saying what to fix."""
+    """Raises `RoutesFileError` saying what to fix when the file as a whole cannot be read; a
+    route that cannot be used (a bad field, a secret file missing or short) is left out and
+    listed in `problems`."""
     try:
         mode = path.stat().st_mode
         document = yaml.safe_load(path.read_text())
@@ -42,37 +46,48 @@ def load_routes(path: Path) -> Routes:
         raise RoutesFileError(
             f"--routes-file {path} is readable by other users; `chmod 600 {path}`"
         )
-    by_team = parse_routes(document, f"--routes-file {path}")
-    secrets = {}
-    for team, routes in by_team.items():
-        for route in routes:
+    parsed = parse_routes(document, f"--routes-file {path}")
+    by_team, secrets, problems = {}, {}, list(parsed.problems)
+    for team, routes in parsed.by_team.items():
+        usable = []
+        for position, route in enumerate(routes, start=1):
             if route.secret_file is not None:
-                secrets[team, route.name] = _secret(team, route.name, route.secret_file)
-    return Routes(by_team, secrets)
+                try:
+                    secrets[team, route.name] = _secret(route.secret_file)
+                except RoutesFileError as error:
+                    problems.append(RouteProblem(team, position, f"{route.name}: {error}"))
+                    continue
+            usable.append(route)
+        by_team[team] = tuple(usable)
+    return Routes(by_team, secrets, tuple(problems))
 
 
-def _secret(team: str, name: str, path: Path) -> bytes:
+def _secret(path: Path) -> bytes:
     try:
         secret = path.read_bytes().strip()
     except OSError as error:
-        raise RoutesFileError(
-            f"team {team} route {name}: secret_file {path}: {error.strerror}"
-        ) from None
+        raise RoutesFileError(f"secret_file {path}: {error.strerror}") from None
     if len(secret) < SHORTEST_SECRET:
         raise RoutesFileError(
-            f"team {team} route {name}: secret_file {path} holds {len(secret)} bytes; write at "
-            f"least {SHORTEST_SECRET} (e.g. `openssl rand -hex 32 > {path}`)"
+            f"secret_file {path} holds {len(secret)} bytes; write at least {SHORTEST_SECRET} "
+            f"(e.g. `openssl rand -hex 32 > {path}`)"
         )
     return secret
 
 
 class RoutesWatch:
-    """The routes in force, read again when the file's modification time changes."""
+    """The routes in force, read again when the file's modification time changes; `unreported`
+    hands each read's route problems out once, for the notifier to report to their teams."""
 
     def __init__(self, path: Path) -> None:
         self._path = path
         self.routes = load_routes(path)
         self._seen = path.stat().st_mtime_ns
+        self._unreported = list(self.routes.problems)
+
+    def unreported(self) -> list[RouteProblem]:
+        found, self._unreported = self._unreported, []
+        return found
 
     def refresh(self) -> Routes:
         try:
@@ -86,6 +101,7 @@ class RoutesWatch:
             self._seen = seen
             try:
                 self.routes = load_routes(self._path)
+                self._unreported = list(self.routes.problems)
                 logger.info(
                     "routes file %s read again: %d team(s)", self._path, len(self.routes.by_team)
                 )

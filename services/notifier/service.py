@@ -21,19 +21,21 @@ from datetime import UTC, datetime
 from confluent_kafka import Consumer, Message, Producer, TopicPartition
 
 from kairos.core.notifications import Answer, Notice, retry_delay, wanted
+from kairos.services.log_fields import run_fields
 from kairos.services.notifier.delivery import Mail, deliver
+from kairos.services.notifier.metrics import NotifierMetrics
 from kairos.services.notifier.notices import dead_letter_notice, run_event_notice
 from kairos.services.notifier.progress import Delivery, Lanes, Pending, Source
 from kairos.services.notifier.routes import RoutesWatch
 from kairos.services.notifier.settings import NotifierSettings
-from kairos.streams.kafka.settings import KafkaSettings
+from kairos.services.probes import LoopHealth, probe_server, stall_limit_s
+from kairos.streams.kafka.settings import NOTIFIERS_GROUP, KafkaSettings
 from kairos.streams.kafka.topics import TopicRole
 from kairos.streams.wire.codec import DecodeError, make_codecs
 from kairos.streams.wire.dead_letters import NOTIFICATION_FAILED, dead_letter_record
 
 logger = logging.getLogger(__name__)
 
-NOTIFIERS_GROUP = "notifiers"
 COMMIT_EVERY_S = 1.0
 BATCH = 200
 
@@ -65,19 +67,31 @@ class Notifier:
         self._running: dict[Future[tuple[Answer, str]], Delivery] = {}
         self._rng = random.Random()
         self._paused = False
+        self.metrics = NotifierMetrics()
+        self.health = LoopHealth(stall_limit_s(kafka), time.monotonic())
 
     def run(self, stop: threading.Event) -> None:
         topics = [self._topics[TopicRole.RUN_EVENTS], self._topics[TopicRole.DEAD_LETTERS]]
         self._consumer.subscribe(topics, on_assign=self._assigned, on_revoke=self._revoked)
         last_commit = time.monotonic()
-        with ThreadPoolExecutor(self._settings.concurrency, "notify") as pool:
+        settings = self._settings
+        with (
+            probe_server(
+                settings.metrics_host, settings.metrics_port, self.metrics.registry, self.health
+            ),
+            ThreadPoolExecutor(settings.concurrency, "notify") as pool,
+        ):
             while not stop.is_set():
+                self._routes.refresh()
+                self._report_route_problems()
                 self._intake()
                 self._finish()
                 self._launch(pool)
                 if time.monotonic() - last_commit >= COMMIT_EVERY_S:
                     self._commit(self._pending.committable())
                     last_commit = time.monotonic()
+                    self.metrics.pending.set(self._pending.count())
+                self.health.turned(time.monotonic(), None)
         self._commit(self._pending.committable())
         self._consumer.close()
         self._producer.flush(10)
@@ -127,7 +141,7 @@ class Notifier:
                 self._ready.append(delivery)
 
     def _deliveries(self, notice: Notice, source: Source) -> list[Delivery]:
-        routes = self._routes.refresh().of(notice.team)
+        routes = self._routes.routes.of(notice.team)
         return [Delivery(notice, route, source) for route in routes if wanted(route, notice)]
 
     def _launch(self, pool: ThreadPoolExecutor) -> None:
@@ -157,35 +171,43 @@ class Notifier:
 
     def _settle(self, delivery: Delivery, answer: Answer, why: str) -> None:
         notice, route = delivery.notice, delivery.route
-        if answer is Answer.DELIVERED:
-            logger.info("notice %s to %s/%s: %s", notice.notice_id, notice.team, route.name, why)
-        elif answer is Answer.RETRY and delivery.tries < self._settings.attempts:
+        fields = run_fields(notice.run_id or "", notice.schedule_id or "", notice.team)
+        retried = answer is Answer.RETRY and delivery.tries < self._settings.attempts
+        result = (
+            "delivered" if answer is Answer.DELIVERED else "retried" if retried else "dead_lettered"
+        )
+        self.metrics.deliveries.labels(route.kind, result).inc()
+        where = f"notice {notice.notice_id} to {notice.team}/{route.name}: {why}"
+        if retried:
             wait = retry_delay(
                 delivery.tries, self._settings.first_retry, self._settings.longest_retry, self._rng
             )
             logger.warning(
-                "notice %s to %s/%s: %s; try %d in %.1f s",
-                notice.notice_id,
-                notice.team,
-                route.name,
-                why,
+                "%s; try %d in %.1f s",
+                where,
                 delivery.tries + 1,
                 wait.total_seconds(),
+                extra=fields,
             )
             due = time.monotonic() + wait.total_seconds()
             heapq.heappush(self._retries, (due, next(self._order), delivery))
             return
+        if answer is Answer.DELIVERED:
+            logger.info("%s", where, extra=fields)
         else:
-            self._dead_letter(delivery, why)
+            self._dead_letter(delivery, why, fields)
         self._pending.done(delivery.source)
 
-    def _dead_letter(self, delivery: Delivery, why: str) -> None:
+    def _dead_letter(self, delivery: Delivery, why: str, fields: dict[str, object]) -> None:
         notice, route, source = delivery.notice, delivery.route, delivery.source
         reason = (
             f"notice {notice.notice_id} on route {route.name} ({route.kind}) of team "
             f"{notice.team} not delivered after {delivery.tries} tries: {why}"
         )
-        logger.error("%s", reason)
+        logger.error("%s", reason, extra=fields)
+        self._publish_dead_letter(source, reason, notice.team)
+
+    def _publish_dead_letter(self, source: Source, reason: str, team: str) -> None:
         record = dead_letter_record(
             source_topic=source.topic,
             source_partition=source.partition,
@@ -196,14 +218,23 @@ class Notifier:
             error_class=NOTIFICATION_FAILED,
             dead_lettered_at=datetime.now(UTC),
             dead_lettered_by=self._settings.instance,
-            reported_to=notice.team,
+            reported_to=team,
         )
         topic = self._topics[TopicRole.DEAD_LETTERS]
         self._producer.produce(topic, self._codecs.dead_letter.encode(record), source.key)
         # Acknowledged before the record's offset may be committed: a dead letter lost with the
         # notifier would leave the team told nothing.
         if self._producer.flush(30) != 0:
-            raise RuntimeError(f"the dead letter of {notice.notice_id} was not acknowledged")
+            raise RuntimeError(f"a dead letter for team {team} was not acknowledged")
+
+    def _report_route_problems(self) -> None:
+        """A route that cannot be used is reported where its team reads its rejections."""
+        for problem in self._routes.unreported():
+            reason = f"{problem.shown(str(self._settings.routes_file))}: not used until fixed"
+            logger.error("%s", reason)
+            self._publish_dead_letter(
+                Source("routes-file", 0, -1, problem.team.encode(), None), reason, problem.team
+            )
 
     def _commit(self, offsets: list[TopicPartition]) -> None:
         if not offsets:

@@ -9,6 +9,7 @@ from typing import Annotated
 from pydantic import Field
 
 from kairos.core.durations import parse_duration
+from kairos.services.probes import DEFAULT_METRICS_HOST
 from kairos.services.settings_fields import ServiceSettings, Setting
 
 
@@ -66,3 +67,11 @@ class NotifierSettings(ServiceSettings):
     from_beginning: Annotated[bool, Setting(env="KAIROS_NOTIFIER_FROM_BEGINNING")] = False
     """A new notifiers group starts at the topics' beginning (telling what they retain) rather
     than their end; a group that committed resumes where it stopped either way."""
+    metrics_host: Annotated[str, Setting(env="KAIROS_NOTIFIER_METRICS_HOST")] = Field(
+        default=DEFAULT_METRICS_HOST, min_length=1
+    )
+    """The address --metrics-port listens on: this host only by default."""
+    metrics_port: Annotated[int | None, Setting(env="KAIROS_NOTIFIER_METRICS_PORT")] = Field(
+        default=None, ge=0, le=65535
+    )
+    """Serve /metrics, /livez and /readyz on this port; default: no server."""

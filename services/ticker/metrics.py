@@ -102,6 +102,12 @@ class TickerMetrics:
         self.owned_partitions = Gauge(
             "kairos_ticker_owned_partitions", "Schedules partitions this ticker owns.", registry=r
         )
+        self.schedules_partitions = Gauge(
+            "kairos_ticker_schedules_partitions",
+            "Partitions of the schedules topic: how many the tickers' group must own between "
+            "them (the partition alert compares the owned ones' sum with it).",
+            registry=r,
+        )
         self.schedules_held = Gauge(
             "kairos_ticker_schedules_held", "Schedules in the owned partitions.", registry=r
         )

@@ -90,6 +90,7 @@ class Ticker:
         self.clock = clock
         self.codecs = codecs or make_codecs()
         self.metrics = TickerMetrics()
+        self.metrics.schedules_partitions.set(kafka.schedules_partitions)
         self.health = LoopHealth(stall_limit_s(kafka), time.monotonic())
         layout = kafka.layout
         self.topics = Topics(
@@ -260,7 +261,12 @@ class Ticker:
         self.metrics.schedules_decoded.set(sum(one.decoded for one in owned.values()))
         for partition in work.held & owned.keys():  # read again: a change still settles
             offset = owned[partition].next_offset
-            logger.info("schedule change held partition=%d offset=%d", partition, offset)
+            logger.info(
+                "schedule change held partition=%d offset=%d",
+                partition,
+                offset,
+                extra={"partition": partition},
+            )
             session.member.seek(TopicPartition(self.topics.schedules, partition, offset))
 
     def _count_quota_use(self, owned: dict[int, OwnedPartition], budget_s: float) -> float:

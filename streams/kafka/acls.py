@@ -17,6 +17,7 @@ from kairos.streams.kafka.settings import (
     CONSOLE_READERS_GROUP,
     EXECUTOR_GROUP,
     HISTORY_READERS_GROUP,
+    NOTIFIERS_GROUP,
     RESTORE_GROUP,
     SCHEDULE_READERS_GROUP,
     TEAM_READERS_GROUP,
@@ -35,6 +36,7 @@ class Role(StrEnum):
     AUDITOR = "auditor"
     OPERATOR = "operator"
     CONSOLE = "console"
+    NOTIFIER = "notifier"
 
 
 class Resource(StrEnum):
@@ -85,6 +87,7 @@ class DeploymentNames:
     calendar_readers_group: str
     console_readers_group: str
     team_readers_group: str
+    notifiers_group: str
 
     @classmethod
     def of(
@@ -105,6 +108,7 @@ class DeploymentNames:
             calendar_readers_group=kafka.deployment_id(CALENDAR_READERS_GROUP),
             console_readers_group=kafka.deployment_id(CONSOLE_READERS_GROUP),
             team_readers_group=kafka.deployment_id(TEAM_READERS_GROUP),
+            notifiers_group=kafka.deployment_id(NOTIFIERS_GROUP),
         )
 
 
@@ -355,6 +359,20 @@ def _console(names: DeploymentNames) -> list[Grant]:
     ]
 
 
+def _notifier(names: DeploymentNames) -> list[Grant]:
+    return [
+        _topic(names, TopicRole.RUN_EVENTS, Operation.READ, "read run events to tell their teams"),
+        _topic(names, TopicRole.DEAD_LETTERS, Operation.READ, "read refused changes to tell"),
+        _topic(
+            names,
+            TopicRole.DEAD_LETTERS,
+            Operation.WRITE,
+            "dead-letter a notice no route took, reported to its team",
+        ),
+        _group(names.notifiers_group, Operation.READ, "join the notifiers' group, commit offsets"),
+    ]
+
+
 _GRANTS = {
     Role.TICKER: _ticker,
     Role.EXECUTOR: _executor,
@@ -363,4 +381,5 @@ _GRANTS = {
     Role.AUDITOR: _auditor,
     Role.OPERATOR: _operator,
     Role.CONSOLE: _console,
+    Role.NOTIFIER: _notifier,
 }

@@ -26,6 +26,7 @@ REDACTED = "[redacted]"
 # The names a deployment claims on the cluster, each under its prefix (`deployment_id`).
 TICKER_GROUP = "tickers"
 EXECUTOR_GROUP = "executors"
+NOTIFIERS_GROUP = "notifiers"
 TICKER_TRANSACTIONAL_ID = "ticker-"
 """Followed by the ticker's instance name."""
 RESTORE_GROUP = "restore-"

@@ -13,7 +13,7 @@ import hashlib
 import hmac
 import json
 import threading
-import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -31,7 +31,7 @@ from kairos.streams.kafka.settings import KafkaSettings
 from kairos.streams.kafka.topics import TopicRole
 from kairos.streams.readers.history import HistoryReader
 from kairos.streams.wire.codec import make_codecs
-from kairos.streams.wire.dead_letters import NOTIFICATION_FAILED, dead_letter_record
+from kairos.streams.wire.dead_letters import dead_letter_record
 from tests.helpers import eventually
 from tests.probe_client import free_port
 from tests.processes import ServiceProcess
@@ -39,6 +39,7 @@ from tests.processes import ServiceProcess
 SECRET = b"payments-webhook-secret-0123456789"
 T0 = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=1)
 RUNS = 60
+HELD_AFTER = 5
 
 
 @dataclass
@@ -47,6 +48,9 @@ class Received:
     posts: list[tuple[str, dict[str, str], bytes]] = field(default_factory=list)
     mails: list[tuple[list[str], Any]] = field(default_factory=list)
     tries: dict[tuple[str, str], int] = field(default_factory=dict)
+    gate: threading.Event = field(default_factory=threading.Event)
+    """Until set, payments' receiver takes its first `HELD_AFTER` notices and holds the rest
+    unanswered: the notifier is killed with deliveries under way, whatever the machine's speed."""
 
     def of(self, path: str) -> list[dict[str, Any]]:
         with self.lock:
@@ -64,16 +68,24 @@ def receiver(received: Received) -> ThreadingHTTPServer:
             key = self.headers["Idempotency-Key"]
             with received.lock:
                 tries = received.tries[self.path, key] = received.tries.get((self.path, key), 0) + 1
-            status = {"/payments": 200, "/slack": 200, "/gone": 404}.get(self.path, 200)
+            status = {"/payments": 200, "/slack": 200, "/gone": 404, "/moved": 302}.get(
+                self.path, 200
+            )
             if self.path == "/growth":
                 status = 503 if tries == 1 else 200  # every notice retried once
+            if self.path == "/payments":
+                with received.lock:
+                    seen = sum(1 for (path, _), n in received.tries.items() if path == self.path)
+                if seen > HELD_AFTER:
+                    received.gate.wait(60)
             if status == 200:
-                time.sleep(0.02)  # slow enough that a kill lands mid-batch
                 with received.lock:
                     received.posts.append(
                         (self.path, {k.lower(): v for k, v in self.headers.items()}, body)
                     )
             self.send_response(status)
+            if status == 302:
+                self.send_header("Location", "/elsewhere")
             self.send_header("Content-Length", "0")
             self.end_headers()
 
@@ -122,6 +134,9 @@ def routes_file(tmp_path: Path, base: str) -> Path:
     - {{name: hook, webhook: "{base}/growth", secret_file: "{secret}", about: [failed]}}
     - {{name: chat, slack: "{base}/slack", about: [failed, refused]}}
     - {{name: old, webhook: "{base}/gone", secret_file: "{secret}", about: [failed]}}
+    - {{name: moved, webhook: "{base}/moved", secret_file: "{secret}", about: [failed]}}
+    - {{name: down, slack: "http://127.0.0.1:{free_port()}/nobody", about: [failed]}}
+    - {{name: typo, slack: "ftp://chat.example", about: [failed]}}
 """
     )
     path.chmod(0o600)
@@ -164,13 +179,15 @@ def publish_history(settings: KafkaSettings) -> dict[str, set[str]]:
 
 
 def start_notifier(
-    settings: KafkaSettings, routes: Path, smtp_port: int, log: Path
+    settings: KafkaSettings, routes: Path, smtp_port: int, log: Path, metrics_port: int = 0
 ) -> ServiceProcess:
     arguments = [
         "--bootstrap-servers", settings.bootstrap_servers, "--topic-prefix", settings.topic_prefix,
-        "notifier", "--instance", "n1", "--routes-file", str(routes), "--from-beginning",
+        "--log-format", "json", "notifier", "--instance", "n1", "--routes-file", str(routes),
+        "--from-beginning",
         "--smtp-host", "127.0.0.1", "--smtp-port", str(smtp_port), "--attempts", "3",
         "--first-retry", "200ms", "--longest-retry", "1s", "--concurrency", "4",
+        *(["--metrics-port", str(metrics_port)] if metrics_port else []),
     ]  # fmt: skip
     return ServiceProcess(arguments, log)
 
@@ -183,11 +200,13 @@ def test_each_team_is_told_on_its_own_routes_at_least_once_through_a_kill(
     routes = routes_file(tmp_path, base)
     notifier = start_notifier(kafka_settings, routes, smtp_port, tmp_path / "n1.log")
     try:
-        eventually(lambda: len(box.of("/payments")) >= 5, timeout_s=60, message="nothing told")
-        notifier.kill()  # SIGKILL, mid-batch: deliveries were under way
-        told_before = len(box.of("/payments"))
-        assert told_before < len(owed["payments"]), "the kill came after the batch"
-        notifier = start_notifier(kafka_settings, routes, smtp_port, tmp_path / "n1b.log")
+        eventually(lambda: len(box.of("/payments")) >= HELD_AFTER, timeout_s=60)
+        notifier.kill()  # SIGKILL, mid-batch: deliveries held unanswered at the receiver
+        box.gate.set()
+        metrics_port = free_port()
+        notifier = start_notifier(
+            kafka_settings, routes, smtp_port, tmp_path / "n1b.log", metrics_port
+        )
 
         def all_told() -> bool:
             return (
@@ -198,10 +217,23 @@ def test_each_team_is_told_on_its_own_routes_at_least_once_through_a_kill(
             )
 
         eventually(all_told, timeout_s=90, message="not every notice was delivered")
+        metrics = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5)
+        text = metrics.read().decode()
+        assert 'kairos_notifier_deliveries_total{kind="webhook",result="dead_lettered"}' in text
+        assert 'kairos_notifier_deliveries_total{kind="email",result="delivered"}' in text
+        # Read while the notifier runs: the unreachable route's last tries end after the rest.
+        _a_refusing_route_is_reported_to_its_team(kafka_settings, owed["growth"])
     finally:
         assert notifier.stop() == 0, notifier.log()[-3000:]
     _only_their_own_and_the_same_key_when_repeated(box)
-    _a_refusing_route_is_reported_to_its_team(kafka_settings, owed["growth"])
+    _the_log_is_json_with_each_runs_fields(tmp_path / "n1b.log")
+
+
+def _the_log_is_json_with_each_runs_fields(log: Path) -> None:
+    lines = [json.loads(line) for line in log.read_text().splitlines() if line.startswith("{")]
+    told = [line for line in lines if line["message"].startswith("notice run/")]
+    assert told and all({"run_id", "schedule_id", "owner"} <= set(line) for line in told)
+    assert {line["owner"] for line in told} <= {"payments", "growth"}
 
 
 def _run_ids(posts: list[dict[str, Any]], text: bool = False) -> set[str]:
@@ -231,17 +263,28 @@ def _only_their_own_and_the_same_key_when_repeated(box: Received) -> None:
             expected = hmac.new(SECRET, f"{timestamp}.".encode() + body, hashlib.sha256).hexdigest()
             assert hmac.compare_digest(mac, expected), "the signature verifies with the secret"
         assert all(len(k) == 1 for k in keys.values()), "a repeat carries the same key"
+    run_ids = [post["body"]["run_id"] for post in box.of("/payments")]
+    assert len(run_ids) > len(set(run_ids)), "the held deliveries were delivered again"
     slack = [p["body"]["text"] for p in box.of("/slack")]
     assert any("refused" in text and "payments.job" in text for text in slack), slack
     assert not any("payments.job@" in text for text in slack), "growth is told growth's runs"
 
 
 def _a_refusing_route_is_reported_to_its_team(settings: KafkaSettings, growth: set[str]) -> None:
-    def reported() -> list[Any]:
-        letters = HistoryReader(settings).refused_changes("growth")
-        return [r for r in letters if "on route old" in r.reason]
+    """Where growth reads its rejections: each notice a route refused, redirected or never
+    answered, with why; and the route it wrote wrong (the others went on)."""
 
-    letters = eventually(lambda: len(reported()) >= len(growth) and reported(), timeout_s=30)
-    assert all("HTTP 404" in r.reason for r in letters), letters[0].reason
+    def reported(route: str) -> list[Any]:
+        letters = HistoryReader(settings).refused_changes("growth")
+        return [r for r in letters if f"on route {route} " in r.reason or f"{route}:" in r.reason]
+
+    for route, why, count in (
+        ("old", "HTTP 404", len(growth)),
+        ("moved", "point the route at the final URL", len(growth)),
+        ("down", "no answer: ConnectionRefusedError", len(growth)),
+    ):
+        letters = eventually(lambda r=route, c=count: len(reported(r)) >= c and reported(r), 60)
+        assert all(why in letter.reason for letter in letters), letters[0].reason
+    typo = [r for r in HistoryReader(settings).refused_changes("growth") if "route 6" in r.reason]
+    assert typo and "not an http:// or https:// URL" in typo[0].reason, typo
     assert not HistoryReader(settings).refused_changes("payments")
-    assert NOTIFICATION_FAILED

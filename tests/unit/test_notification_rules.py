@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import random
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
 
@@ -48,7 +47,7 @@ def test_a_late_start_is_told_only_to_routes_whose_threshold_it_passes() -> None
             }
         },
         "f",
-    )["payments"]
+    ).by_team["payments"]
     on_time, late = (
         run_event_notice(event("started", late_s=299)),
         run_event_notice(event("started", late_s=301)),
@@ -80,20 +79,27 @@ def test_refusals_are_told_to_the_team_reported_to_but_the_notifiers_own_letters
         ({"name": "a", "email": ["a@b.example"], "about": ["everything"]}, "about"),
     ],
 )
-def test_a_malformed_route_is_refused_naming_team_route_and_fix(
+def test_a_malformed_route_is_left_out_and_named_while_the_others_stay(
     route: dict[str, object], problem: str
 ) -> None:
-    with pytest.raises(RoutesFileError, match=problem) as raised:
-        parse_routes({"teams": {"payments": [route]}}, "routes.yaml")
-    assert "routes.yaml: teams.payments.0" in str(raised.value)
+    good = {"name": "mail", "email": ["a@b.example"]}
+    parsed = parse_routes({"teams": {"payments": [route, good], "growth": [good]}}, "routes.yaml")
+    assert [r.name for r in parsed.by_team["payments"]] == ["mail"]
+    assert [r.name for r in parsed.by_team["growth"]] == ["mail"]
+    (found,) = parsed.problems
+    assert (found.team, found.position) == ("payments", 1) and problem in found.reason
+    assert found.shown("routes.yaml").startswith("routes.yaml: team payments, route 1: ")
 
 
-def test_a_routes_file_naming_a_route_twice_or_no_team_is_refused(tmp_path: Path) -> None:
+def test_a_routes_file_of_the_wrong_shape_is_refused_whole() -> None:
     twice = [{"name": "a", "email": ["a@b.example"]}] * 2
-    with pytest.raises(RoutesFileError, match="route 'a' twice"):
-        parse_routes({"teams": {"payments": twice}}, "f")
+    assert "route 'a' twice" in parse_routes({"teams": {"p": twice}}, "f").problems[0].reason
     with pytest.raises(RoutesFileError, match="not a team name"):
         parse_routes({"teams": {"Pay Ments": []}}, "f")
+    with pytest.raises(RoutesFileError, match="write one key, `teams:`"):
+        parse_routes({"team": {}}, "f")
+    with pytest.raises(RoutesFileError, match="write a list of routes"):
+        parse_routes({"teams": {"payments": {"name": "a"}}}, "f")
 
 
 @pytest.mark.parametrize(
