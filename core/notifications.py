@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import random
 import re
+import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -50,6 +51,19 @@ ROUTE_KINDS = ("webhook", "slack", "email")
 _ADDRESS = re.compile(r"^[^@\s<>]+@[^@\s<>]+\.[^@\s<>]+$")
 
 
+def _usable_url(url: str) -> bool:
+    """Whether a sender can reach `url` as it is written: the checks the HTTP client would make
+    at sending time, made when the route is read instead."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        parts.port  # noqa: B018 (raises ValueError for a port that is not one)
+        host = parts.hostname or ""
+        host.encode("idna")
+    except (ValueError, UnicodeError):
+        return False
+    return parts.scheme in ("http", "https") and bool(host) and not re.search(r"\s", url)
+
+
 class RoutesFileError(KairosError):
     """The routes file cannot be used; the message names the team, the route and the fix."""
 
@@ -76,8 +90,8 @@ class Route(BaseModel):
     @field_validator("webhook", "slack")
     @classmethod
     def _http_url(cls, url: str | None) -> str | None:
-        if url is not None and not re.match(r"^https?://[^\s/]+", url):
-            raise ValueError(f"{url!r} is not an http:// or https:// URL")
+        if url is not None and not _usable_url(url):
+            raise ValueError(f"{url!r} is not an http:// or https:// URL with a host and port")
         return url
 
     @field_validator("email")
@@ -195,7 +209,8 @@ def run_event_topic(event: Mapping[str, Any]) -> Topic | None:
         return Topic.DEADLINE_MISSED
     if kind == "skipped":
         return Topic.SKIPPED
-    if kind == "started" and event.get("started_at") is not None:
+    # A retry starts as late as its backoff made it: only a first attempt's start is told late.
+    if kind == "started" and event.get("started_at") is not None and event["attempt"] == 1:
         return Topic.LATE
     return None
 

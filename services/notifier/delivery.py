@@ -59,6 +59,9 @@ def deliver(
         return _post(route.webhook, body, notice, signed, timeout_s)
     except (OSError, http.client.HTTPException) as error:
         return Answer.RETRY, f"no answer: {type(error).__name__}: {error}"
+    except Exception as error:
+        # A notice that cannot be sent (an input no check foresaw) must not stop the others.
+        return Answer.GIVE_UP, f"cannot be sent: {type(error).__name__}: {error}"
 
 
 def _post(
@@ -95,7 +98,8 @@ def _mail(route: Route, notice: Notice, mail: Mail | None, timeout_s: float) -> 
     if mail is None:
         return Answer.GIVE_UP, "the notifier has no SMTP server (--smtp-host); ask its operator"
     message = EmailMessage()
-    message["Subject"] = f"[Kairos] {notice.team}: {notice.summary}"[:200]
+    # A summary may quote a job's output, line breaks included, which a header cannot hold.
+    message["Subject"] = " ".join(f"[Kairos] {notice.team}: {notice.summary}".split())[:200]
     message["From"] = mail.sender
     message["To"] = ", ".join(route.email)
     digest = hashlib.sha256(notice.notice_id.encode()).hexdigest()[:32]

@@ -43,22 +43,29 @@ class Delivery:
 
 @dataclass
 class Pending:
-    """Per partition: the next offset to read, and how many deliveries each open offset awaits."""
+    """Per partition: the next offset to read, and for each open offset the routes its notice
+    is still owed to. Routes, not a count: a delivery of a partition that was revoked and
+    assigned again may end after the record was read anew, and ending a route twice must not
+    end another route's delivery."""
 
     _next: dict[tuple[str, int], int] = field(default_factory=dict)
-    _open: dict[tuple[str, int], dict[int, int]] = field(default_factory=dict)
+    _open: dict[tuple[str, int], dict[int, set[str]]] = field(default_factory=dict)
 
-    def read(self, source: Source, deliveries: int) -> None:
+    def read(self, source: Source, routes: set[str]) -> None:
         where = (source.topic, source.partition)
         self._next[where] = source.offset + 1
-        if deliveries:
-            self._open.setdefault(where, {})[source.offset] = deliveries
+        if routes:
+            self._open.setdefault(where, {})[source.offset] = set(routes)
 
-    def done(self, source: Source) -> None:
+    def owes(self, source: Source, route: str) -> bool:
+        waiting = self._open.get((source.topic, source.partition), {})
+        return route in waiting.get(source.offset, ())
+
+    def done(self, source: Source, route: str) -> None:
         waiting = self._open.get((source.topic, source.partition))
         if waiting is None or source.offset not in waiting:
             return  # its partition was revoked meanwhile: another notifier owns it now
-        waiting[source.offset] -= 1
+        waiting[source.offset].discard(route)
         if not waiting[source.offset]:
             del waiting[source.offset]
 

@@ -30,6 +30,11 @@ class Routes:
     def of(self, team: str) -> tuple[Route, ...]:
         return self.by_team.get(team, ())
 
+    @property
+    def broken(self) -> frozenset[str]:
+        """Teams that wrote routes of which none can be used."""
+        return frozenset(p.team for p in self.problems if not self.by_team.get(p.team))
+
 
 def load_routes(path: Path) -> Routes:
     """Raises `RoutesFileError` saying what to fix when the file as a whole cannot be read; a

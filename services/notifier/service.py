@@ -75,26 +75,32 @@ class Notifier:
         self._consumer.subscribe(topics, on_assign=self._assigned, on_revoke=self._revoked)
         last_commit = time.monotonic()
         settings = self._settings
-        with (
-            probe_server(
+        pool = ThreadPoolExecutor(settings.concurrency, "notify")
+        try:
+            with probe_server(
                 settings.metrics_host, settings.metrics_port, self.metrics.registry, self.health
-            ),
-            ThreadPoolExecutor(settings.concurrency, "notify") as pool,
-        ):
-            while not stop.is_set():
-                self._routes.refresh()
-                self._report_route_problems()
-                self._intake()
-                self._finish()
-                self._launch(pool)
-                if time.monotonic() - last_commit >= COMMIT_EVERY_S:
-                    self._commit(self._pending.committable())
-                    last_commit = time.monotonic()
-                    self.metrics.pending.set(self._pending.count())
-                self.health.turned(time.monotonic(), None)
+            ):
+                while not stop.is_set():
+                    self._turn(pool)
+                    if time.monotonic() - last_commit >= COMMIT_EVERY_S:
+                        self._commit(self._pending.committable())
+                        last_commit = time.monotonic()
+                        self.metrics.pending.set(self._pending.count())
+                    self.health.turned(time.monotonic(), None)
+        finally:
+            # Deliveries still running are not waited for: their records are not committed, so
+            # the next notifier delivers them again.
+            pool.shutdown(wait=False, cancel_futures=True)
         self._commit(self._pending.committable())
         self._consumer.close()
         self._producer.flush(10)
+
+    def _turn(self, pool: ThreadPoolExecutor) -> None:
+        self._routes.refresh()
+        self._report_route_problems()
+        self._intake()
+        self._finish()
+        self._launch(pool)
 
     def _assigned(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
         logger.info(
@@ -108,11 +114,13 @@ class Notifier:
 
     def _intake(self) -> None:
         full = self._pending.count() >= self._settings.max_pending
-        if full != self._paused:
+        if full or self._paused:
+            # Paused again each turn while full: a partition assigned meanwhile is paused too.
             assignment = self._consumer.assignment()
             (self._consumer.pause if full else self._consumer.resume)(assignment)
+            if full != self._paused:
+                logger.info("notifier intake %s", "paused: too much undone" if full else "resumed")
             self._paused = full
-            logger.info("notifier intake %s", "paused: too much undelivered" if full else "resumed")
         for message in self._consumer.consume(BATCH, timeout=0.05 if self._running else 0.2):
             if message.error() is not None:
                 logger.warning("notifier consume: %s", message.error())
@@ -135,7 +143,14 @@ class Notifier:
                 "notifier skips %s[%d]@%d: %s", topic, source.partition, source.offset, error
             )
         deliveries = [] if notice is None else self._deliveries(notice, source)
-        self._pending.read(source, len(deliveries))
+        if notice is not None and not deliveries and notice.team in self._routes.routes.broken:
+            # Its team wrote routes and none can be used: told where it reads its rejections.
+            reason = (
+                f"notice {notice.notice_id} of team {notice.team} not delivered: none of the "
+                "team's routes can be used (the routes file's problems were reported)"
+            )
+            self._publish_dead_letter(source, reason, notice.team)
+        self._pending.read(source, {d.route.name for d in deliveries})
         for delivery in deliveries:
             if self._lanes.enter(delivery):
                 self._ready.append(delivery)
@@ -152,6 +167,11 @@ class Notifier:
                 self._ready.append(delivery)
         while self._ready and len(self._running) < self._settings.concurrency:
             delivery = self._ready.pop(0)
+            if not self._still_owed(delivery):
+                following = self._lanes.leave(delivery)
+                if following is not None:
+                    self._ready.append(following)
+                continue
             delivery.tries += 1
             secret = self._routes.routes.secrets.get(delivery.lane)
             timeout_s = self._settings.timeout.total_seconds()
@@ -160,10 +180,30 @@ class Notifier:
             )
             self._running[future] = delivery
 
+    def _still_owed(self, delivery: Delivery) -> bool:
+        """Whether a delivery waiting its turn is still to be made, on its route as it is now:
+        its partition may have moved to another notifier (which delivers it), and its route may
+        have been changed (it goes as changed) or removed (it is not made) since."""
+        if not self._pending.owes(delivery.source, delivery.route.name):
+            return False
+        team, name = delivery.lane
+        current = next((r for r in self._routes.routes.of(team) if r.name == name), None)
+        if current is None or not wanted(current, delivery.notice):
+            logger.info(
+                "notice %s: route %s/%s removed, not sent", delivery.notice.notice_id, team, name
+            )
+            self._pending.done(delivery.source, name)
+            return False
+        delivery.route = current
+        return True
+
     def _finish(self) -> None:
         for future in [f for f in self._running if f.done()]:
             delivery = self._running.pop(future)
-            answer, why = future.result()
+            try:
+                answer, why = future.result()
+            except Exception as error:  # a worker's failure is this notice's, not the notifier's
+                answer, why = Answer.GIVE_UP, f"cannot be sent: {type(error).__name__}: {error}"
             following = self._lanes.leave(delivery)
             if following is not None:
                 self._ready.append(following)
@@ -196,7 +236,7 @@ class Notifier:
             logger.info("%s", where, extra=fields)
         else:
             self._dead_letter(delivery, why, fields)
-        self._pending.done(delivery.source)
+        self._pending.done(delivery.source, route.name)
 
     def _dead_letter(self, delivery: Delivery, why: str, fields: dict[str, object]) -> None:
         notice, route, source = delivery.notice, delivery.route, delivery.source

@@ -149,7 +149,8 @@ def run_event(number: int, owner: str | None, kind: str) -> dict[str, Any]:
         "run_id": f"{owner}.job@{number}", "schedule_id": f"{owner}.job", "kind": kind,
         "attempt": 3, "executor_instance": "e1", "nominal_at": nominal, "fired_at": nominal,
         "started_at": nominal, "finished_at": nominal + timedelta(seconds=1),
-        "reason": "exit status 1", "next_attempt_at": None, "owner": owner,
+        "reason": "exit status 1; output: line one\nline two", "next_attempt_at": None,
+        "owner": owner,
     }  # fmt: skip
 
 
@@ -246,7 +247,7 @@ def _mailed(box: Received) -> set[str]:
     with box.lock:
         mails = list(box.mails)
     assert all(rcpt == ["oncall@payments.example"] for rcpt, _ in mails)
-    return {json.loads(mail.get_payload())["run_id"] for _, mail in mails}
+    return {json.loads(mail.get_payload(decode=True))["run_id"] for _, mail in mails}
 
 
 def _only_their_own_and_the_same_key_when_repeated(box: Received) -> None:

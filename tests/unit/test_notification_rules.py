@@ -22,8 +22,10 @@ from kairos.streams.wire.dead_letters import NOTIFICATION_FAILED
 T0 = datetime(2027, 3, 14, 7, 0, tzinfo=UTC)
 
 
-def event(kind: str, owner: str | None = "payments", late_s: int = 0) -> dict[str, object]:
-    return {"run_id": "payments.x@1", "schedule_id": "payments.x", "kind": kind, "attempt": 2,
+def event(
+    kind: str, owner: str | None = "payments", late_s: int = 0, attempt: int = 2
+) -> dict[str, object]:
+    return {"run_id": "payments.x@1", "schedule_id": "payments.x", "kind": kind, "attempt": attempt,
             "executor_instance": "e1", "nominal_at": T0, "fired_at": T0,
             "started_at": T0 + timedelta(seconds=late_s), "finished_at": None,
             "reason": "exit status 1", "next_attempt_at": None, "owner": owner}  # fmt: skip
@@ -49,13 +51,15 @@ def test_a_late_start_is_told_only_to_routes_whose_threshold_it_passes() -> None
         "f",
     ).by_team["payments"]
     on_time, late = (
-        run_event_notice(event("started", late_s=299)),
-        run_event_notice(event("started", late_s=301)),
+        run_event_notice(event("started", late_s=299, attempt=1)),
+        run_event_notice(event("started", late_s=301, attempt=1)),
     )
     assert on_time is not None and late is not None
     assert (wanted(route, on_time), wanted(route, late)) == (False, True)
     failed = run_event_notice(event("dead_lettered"))
     assert failed is not None and not wanted(route, failed), "only what the route asked about"
+    retry = run_event_notice(event("started", late_s=900, attempt=2))
+    assert retry is None, "a retry starts as late as its backoff made it: not told"
 
 
 def test_refusals_are_told_to_the_team_reported_to_but_the_notifiers_own_letters_are_not() -> None:
@@ -74,6 +78,8 @@ def test_refusals_are_told_to_the_team_reported_to_but_the_notifiers_own_letters
         ({"name": "a"}, "name exactly one of webhook, slack, email"),
         ({"name": "a", "webhook": "https://x.example"}, "a webhook needs secret_file"),
         ({"name": "a", "slack": "ftp://x"}, "is not an http:// or https:// URL"),
+        ({"name": "a", "slack": "http://h:abc/x"}, "with a host and port"),
+        ({"name": "a", "slack": "http://[::1/x"}, "with a host and port"),
         ({"name": "a", "email": ["nobody"]}, "not an email address"),
         ({"name": "a", "email": ["a@b.example"], "about": ["late"]}, "late_after go together"),
         ({"name": "a", "email": ["a@b.example"], "about": ["everything"]}, "about"),
