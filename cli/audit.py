@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -19,6 +20,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from kairos.cli.audit_metrics import write_audit_metrics
 from kairos.cli.exit_codes import ExitCode
 from kairos.cli.options import (
     JsonOption,
@@ -138,6 +140,16 @@ OutcomeGraceOption = Annotated[
     ),
 ]
 
+MetricsFileOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--metrics-file",
+        help="Also write the verdict and findings as Prometheus text to this file (replaced "
+        "whole), for node_exporter's textfile collector: the KairosAuditBreach and "
+        "KairosAuditStale alerts read it.",
+    ),
+]
+
 
 @app.command("verify")
 def verify_command(
@@ -149,6 +161,7 @@ def verify_command(
     early_tolerance: EarlyToleranceOption = f"{DEFAULT_EARLY_TOLERANCE // _MS}ms",
     outcomes: OutcomesOption = False,
     outcome_grace: OutcomeGraceOption = "1h",
+    metrics_file: MetricsFileOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Compute every occurrence the schedule history owed in the window and match it against
@@ -180,6 +193,11 @@ def verify_command(
         typer.echo(json.dumps(as_document(report, warnings), indent=2))
     else:
         _print(report, warnings, wide_console())
+    if metrics_file is not None:
+        try:
+            write_audit_metrics(metrics_file, report)
+        except OSError as error:
+            raise fail(f"--metrics-file {metrics_file}: {error.strerror}") from None
     if report.verdict is not Verdict.HOLDS:
         raise typer.Exit(EXIT_CODES[report.verdict])
 

@@ -7,6 +7,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -181,7 +182,7 @@ def breaches(kafka_settings: KafkaSettings, held_open: Producer) -> Breaches:
 
 
 def test_audit_verify_names_a_fire_after_a_delete_an_early_fire_an_unknown_run_and_a_hidden_one(
-    breaches: Breaches,
+    breaches: Breaches, tmp_path: Path
 ) -> None:
     settings, now = breaches.settings, breaches.now
     result = kairos(settings, "audit", "verify", *window(now), "--json")
@@ -204,8 +205,13 @@ def test_audit_verify_names_a_fire_after_a_delete_an_early_fire_an_unknown_run_a
     assert transaction["partition"] == held_partition
     assert transaction["pending_offsets"] >= 1 and transaction["since"] is not None
 
-    human = kairos(settings, "audit", "verify", *window(now))
+    metrics = tmp_path / "kairos-audit.prom"
+    human = kairos(settings, "audit", "verify", *window(now), "--metrics-file", str(metrics))
     assert human.exit_code == 1
+    # What KairosAuditBreach reads, through node_exporter's textfile collector.
+    written = metrics.read_text()
+    assert 'kairos_audit_verdict{verdict="breach"} 1.0' in written, written
+    assert 'kairos_audit_findings{kind="early"} 1.0' in written
     assert f"FIRED_AFTER_DELETE {breaches.after_delete}" in human.stdout
     assert f"EARLY {breaches.early}" in human.stdout
     assert f"UNEXPECTED {breaches.unknown}" in human.stdout
