@@ -10,7 +10,6 @@ seen, but records an open transaction holds could still make one (docs/audit.md)
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any
@@ -21,6 +20,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from kairos.cli.audit_metrics import write_audit_metrics
+from kairos.cli.audit_read import AuditWindow, read_audit_window
 from kairos.cli.exit_codes import ExitCode
 from kairos.cli.options import (
     JsonOption,
@@ -36,11 +36,7 @@ from kairos.cli.reading import (
     wide_console,
 )
 from kairos.core.audit import (
-    FiredRun,
-    HistoryEvent,
     OpenTransaction,
-    RequestedRerun,
-    RunEventRecord,
     expected_occurrences,
     fired_through,
     stopped_spans,
@@ -54,14 +50,13 @@ from kairos.core.audit_report import (
     ScheduleAudit,
     Verdict,
 )
-from kairos.core.audit_verdict import OutcomeCheck, Unsettled, verify
+from kairos.core.audit_verdict import verify
 from kairos.core.calendar_owed import calendar_eras
 from kairos.core.calendar_rules import as_of_history
 from kairos.core.durations import DurationError, parse_duration
 from kairos.core.errors import KairosError
 from kairos.streams.kafka.settings import KafkaSettings
 from kairos.streams.readers.calendar_reader import read_calendar_history
-from kairos.streams.readers.history import HistoryReader
 from kairos.streams.readers.horizon import history_horizon
 
 app = typer.Typer(
@@ -87,19 +82,6 @@ _COUNTS = (
 )
 _SHOWN_FINDINGS = 20
 _MS = timedelta(milliseconds=1)
-
-
-@dataclass(frozen=True)
-class _Read:
-    """What the audit read from the topics."""
-
-    history: list[HistoryEvent]
-    reruns: list[RequestedRerun]
-    fired: list[FiredRun]
-    events: list[RunEventRecord]
-    unsettled: Unsettled
-    outcomes: OutcomeCheck | None
-    rejected: int
 
 
 FromOption = Annotated[
@@ -140,6 +122,24 @@ OutcomeGraceOption = Annotated[
     ),
 ]
 
+WholeHistoryOption = Annotated[
+    bool,
+    typer.Option(
+        "--whole-history",
+        help="Read the runs, run-events and dead-letter topics from their beginning instead of "
+        'from a margin before --from (docs/audit.md, "What a window reads"): slower, and '
+        "it also sees a fire appended days before its nominal instant.",
+    ),
+]
+ReadMarginOption = Annotated[
+    str | None,
+    typer.Option(
+        "--read-margin",
+        help="Read the runs, run-events and dead-letter topics from this long before --from "
+        "(default: 5m, plus 15d when a schedule rolls to the previous business day). Widen it "
+        "when tickers run with --max-clock-ahead-ms above 5 minutes.",
+    ),
+]
 MetricsFileOption = Annotated[
     Path | None,
     typer.Option(
@@ -162,6 +162,8 @@ def verify_command(
     outcomes: OutcomesOption = False,
     outcome_grace: OutcomeGraceOption = "1h",
     metrics_file: MetricsFileOption = None,
+    whole_history: WholeHistoryOption = False,
+    read_margin: ReadMarginOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Compute every occurrence the schedule history owed in the window and match it against
@@ -175,6 +177,7 @@ def verify_command(
     settle = _duration(grace, "--grace")
     tolerance = _duration(early_tolerance, "--early-tolerance")
     check_grace = _duration(outcome_grace, "--outcome-grace") if outcomes else None
+    margin = None if read_margin is None else _duration(read_margin, "--read-margin")
     settings = kafka_settings(context)
     try:
         report, warnings = audit_window(
@@ -186,6 +189,8 @@ def verify_command(
             grace=settle,
             early_tolerance=tolerance,
             outcome_grace=check_grace,
+            whole_history=whole_history,
+            margin=margin,
         )
     except KairosError as error:
         raise fail(f"{error} (broker {settings.bootstrap_servers})") from None
@@ -212,12 +217,21 @@ def audit_window(
     grace: timedelta = timedelta(seconds=10),
     early_tolerance: timedelta = DEFAULT_EARLY_TOLERANCE,
     outcome_grace: timedelta | None = None,
+    whole_history: bool = False,
+    margin: timedelta | None = None,
 ) -> tuple[AuditReport, list[str]]:
     """The audit of the window read from the topics, and what limits what it proves; raises
-    `KairosError` when the topics cannot be read. The console runs this same audit."""
+    `KairosError` when the topics cannot be read. The console runs this same audit.
+
+    The runs, run-events and dead-letter topics are read from a margin before `start`
+    (`margin`, else `kairos.core.audit_margin.read_margin`), or from their beginning with
+    `whole_history`."""
     warnings = _horizon_warnings(settings, start, as_of)
+    window = AuditWindow(
+        start, end, schedule, early_tolerance, outcome_grace, whole_history, margin
+    )
     with history_reader(settings) as reader:
-        read = _read(reader, schedule, start, end, outcome_grace)
+        read = read_audit_window(reader, window)
     changes = read_calendar_history(settings)
     calendars = as_of_history(changes)
     if read.rejected:
@@ -263,31 +277,6 @@ def _horizon_warnings(settings: KafkaSettings, start: datetime, as_of: datetime)
         f"are sure to keep ({horizon.limited_by}): compaction or retention may have "
         "removed history there, so counts before it prove nothing"
     ]
-
-
-def _read(
-    reader: HistoryReader,
-    schedule: str | None,
-    start: datetime,
-    end: datetime,
-    outcome_grace: timedelta | None,
-) -> _Read:
-    history = reader.schedule_events(schedule)
-    # Fires after the window matter too: a late fire under an old version moves where the next
-    # version starts owing (see core/audit.py).
-    fired, unsettled_fires = reader.runs_and_unsettled(
-        keep=lambda r: r.nominal >= start and schedule in (None, r.schedule_id)
-    )
-    events, unsettled_events = reader.run_events_and_unsettled(
-        keep=lambda e: start <= e.nominal < end and schedule in (None, e.schedule_id)
-    )
-    check = None
-    if outcome_grace is not None:
-        check = OutcomeCheck(tuple(reader.admission_dead_letters()), outcome_grace)
-    unsettled = Unsettled(
-        tuple(reader.open_transactions), tuple(unsettled_fires), tuple(unsettled_events)
-    )
-    return _Read(history, reader.reruns, fired, events, unsettled, check, len(reader.rejected))
 
 
 def as_document(report: AuditReport, warnings: list[str]) -> dict[str, Any]:

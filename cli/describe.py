@@ -9,7 +9,7 @@ lateness; and its last changes. Each part reuses the reader of the command that 
 from __future__ import annotations
 
 import difflib
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
 import typer
@@ -19,7 +19,8 @@ from kairos.cli.output import JsonAliasOption, OutputOption, as_yaml, chosen, re
 from kairos.cli.partitions import GroupOption
 from kairos.cli.preview_calendars import preview_calendars
 from kairos.cli.reading import TIME_HELP, history_reader, instant_option, text
-from kairos.cli.runs import run_summaries, summary_cells
+from kairos.cli.recent_runs import recent_runs
+from kairos.cli.runs import summary_cells
 from kairos.core.audit import HistoryEvent, changed_by_text
 from kairos.core.calendar import never_fires_reason
 from kairos.core.calendar_rules import Planned
@@ -70,15 +71,14 @@ def describe(
     try:
         calendars = preview_calendars(context, None, [schedule])
         placement = _placement(settings, stored, group_id or settings.deployment_id(TICKER_GROUP))
+        upcoming_fires = upcoming(schedule, after, count, calendars)
         with history_reader(settings) as reader:
-            fired = reader.runs(keep=lambda r: r.schedule_id == schedule_id) if runs else []
-            events = reader.run_events(keep=lambda e: e.schedule_id == schedule_id) if runs else []
+            period = _period(upcoming(schedule, now, 2, calendars))
+            last_runs = recent_runs(reader, schedule, runs, period, now) if runs else []
             history = reader.schedule_events(schedule_id) if changes else []
             refusals = _refusals_of(reader, schedule_id) if changes else []
     except KairosError as error:
         raise fail(f"{error} (broker {settings.bootstrap_servers})") from None
-    upcoming_fires = upcoming(schedule, after, count, calendars)
-    summaries = run_summaries(fired, events)
     document = {
         "schedule": schedule.model_dump(mode="json"),
         "state": "paused" if schedule.paused else "active",
@@ -87,7 +87,7 @@ def describe(
         "placement": placement,
         "next_fires": [fire_document(p, schedule) for p in upcoming_fires],
         "never_fires": None if upcoming_fires else never_fires_reason(schedule, after),
-        "last_runs": summaries[-runs:] if runs else [],
+        "last_runs": last_runs,
         "awaiting_ticker": len(awaiting),
         "last_changes": [_change_document(e, awaiting) for e in history[-changes:]]
         if changes
@@ -97,6 +97,13 @@ def describe(
         else [],
     }
     render(document, chosen_output, lambda: _print(document, schedule, upcoming_fires))
+
+
+def _period(fires: list[Planned]) -> timedelta:
+    """How far apart the schedule's next two occurrences are: a day when it has fewer."""
+    if len(fires) < 2:
+        return timedelta(days=1)
+    return max(fires[1].fire.nominal - fires[0].fire.nominal, timedelta(seconds=1))
 
 
 def _stored(settings: KafkaSettings, schedule_id: str) -> tuple[StoredSchedule, list[int]]:

@@ -17,8 +17,9 @@ from kairos.core.audit import RunEventRecord
 from kairos.core.run_id import format_instant
 from kairos.core.time_arguments import TimeArgumentError, parse_time
 from kairos.streams.kafka.settings import KafkaSettings
-from kairos.streams.readers.history import HistoryReader, ReadProgress
+from kairos.streams.readers.history import HistoryReader
 from kairos.streams.readers.schedule_reader import ScheduleReader, ScheduleSnapshot
+from kairos.streams.readers.topic_scan import ReadProgress
 
 TIME_HELP = (
     "ISO-8601 instant with an offset (2027-03-14T07:00:00Z), 'now', or relative to now (-10m, +2h)."

@@ -27,6 +27,7 @@ from kairos.cli.reading import (
     wide_console,
 )
 from kairos.core.audit import FiredRun, RunEventRecord
+from kairos.core.audit_margin import read_margin
 from kairos.core.errors import KairosError
 from kairos.core.schedule_lifecycle import Deadline
 from kairos.streams.readers.schedule_reader import ScheduleReader
@@ -55,9 +56,15 @@ def late(
         def wanted(schedule_id: str, nominal: datetime) -> bool:
             return schedule in (None, schedule_id) and nominal >= start
 
+        # Read by append time: what a run with a nominal instant after `start` can have written.
+        appended = start - read_margin(s.schedule for s in stored.values())
         with history_reader(settings) as reader:
-            fired = reader.runs(keep=lambda r: r.attempt == 1 and wanted(r.schedule_id, r.nominal))
-            events = reader.run_events(keep=lambda e: wanted(e.schedule_id, e.nominal))
+            fired = reader.runs(
+                keep=lambda r: r.attempt == 1 and wanted(r.schedule_id, r.nominal), since=appended
+            )
+            events = reader.run_events(
+                keep=lambda e: wanted(e.schedule_id, e.nominal), since=appended
+            )
     except KairosError as error:
         raise fail(f"{error} (broker {settings.bootstrap_servers})") from None
     rows = late_runs(fired, events, deadlines, now)

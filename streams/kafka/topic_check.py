@@ -29,7 +29,8 @@ KAFKA_CONFIGS = "kafka-configs.sh --bootstrap-server $BROKERS --alter --entity-t
 
 _EXACT_CONFIGS = ("cleanup.policy", "message.timestamp.type")
 """Kairos relies on these values as declared: compaction keeps the schedules and the tickers'
-state; the broker's clock stamps the changelog and the runs (clock check, audit)."""
+state; the broker's clock stamps the changelog, the runs, run events and dead letters (clock
+check, audit, reads of a window by time)."""
 _MINIMUM_CONFIGS = ("retention.ms", "min.compaction.lag.ms", "delete.retention.ms")
 """Longer than declared only keeps more history; shorter loses what the audit replays, or a
 deletion a ticker's restore relies on seeing."""

@@ -112,8 +112,19 @@ class TopicLayout:
                 # own clock without trusting it (docs/audit.md).
                 {**timed, "message.timestamp.type": "LogAppendTime"},
             ),
-            TopicSpec(self.name(TopicRole.RUN_EVENTS), self.runs_partitions, timed),
-            TopicSpec(self.name(TopicRole.DEAD_LETTERS), 1, timed),
+            # Stamped by the broker's clock too: a read of a window starts at the records
+            # appended since its start (`offsets_for_times`), which a producer's clock, set
+            # anywhere, could not say (kairos.streams.readers.history).
+            TopicSpec(
+                self.name(TopicRole.RUN_EVENTS),
+                self.runs_partitions,
+                {**timed, "message.timestamp.type": "LogAppendTime"},
+            ),
+            TopicSpec(
+                self.name(TopicRole.DEAD_LETTERS),
+                1,
+                {**timed, "message.timestamp.type": "LogAppendTime"},
+            ),
             # One partition: every ticker reads all of it as a table, and a record's offset is
             # the version of the calendar it sets (docs/calendars.md). Stamped by the broker's
             # clock: a version counts from when it was appended, which no publisher can backdate

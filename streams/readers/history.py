@@ -3,8 +3,13 @@
 Unlike `kairos.streams.readers.schedule_reader`, which folds the schedules topic into current state,
 this reader keeps each event: the schedules topic is compacted only after
 `min.compaction.lag.ms` (90 days by default), so until then it is the complete change history.
-Every read starts at the beginning of each partition, is read_committed (aborted fires of a
-fenced ticker are never seen), and ends at each partition's end as of the read.
+Every read is read_committed (aborted fires of a fenced ticker are never seen) and ends at each
+partition's end as of the read. It starts at the beginning of each partition, or, given `since`,
+at the first record the broker appended at or after it (`offsets_for_times` over the append
+times the runs, run-events and dead-letter topics stamp), so that a read of a recent window
+costs the window, not the history. A topic whose records carry their producers' clocks instead
+(created by an older release) is read from the beginning, with a warning: a producer's clock
+cannot say where a window starts.
 
 The reader never writes: records that are not valid events are reported in `rejected` (the
 ticker dead-letters them), and skipped exactly as the ticker skips them: schedule events are
@@ -16,18 +21,10 @@ the reader makes of the signature: keys registered then may be gone now.
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, TypeVar
-
-from confluent_kafka import (
-    OFFSET_BEGINNING,
-    Consumer,
-    KafkaError,
-    KafkaException,
-    TopicPartition,
-)
 
 from kairos.core.audit import (
     AdmissionDeadLetter,
@@ -37,13 +34,13 @@ from kairos.core.audit import (
     RequestedRerun,
     RunEventRecord,
 )
-from kairos.core.errors import KairosError
 from kairos.core.schedule import Schedule
 from kairos.streams.kafka.ownership import NOT_JUDGED, Judged
 from kairos.streams.kafka.partition_status import PartitionStatusError, read_judged
 from kairos.streams.kafka.partitioner import partition_for
-from kairos.streams.kafka.settings import HISTORY_READERS_GROUP, TICKER_GROUP, KafkaSettings
+from kairos.streams.kafka.settings import TICKER_GROUP, KafkaSettings
 from kairos.streams.kafka.topics import TopicRole
+from kairos.streams.readers.topic_scan import ProgressCallback, TopicScan
 from kairos.streams.wire.codec import Codecs, DecodeError, make_codecs
 from kairos.streams.wire.dead_letters import NOTIFICATION_FAILED, REFUSED_CHANGES
 from kairos.streams.wire.history_records import (
@@ -56,7 +53,6 @@ from kairos.streams.wire.history_records import (
     record_value,
     refused_change,
     run_event,
-    topic_record,
 )
 from kairos.streams.wire.schedule_events import (
     RejectedEvent,
@@ -71,23 +67,6 @@ logger = logging.getLogger(__name__)
 
 _T = TypeVar("_T", FiredRun, RunEventRecord)
 
-NO_TOPIC = (
-    "the topic does not exist; check --bootstrap-servers and --topic-prefix, or create the "
-    "topics with `kairos topics create`"
-)
-
-
-@dataclass(frozen=True)
-class ReadProgress:
-    """How far a read of `topic` got: offsets passed of the offsets there were when it began."""
-
-    topic: str
-    done: int
-    total: int
-
-
-ProgressCallback = Callable[[ReadProgress], None]
-
 
 @dataclass(frozen=True)
 class RejectedRecord:
@@ -97,17 +76,6 @@ class RejectedRecord:
     partition: int
     offset: int
     reason: str
-
-
-class HistoryReadError(KairosError):
-    """A topic could not be read to its end: the broker or the topic is unavailable."""
-
-    retryable = True
-
-    def __init__(self, topic: str, reason: str) -> None:
-        self.topic = topic
-        self.reason = reason
-        super().__init__(f"cannot read {topic}: {reason}")
 
 
 class HistoryReader:
@@ -127,10 +95,10 @@ class HistoryReader:
         idle_timeout_s: float = 30.0,
     ) -> None:
         self._settings = settings
+        self._scan = TopicScan(settings, on_progress, idle_timeout_s)
         # The deployment's own: a reader knows no other (the tickers' --group-id).
         self._ticker_group = settings.deployment_id(TICKER_GROUP)
         self._codecs = codecs or make_codecs()
-        self._on_progress = on_progress
         self._idle_timeout_s = idle_timeout_s
         self.rejected: list[RejectedRecord] = []
         self.reruns: list[RequestedRerun] = []
@@ -198,41 +166,56 @@ class HistoryReader:
             return {}
 
     def runs(
-        self, run_id: str | None = None, keep: Callable[[FiredRun], bool] | None = None
+        self,
+        run_id: str | None = None,
+        keep: Callable[[FiredRun], bool] | None = None,
+        since: datetime | None = None,
     ) -> list[FiredRun]:
-        """Every committed `RunRequested` (of `run_id` only, when given) that `keep` accepts."""
-        return self._committed(TopicRole.RUNS, self._as_run, run_id, keep)
+        """Every committed `RunRequested` (of `run_id` only, when given) that `keep` accepts,
+        appended at or after `since` when given."""
+        return self._committed(TopicRole.RUNS, self._as_run, run_id, keep, since)
 
     def runs_and_unsettled(
-        self, keep: Callable[[FiredRun], bool] | None = None
+        self,
+        keep: Callable[[FiredRun], bool] | None = None,
+        since: datetime | None = None,
+        keep_unsettled: Callable[[FiredRun], bool] | None = None,
     ) -> tuple[list[FiredRun], list[FiredRun]]:
-        """The committed `RunRequested`s `keep` accepts, and those past the last stable offset.
+        """The committed `RunRequested`s `keep` accepts, and those past the last stable offset
+        `keep_unsettled` (or else `keep`) accepts.
 
         A partition whose last stable offset is below its high watermark as the read begins
         holds records of a transaction still open (or behind one): the reader reads them
         read_uncommitted, since they may yet be committed or aborted, and notes the partition
         in `open_transactions`.
         """
-        return self._with_unsettled(TopicRole.RUNS, self._as_run, keep)
+        return self._with_unsettled(
+            TopicRole.RUNS, self._as_run, keep, since, keep_unsettled or keep
+        )
 
     def run_events(
-        self, run_id: str | None = None, keep: Callable[[RunEventRecord], bool] | None = None
+        self,
+        run_id: str | None = None,
+        keep: Callable[[RunEventRecord], bool] | None = None,
+        since: datetime | None = None,
     ) -> list[RunEventRecord]:
-        """Every committed run event (of `run_id` only, when given) that `keep` accepts."""
-        return self._committed(TopicRole.RUN_EVENTS, self._as_run_event, run_id, keep)
+        """Every committed run event (of `run_id` only, when given) that `keep` accepts,
+        appended at or after `since` when given."""
+        return self._committed(TopicRole.RUN_EVENTS, self._as_run_event, run_id, keep, since)
 
     def run_events_and_unsettled(
-        self, keep: Callable[[RunEventRecord], bool] | None = None
+        self, keep: Callable[[RunEventRecord], bool] | None = None, since: datetime | None = None
     ) -> tuple[list[RunEventRecord], list[RunEventRecord]]:
         """As `runs_and_unsettled`, for the run-events topic (where tickers record skips)."""
-        return self._with_unsettled(TopicRole.RUN_EVENTS, self._as_run_event, keep)
+        return self._with_unsettled(TopicRole.RUN_EVENTS, self._as_run_event, keep, since, keep)
 
-    def admission_dead_letters(self) -> list[AdmissionDeadLetter]:
-        """Every committed dead letter of a runs-topic record: a fire an executor refused."""
+    def admission_dead_letters(self, since: datetime | None = None) -> list[AdmissionDeadLetter]:
+        """Every committed dead letter of a runs-topic record (a fire an executor refused),
+        appended at or after `since` when given."""
         runs = self.topic(TopicRole.RUNS)
         return [
             admission_dead_letter(letter)
-            for letter in self._dead_letters()
+            for letter in self._dead_letters(since)
             if letter["source_topic"] == runs
         ]
 
@@ -250,9 +233,9 @@ class HistoryReader:
             and (team is None or letter["reported_to"] == team)
         ]
 
-    def _dead_letters(self) -> Iterator[dict[str, Any]]:
+    def _dead_letters(self, since: datetime | None = None) -> Iterator[dict[str, Any]]:
         topic = self.topic(TopicRole.DEAD_LETTERS)
-        for record in self._read(topic, None):
+        for record in self._read(topic, None, since=since):
             try:
                 yield self._codecs.dead_letter.decode(record_value(record))
             except (DecodeError, InvalidRecordError) as problem:
@@ -270,24 +253,28 @@ class HistoryReader:
         convert: Callable[[TopicRecord], _T],
         run_id: str | None,
         keep: Callable[[_T], bool] | None,
+        since: datetime | None,
     ) -> list[_T]:
         def wanted(item: _T) -> bool:
             return (run_id is None or item.run_id == run_id) and (keep is None or keep(item))
 
         topic = self.topic(role)
-        return self._decoded(topic, self._read(topic, run_id), convert, wanted)
+        return self._decoded(topic, self._read(topic, run_id, since=since), convert, wanted)
 
     def _with_unsettled(
         self,
         role: TopicRole,
         convert: Callable[[TopicRecord], _T],
         keep: Callable[[_T], bool] | None,
+        since: datetime | None,
+        keep_unsettled: Callable[[_T], bool] | None,
     ) -> tuple[list[_T], list[_T]]:
         topic = self.topic(role)
         beyond: list[TopicRecord] = []
-        committed = self._decoded(topic, self._read(topic, None, beyond), convert, keep)
+        read = self._read(topic, None, beyond, since)
+        committed = self._decoded(topic, read, convert, keep)
         # Records past a last stable offset may be aborted garbage: skipped, not reported.
-        return committed, self._decoded(topic, beyond, convert, keep, reject=False)
+        return committed, self._decoded(topic, beyond, convert, keep_unsettled, reject=False)
 
     def _decoded(
         self,
@@ -315,33 +302,60 @@ class HistoryReader:
         self.rejected.append(RejectedRecord(topic, record.partition, record.offset, reason))
 
     def _read(
-        self, topic: str, key: str | None, beyond: list[TopicRecord] | None = None
+        self,
+        topic: str,
+        key: str | None,
+        beyond: list[TopicRecord] | None = None,
+        since: datetime | None = None,
     ) -> Iterator[TopicRecord]:
-        """Every committed record of `topic` to the end of each partition, as of the read.
+        """Every committed record of `topic` to the end of each partition, as of the read, from
+        the first one appended at or after `since` when given.
 
         With a `key`, only the partition Kairos producers (murmur2) put that key on. With
         `beyond`, the records a read_committed read cannot reach, from each partition's last
         stable offset to its high watermark as the read began, are added to it once the
         committed records are read, and each such partition to `open_transactions`.
         """
-        consumer = Consumer(self._consumer_config("read_committed"))
+        records = self._read_from(topic, key, beyond, since)
+        first = next(records, None)
+        if first is None:
+            return
+        if since is not None and not first.appended:
+            records.close()
+            logger.warning(
+                "%s stamps records with their producers' clocks (CreateTime), which cannot say "
+                "where a window starts: reading it from the beginning; `kairos topics check` "
+                "says how to set message.timestamp.type=LogAppendTime",
+                topic,
+            )
+            yield from self._read_from(topic, key, beyond, None)
+            return
+        yield first
+        yield from records
+
+    def _read_from(
+        self, topic: str, key: str | None, beyond: list[TopicRecord] | None, since: datetime | None
+    ) -> Generator[TopicRecord]:
+        consumer = self._scan.consumer("read_committed")
         try:
-            count = self._partition_count(consumer, topic)
+            count = self._scan.partition_count(consumer, topic)
             partitions = [partition_for(key, count)] if key is not None else list(range(count))
-            low, stable = self._watermarks(consumer, topic, partitions)
+            low, stable = self._scan.watermarks(consumer, topic, partitions)
+            if since is not None:
+                low = self._scan.offsets_at(consumer, topic, since, low, stable)
             if beyond is None:
-                yield from self._consume(consumer, topic, count, low, stable, bounded=False)
+                yield from self._scan.consume(consumer, topic, count, low, stable, bounded=False)
                 return
-            uncommitted = Consumer(self._consumer_config("read_uncommitted"))
+            uncommitted = self._scan.consumer("read_uncommitted")
             try:
                 # Taken right after the stable offsets, so that a gap is a transaction open as
                 # the read began, not records written while it went on.
-                _, high = self._watermarks(uncommitted, topic, partitions)
-                yield from self._consume(consumer, topic, count, low, stable, bounded=False)
+                _, high = self._scan.watermarks(uncommitted, topic, partitions)
+                yield from self._scan.consume(consumer, topic, count, low, stable, bounded=False)
                 held = [p for p in partitions if high[p] > stable[p]]
                 if held:
                     found = list(
-                        self._consume(
+                        self._scan.consume(
                             uncommitted,
                             topic,
                             count,
@@ -358,100 +372,6 @@ class HistoryReader:
                 uncommitted.close()
         finally:
             consumer.close()
-
-    def _consumer_config(self, isolation: str) -> dict[str, Any]:
-        return self._settings.consumer_config(
-            **{
-                # Assigned, never subscribed and never committed: the group id is required by
-                # the client but no group is ever joined.
-                "group.id": self._settings.deployment_id(HISTORY_READERS_GROUP),
-                "enable.auto.commit": False,
-                "isolation.level": isolation,
-                "enable.partition.eof": True,
-                # A caught-up partition answers at once instead of holding the fetch 500 ms.
-                "fetch.wait.max.ms": 10,
-            }
-        )
-
-    def _partition_count(self, consumer: Consumer, topic: str) -> int:
-        try:
-            metadata = consumer.list_topics(topic, timeout=self._idle_timeout_s)
-        except KafkaException as error:
-            raise HistoryReadError(topic, f"the broker did not answer: {error}") from error
-        found = metadata.topics.get(topic)
-        if found is None or found.error is not None or not found.partitions:
-            raise HistoryReadError(topic, NO_TOPIC)
-        return len(found.partitions)
-
-    def _watermarks(
-        self, consumer: Consumer, topic: str, partitions: list[int]
-    ) -> tuple[dict[int, int], dict[int, int]]:
-        """Each partition's low and high offsets; high is the last stable offset for a
-        read_committed consumer, the high watermark for a read_uncommitted one."""
-        low: dict[int, int] = {}
-        high: dict[int, int] = {}
-        for p in partitions:
-            try:
-                low[p], high[p] = consumer.get_watermark_offsets(
-                    TopicPartition(topic, p), timeout=self._idle_timeout_s
-                )
-            except KafkaException as failure:
-                raise HistoryReadError(topic, f"no offsets for partition {p}: {failure}") from None
-        return low, high
-
-    def _consume(
-        self,
-        consumer: Consumer,
-        topic: str,
-        count: int,
-        low: dict[int, int],
-        high: dict[int, int],
-        *,
-        bounded: bool,
-    ) -> Iterator[TopicRecord]:
-        """The records of each partition from `low`, to its end as the read finds it, or with
-        `bounded` only those before `high` (the unsettled ones, past a last stable offset)."""
-        partitions = sorted(low)
-        start = {p: low[p] if bounded else OFFSET_BEGINNING for p in partitions}
-        consumer.assign([TopicPartition(topic, p, start[p]) for p in partitions])
-        position = dict(low)
-        done: set[int] = set()
-        total = sum(high[p] - low[p] for p in partitions)
-        last_heard = time.monotonic()
-        while len(done) < len(partitions):
-            if time.monotonic() - last_heard > self._idle_timeout_s:
-                missing = sorted(set(partitions) - done)
-                raise HistoryReadError(
-                    topic, f"partitions {missing} sent nothing for {self._idle_timeout_s:.0f}s"
-                )
-            messages = consumer.consume(num_messages=5000, timeout=0.2)
-            if messages:
-                last_heard = time.monotonic()
-            for message in messages:
-                error = message.error()
-                if error is not None and error.code() != KafkaError._PARTITION_EOF:
-                    if error.fatal() or error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
-                        raise HistoryReadError(topic, error.str())
-                    # librdkafka retries transient errors itself; the idle timeout bounds it.
-                    logger.warning("reading %s: %s", topic, error.str())
-                    continue
-                partition, offset = message.partition(), message.offset()
-                assert partition is not None and offset is not None  # set on records and EOFs
-                if partition in done:
-                    continue
-                if error is None:
-                    position[partition] = offset + 1
-                    if not bounded or offset < high[partition]:
-                        yield topic_record(message, count)
-                    if not bounded or offset + 1 < high[partition]:
-                        continue
-                # The end as of now: later records were written after the read began.
-                done.add(partition)
-                consumer.pause([TopicPartition(topic, partition)])
-                position[partition] = high[partition]
-            if self._on_progress is not None and not bounded:
-                passed = sum(min(position[p], high[p]) - low[p] for p in partitions)
-                self._on_progress(ReadProgress(topic, passed, total))
 
 
 def _open_transaction(

@@ -10,7 +10,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
 from kairos.streams.kafka.settings import KafkaSettings
 from kairos.streams.kafka.topics import TopicRole
-from kairos.streams.readers.history import NO_TOPIC, HistoryReadError
+from kairos.streams.readers.topic_scan import NO_TOPIC, HistoryReadError
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,8 @@ from kairos.core.schedule import Schedule
 from kairos.streams.client.schedule_publisher import SchedulesClient
 from kairos.streams.kafka.settings import KafkaSettings
 from kairos.streams.kafka.topics import TopicRole
-from kairos.streams.readers.history import HistoryReader, ReadProgress
+from kairos.streams.readers.history import HistoryReader
+from kairos.streams.readers.topic_scan import ReadProgress
 from kairos.streams.wire.codec import make_codecs
 from kairos.streams.wire.records import definition_record, run_requested_record
 from tests.helpers import eventually, sleep_until, unique_name

@@ -27,9 +27,9 @@ from kairos.streams.kafka.authorization import NotAuthenticatedError
 from kairos.streams.kafka.failures import REFUSALS, Remedy, is_retryable, remedy
 from kairos.streams.kafka.partition_status import PartitionStatusError
 from kairos.streams.readers.calendar_reader import CalendarReadError
-from kairos.streams.readers.history import HistoryReadError
 from kairos.streams.readers.schedule_reader import ScheduleReadError
 from kairos.streams.readers.team_events import TeamPublishError, TeamReadError
+from kairos.streams.readers.topic_scan import HistoryReadError
 from kairos.streams.state.changelog import RestoreError
 from kairos.streams.state.state_store import StateStoreError
 from kairos.streams.wire.codec import DecodeError, DecodeFailure
