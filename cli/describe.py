@@ -21,6 +21,8 @@ from kairos.cli.preview_calendars import preview_calendars
 from kairos.cli.reading import TIME_HELP, history_reader, instant_option, text
 from kairos.cli.recent_runs import recent_runs
 from kairos.cli.runs import summary_cells
+from kairos.cli.view_index import ViewOption, open_view, records_behind
+from kairos.cli.view_index import last_runs as last_runs_in_view
 from kairos.core.audit import HistoryEvent, changed_by_text
 from kairos.core.calendar import never_fires_reason
 from kairos.core.calendar_rules import Planned
@@ -57,6 +59,7 @@ def describe(
     runs: RunsOption = 5,
     changes: ChangesOption = 5,
     group_id: GroupOption = None,
+    view: ViewOption = None,
     output: OutputOption = None,
     as_json: JsonAliasOption = False,
 ) -> None:
@@ -73,8 +76,11 @@ def describe(
         placement = _placement(settings, stored, group_id or settings.deployment_id(TICKER_GROUP))
         upcoming_fires = upcoming(schedule, after, count, calendars)
         with history_reader(settings) as reader:
-            period = _period(upcoming(schedule, now, 2, calendars))
-            last_runs = recent_runs(reader, schedule, runs, period, now) if runs else []
+            if view is None:
+                period = _period(upcoming(schedule, now, 2, calendars))
+                last_runs = recent_runs(reader, schedule, runs, period, now) if runs else []
+            else:
+                last_runs, behind = _from_view(view, settings, schedule_id, runs)
             history = reader.schedule_events(schedule_id) if changes else []
             refusals = _refusals_of(reader, schedule_id) if changes else []
     except KairosError as error:
@@ -88,6 +94,8 @@ def describe(
         "next_fires": [fire_document(p, schedule) for p in upcoming_fires],
         "never_fires": None if upcoming_fires else never_fires_reason(schedule, after),
         "last_runs": last_runs,
+        "runs_from": "topics" if view is None else "view",
+        "view_records_behind": None if view is None else behind,
         "awaiting_ticker": len(awaiting),
         "last_changes": [_change_document(e, awaiting) for e in history[-changes:]]
         if changes
@@ -97,6 +105,16 @@ def describe(
         else [],
     }
     render(document, chosen_output, lambda: _print(document, schedule, upcoming_fires))
+
+
+def _from_view(
+    url: str, settings: KafkaSettings, schedule_id: str, count: int
+) -> tuple[list[dict[str, Any]], int]:
+    """The last runs the console's view holds, and how many records it has yet to read."""
+    console_view = open_view(url)
+    return last_runs_in_view(console_view, schedule_id, count), records_behind(
+        console_view, settings
+    )
 
 
 def _period(fires: list[Planned]) -> timedelta:
@@ -227,11 +245,19 @@ def _print(document: dict[str, Any], schedule: Schedule, fires: list[Planned]) -
         lines.append(f"  none: {document['never_fires']}")
     if schedule.paused and fires:
         lines.append("  (paused: these run only if it is resumed before them)")
-    lines += ["", f"Last {len(document['last_runs'])} run(s):", *_runs_table(document)]
+    lines += ["", f"Last {len(document['last_runs'])} run(s){_source(document)}:"]
+    lines += _runs_table(document)
     lines += ["", f"Last {len(document['last_changes'])} change(s):", *_changes_table(document)]
     lines += _refused_lines(document)
     for line in lines:
         typer.echo(line)
+
+
+def _source(document: dict[str, Any]) -> str:
+    behind = document["view_records_behind"]
+    if behind is None:
+        return ""
+    return f" (from the console's view, {behind} record(s) behind the topics)"
 
 
 def _refused_lines(document: dict[str, Any]) -> list[str]:

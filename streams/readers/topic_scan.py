@@ -18,6 +18,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from kairos.core.errors import KairosError
+from kairos.core.instants import epoch_ms
 from kairos.streams.kafka.settings import HISTORY_READERS_GROUP, KafkaSettings
 from kairos.streams.wire.history_records import TopicRecord, topic_record
 
@@ -79,7 +80,7 @@ class TopicScan:
         end: dict[int, int],
     ) -> dict[int, int]:
         """Each partition's first offset appended at or after `since` (its end when none is)."""
-        at_ms = int(since.timestamp() * 1000)
+        at_ms = epoch_ms(since)
         asked = [TopicPartition(topic, p, at_ms) for p in sorted(low)]
         try:
             found = consumer.offsets_for_times(asked, timeout=self._idle_timeout_s)

@@ -20,6 +20,7 @@ from typer.testing import CliRunner
 from kairos.cli.app import app
 from kairos.cli.audit import as_document, audit_window
 from kairos.core.audit_report import Verdict
+from kairos.core.instants import epoch_ms
 from kairos.core.rerun_request import RerunKind, RerunRequest
 from kairos.core.schedule import Schedule
 from kairos.streams.client.schedule_publisher import SchedulesClient
@@ -66,7 +67,7 @@ def _skipped_before(settings: KafkaSettings, role: TopicRole, instant: datetime)
     try:
         topic = settings.layout.name(role)
         count = len(consumer.list_topics(topic, timeout=10).topics[topic].partitions)
-        at_ms = int(instant.timestamp() * 1000)
+        at_ms = epoch_ms(instant)
         found = consumer.offsets_for_times(
             [TopicPartition(topic, p, at_ms) for p in range(count)], timeout=10
         )
