@@ -37,6 +37,7 @@ from kairos.core.audit import (
     changed_by_text,
     changed_fields,
 )
+from kairos.core.audit_margin import CLOCK_MARGIN
 from kairos.core.errors import KairosError
 from kairos.core.schedule import Schedule
 
@@ -64,10 +65,15 @@ def replay(
     end = instant_option(until, "--until", now)
     settings = kafka_settings(context)
     try:
+        # Entries are placed by the ticker's and executors' clocks, which a broker stamp
+        # trails by at most the clock margin: records appended before are none of the window's.
+        appended = None if start is None else start - CLOCK_MARGIN
         with history_reader(settings) as reader:
             history = reader.schedule_events(schedule)
-            fired = reader.runs(keep=lambda r: schedule in (None, r.schedule_id))
-            events = reader.run_events(keep=lambda e: schedule in (None, e.schedule_id))
+            fired = reader.runs(keep=lambda r: schedule in (None, r.schedule_id), since=appended)
+            events = reader.run_events(
+                keep=lambda e: schedule in (None, e.schedule_id), since=appended
+            )
     except KairosError as error:
         raise fail(f"{error} (broker {settings.bootstrap_servers})") from None
     owned = _owned_by(owner, history, fired) if owner is not None else None
