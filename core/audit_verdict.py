@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from kairos.core.audit import (
@@ -92,6 +92,11 @@ class _Seen:
     as_of: datetime
     rerun_of: frozenset[tuple[str, datetime]] = frozenset()
     """(schedule id, nominal instant) of every occurrence a committed re-run ran again."""
+    committed_by_schedule: Mapping[str, list[str]] = field(default_factory=dict)
+    """The run ids of `commits` by their first commit's schedule id, sorted: each schedule's
+    audit looks at its own fires only, so the audit costs the fires, not schedules x fires."""
+    unsettled_by_schedule: Mapping[str, list[str]] = field(default_factory=dict)
+    """The run ids of `unsettled` holding a fire, by that fire's schedule id, sorted."""
 
 
 def verify(
@@ -182,6 +187,14 @@ def _index(
         if _counts(record) and wanted(record.schedule_id, record.nominal):
             hidden.setdefault(record.run_id, []).append(record)
     return _Seen(
+        committed_by_schedule=_by_schedule(
+            (run_id, runs[0].schedule_id) for run_id, runs in commits.items()
+        ),
+        unsettled_by_schedule=_by_schedule(
+            (run_id, fires[0].schedule_id)
+            for run_id, records in hidden.items()
+            if (fires := [r for r in records if isinstance(r, FiredRun)])
+        ),
         rerun_of=frozenset(
             (runs[0].schedule_id, runs[0].nominal)
             for run_id, runs in commits.items()
@@ -200,6 +213,13 @@ def _index(
         },
         as_of=as_of,
     )
+
+
+def _by_schedule(run_ids: Iterable[tuple[str, str]]) -> dict[str, list[str]]:
+    grouped: dict[str, list[str]] = {}
+    for run_id, schedule_id in sorted(run_ids):
+        grouped.setdefault(schedule_id, []).append(run_id)
+    return grouped
 
 
 def _counts(record: FiredRun | RunEventRecord) -> bool:
@@ -275,19 +295,18 @@ def _beyond_owed(
     schedule_id: str, seen: _Seen, stops: Sequence[StopSpan], known: bool
 ) -> tuple[list[str], dict[str, int], list[Finding]]:
     """The schedule's fires nothing owed, its extra commits by run id, and their findings."""
+    own = seen.committed_by_schedule.get(schedule_id, [])
     unexpected = [
         run_id
-        for run_id in sorted(seen.commits)
-        if _unowed(run_id, schedule_id, seen) and not _fired_before_its_stop(run_id, seen, stops)
+        for run_id in own
+        if run_id not in seen.owed and not _fired_before_its_stop(run_id, seen, stops)
     ]
     findings: list[Finding] = []
     for run_id in unexpected:
         findings += _unowed_findings(run_id, seen, stops, known)
     findings += _hidden_beyond(schedule_id, seen)
     duplicates = {
-        run_id: len(runs) - 1
-        for run_id, runs in sorted(seen.commits.items())
-        if len(runs) > 1 and runs[0].schedule_id == schedule_id
+        run_id: len(seen.commits[run_id]) - 1 for run_id in own if len(seen.commits[run_id]) > 1
     }
     return unexpected, duplicates, findings
 
@@ -299,10 +318,6 @@ def _fired_before_its_stop(run_id: str, seen: _Seen, stops: Sequence[StopSpan]) 
     first = min(seen.commits[run_id], key=lambda r: r.offset)
     stop = next((s for s in stops if s.holds(first.nominal)), None)
     return stop is not None and first.fired_at < stop.start and first.schedule_offset < stop.offset
-
-
-def _unowed(run_id: str, schedule_id: str, seen: _Seen) -> bool:
-    return run_id not in seen.owed and seen.commits[run_id][0].schedule_id == schedule_id
 
 
 def _fire_findings(
@@ -393,10 +408,8 @@ def _unowed_finding(run: FiredRun, stops: Sequence[StopSpan], known: bool) -> Fi
 def _hidden_beyond(schedule_id: str, seen: _Seen) -> list[Finding]:
     """Unsettled fires that could become a second commit or an unowed fire if committed."""
     found = []
-    for run_id, records in sorted(seen.unsettled.items()):
-        fires = [r for r in records if isinstance(r, FiredRun)]
-        if not fires or fires[0].schedule_id != schedule_id:
-            continue
+    for run_id in seen.unsettled_by_schedule.get(schedule_id, []):
+        fires = [r for r in seen.unsettled[run_id] if isinstance(r, FiredRun)]
         if fires[0].due_at >= seen.settled_before:
             continue  # in flight like any fresh commit: pending, not a finding
         if run_id in seen.commits:
