@@ -18,8 +18,8 @@ from datetime import datetime
 from typing import Any
 
 from confluent_kafka import (
+    Consumer,
     ConsumerGroupState,
-    ConsumerGroupTopicPartitions,
     IsolationLevel,
     KafkaError,
     KafkaException,
@@ -140,7 +140,7 @@ def read_group_status(
         for member in description.members
     )
     owners = {p: m for m in members for p in m.partitions}
-    by_partition = _committed(admin, group_id, schedules, count, timeout_s)
+    by_partition = _committed(settings, group_id, schedules, count, timeout_s)
     ends = _end_offsets(admin, [schedules, changelog], count, timeout_s)
     partitions = []
     for p in range(count):
@@ -169,7 +169,7 @@ def read_judged(
     admin = AdminClient(settings.consumer_config())
     schedules = settings.layout.name(TopicRole.SCHEDULES)
     count = _partition_count(admin, schedules, timeout_s)
-    committed = _committed(admin, group_id, schedules, count, timeout_s)
+    committed = _committed(settings, group_id, schedules, count, timeout_s)
     judged = {}
     for p in range(count):
         tp = committed.get(p)
@@ -180,18 +180,37 @@ def read_judged(
 
 
 def _committed(
-    admin: AdminClient, group_id: str, topic: str, count: int, timeout_s: float
+    settings: KafkaSettings, group_id: str, topic: str, count: int, timeout_s: float
 ) -> dict[int, TopicPartition]:
-    """The group's committed offset (with its metadata) of each partition of `topic`."""
-    request = ConsumerGroupTopicPartitions(
-        group_id, [TopicPartition(topic, p) for p in range(count)]
+    """The group's committed offset (with its metadata) of each partition of `topic`.
+
+    Asked through a consumer of the group that never subscribes (so never joins it) and never
+    commits, not through the admin API: librdkafka's admin ListConsumerGroupOffsets dereferences
+    a null group handle when the coordinator answers NOT_COORDINATOR or
+    COORDINATOR_LOAD_IN_PROGRESS, as a freshly started broker does, and the process dies of a
+    segmentation fault (confluentinc/librdkafka#5040, seen here with 2.16.0). A consumer's own
+    OffsetFetch retries those answers until `timeout_s`.
+    """
+    consumer = Consumer(
+        settings.consumer_config(
+            **{
+                "group.id": group_id,
+                "enable.auto.commit": False,
+                "enable.auto.offset.store": False,
+            }
+        )
     )
-    committed = _result(
-        admin.list_consumer_group_offsets([request], request_timeout=timeout_s)[group_id],
-        f"the committed offsets of {group_id}",
-        timeout_s,
-    )
-    return {tp.partition: tp for tp in committed.topic_partitions}
+    try:
+        committed = consumer.committed(
+            [TopicPartition(topic, p) for p in range(count)], timeout=timeout_s
+        )
+    except KafkaException as error:
+        raise PartitionStatusError(
+            f"the committed offsets of {group_id}", str(error.args[0])
+        ) from error
+    finally:
+        consumer.close()
+    return {tp.partition: tp for tp in committed}
 
 
 def _partition_count(admin: AdminClient, topic: str, timeout_s: float) -> int:
