@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import logging
-import signal
-import threading
-from types import FrameType
 from typing import Any
 
 import typer
@@ -16,6 +13,7 @@ from kairos.cli.settings_options import with_settings
 from kairos.core.errors import KairosError
 from kairos.services.notifier.service import Notifier
 from kairos.services.notifier.settings import NotifierSettings
+from kairos.services.stopping import stop_on_signals
 
 
 @with_settings(NotifierSettings)
@@ -29,12 +27,5 @@ def notifier(context: typer.Context, log_level: LogLevelOption = "INFO", **setti
         raise invalid_settings(invalid) from invalid
     except KairosError as error:
         raise fail(str(error)) from error
-    stop = threading.Event()
-
-    def request_stop(signum: int, _: FrameType | None) -> None:
-        logging.getLogger(__name__).info("signal %d: stopping", signum)
-        stop.set()
-
-    signal.signal(signal.SIGTERM, request_stop)
-    signal.signal(signal.SIGINT, request_stop)
+    stop = stop_on_signals(logging.getLogger(__name__), "stopping")
     service.run(stop)

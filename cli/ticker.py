@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import logging
-import signal
-import threading
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import typer
@@ -21,6 +18,7 @@ from kairos.cli.options import (
 )
 from kairos.cli.settings_options import with_settings
 from kairos.core.errors import KairosError
+from kairos.services.stopping import stop_on_signals
 from kairos.services.ticker.service import Ticker
 from kairos.services.ticker.settings import TickerSettings
 from kairos.streams.kafka.ownership import Ownership
@@ -37,14 +35,7 @@ def ticker(context: typer.Context, log_level: LogLevelOption = "INFO", **setting
         raise invalid_settings(invalid) from invalid
     except (ValueError, KairosError) as error:
         raise fail(str(error)) from error
-    stop = threading.Event()
-
-    def request_stop(signum: int, _: FrameType | None) -> None:
-        logging.getLogger(__name__).info("signal %d: stopping after the open transaction", signum)
-        stop.set()
-
-    signal.signal(signal.SIGTERM, request_stop)
-    signal.signal(signal.SIGINT, request_stop)
+    stop = stop_on_signals(logging.getLogger(__name__), "stopping after the open transaction")
     try:
         service.run(stop)
     except KairosError as error:

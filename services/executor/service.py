@@ -16,13 +16,11 @@ leases. The rooms, in the order a run goes through them:
 from __future__ import annotations
 
 import logging
-import signal
 import threading
 import time
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from functools import partial
-from types import FrameType
 
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
@@ -45,6 +43,7 @@ from kairos.services.executor.shutdown import shut_down
 from kairos.services.executor.turn import ExecutorTurn
 from kairos.services.executor.workers import AttemptWorkers
 from kairos.services.probes import LoopHealth, group_readiness, probe_server, stall_limit_s
+from kairos.services.stopping import stop_on_signals
 from kairos.streams.kafka.acls import DeploymentNames, Role
 from kairos.streams.kafka.authorization import RoleAccess
 from kairos.streams.kafka.ports import GroupMember
@@ -237,12 +236,5 @@ def run_executor(
     Call it from the main thread of a program that registered its `python` handlers.
     """
     executor = Executor(kafka, settings, handlers)
-    stop = threading.Event()
-
-    def request_stop(signum: int, _: FrameType | None) -> None:
-        logger.info("signal %d: stopping; running attempts may finish in the grace period", signum)
-        stop.set()
-
-    signal.signal(signal.SIGTERM, request_stop)
-    signal.signal(signal.SIGINT, request_stop)
+    stop = stop_on_signals(logger, "stopping; running attempts may finish in the grace period")
     executor.run(stop)
