@@ -5,7 +5,9 @@ without an index the only way to its last runs is to read what every schedule fi
 `recent_runs` reads the runs and run-events topics from an instant found by the broker's append
 time (`HistoryReader`'s `since`), first about `count` of the schedule's periods back, then eight
 times further each step, and from the beginning once a step would reach past `_WHOLE_AFTER`:
-a schedule firing every minute costs minutes of the topics, a monthly one what it must.
+a schedule firing every minute costs minutes of the topics, a monthly one what it must. A step
+is enough once it holds `count` runs whose nominal instants are inside it: a run appended in the
+step for an older instant (a backfill, a catch-up) says nothing of the runs before the step.
 """
 
 from __future__ import annotations
@@ -29,12 +31,25 @@ def recent_runs(
     """The summaries (`run_summaries`) of the last `count` runs of `schedule`, whose occurrences
     come about `period` apart, oldest first."""
     margin = read_margin([schedule])
-    lookback: timedelta | None = max(period * count, _SHORTEST)
+    lookback = _first_step(period, count)
     while True:
         since = None if lookback is None else now - lookback - margin
         fired = reader.runs(keep=lambda r: r.schedule_id == schedule.id, since=since)
         events = reader.run_events(keep=lambda e: e.schedule_id == schedule.id, since=since)
         summaries = run_summaries(fired, events)
-        if lookback is None or len(summaries) >= count:
+        if lookback is None:
             return summaries[-count:]
-        lookback = lookback * _STEP if lookback < _WHOLE_AFTER else None
+        # Every run with a nominal instant from `now - lookback` on was appended after `since`:
+        # with `count` of them read, no run the read missed (older) can be among the last ones.
+        # Runs appended since with older instants (a backfill) do not count towards that.
+        complete = [s for s in summaries if s["nominal_at"] >= now - lookback]
+        if len(complete) >= count:
+            return summaries[-count:]
+        lookback = lookback * _STEP if lookback * _STEP < _WHOLE_AFTER else None
+
+
+def _first_step(period: timedelta, count: int) -> timedelta | None:
+    """About `count` periods back, at least a minute; `None` (read everything) past 30 days."""
+    if period >= _WHOLE_AFTER / max(count, 1):
+        return None
+    return max(period * count, _SHORTEST)

@@ -36,19 +36,21 @@ ViewOption = Annotated[
 
 
 def open_view(url: str) -> ConsoleView:
-    """The console's view at `url`; a clear error when there is none to read."""
+    """The console's view at `url`, opened to read only; a clear error when there is none of
+    this release's schema (nothing is created or migrated: the console owns the view)."""
     if dialect_of(url) is SQLITE and not sqlite_path(url).is_file():
         raise KairosError(
             f"no console view at {shown_url(url)}: give the URL the console runs with "
             "(--view-url, KAIROS_CONSOLE_VIEW_URL)"
         )
-    return ConsoleView(url)
+    return ConsoleView(url, create=False)
 
 
 def last_runs(view: ConsoleView, schedule_id: str, count: int) -> list[dict[str, Any]]:
-    """The schedule's last `count` runs as `runs list` summarises them, oldest first."""
+    """The schedule's last `count` runs as `runs list` summarises them, oldest first: runs with
+    a fire or a skip (an event whose fire the view has not read yet is no run to show)."""
     summaries = []
-    for row in reversed(queries.runs(view, schedule_id, count)):
+    for row in queries.runs(view, schedule_id, count, shown_only=True):
         fired = row["fired_at"] is not None
         summaries.append(
             {
@@ -58,40 +60,29 @@ def last_runs(view: ConsoleView, schedule_id: str, count: int) -> list[dict[str,
                 "fired_at": maybe_from_epoch_ms(row["fired_at"]),
                 "lateness_ms": row["lateness_ms"],
                 "ticker_instance": row["ticker_instance"],
-                # The view keeps a run's first commit; the audit counts duplicates.
+                # The view keeps one commit of a run; the audit counts duplicates.
                 "commits": 1 if fired else 0,
                 "attempts": row["attempts"] if row["status"] != "requested" else 0,
-                "status": row["status"] if fired or row["status"] != "requested" else "unknown",
+                "status": row["status"],
             }
         )
-    return summaries
+    return summaries[::-1]
 
 
 def late_inputs(
     view: ConsoleView, since: datetime, schedule_id: str | None
 ) -> tuple[list[RunProgress], list[ReportedMiss]]:
     """The fired runs with a nominal instant at or after `since`, and the misses reported."""
+    only, chosen = ("", ()) if schedule_id is None else (" AND r.schedule_id = ?", (schedule_id,))
     at = epoch_ms(since)
-    with view.connection() as db:
-        runs = db.execute(
-            "SELECT r.run_id, r.schedule_id, r.nominal_at, "
-            "EXISTS (SELECT 1 FROM run_events e WHERE e.run_id = r.run_id "
-            "AND e.kind = 'skipped'), "
-            "(SELECT MIN(e.at_ms) FROM run_events e WHERE e.run_id = r.run_id "
-            "AND e.kind = 'started'), "
-            "(SELECT MIN(e.at_ms) FROM run_events e WHERE e.run_id = r.run_id "
-            "AND e.kind = 'succeeded') "
-            "FROM runs r WHERE r.nominal_at >= ? AND r.fired_at IS NOT NULL "
-            "AND (? IS NULL OR r.schedule_id = ?)",
-            (at, schedule_id, schedule_id),
-        ).fetchall()
-        misses = db.execute(
-            "SELECT e.run_id, r.schedule_id, e.nominal_at, e.source, e.reason "
-            "FROM run_events e JOIN runs r ON r.run_id = e.run_id "
-            "WHERE e.kind = 'deadline_missed' AND e.nominal_at >= ? "
-            "AND (? IS NULL OR r.schedule_id = ?)",
-            (at, schedule_id, schedule_id),
-        ).fetchall()
+    try:
+        with view.connection() as db:
+            runs = db.execute(_PROGRESS + only, (at, *chosen)).fetchall()
+            misses = db.execute(_MISSES + only, (at, *chosen)).fetchall()
+    except Exception as error:
+        if not view.is_error(error):
+            raise
+        raise KairosError(f"cannot read the console's view: {error}") from None
     return (
         [
             RunProgress(
@@ -111,8 +102,24 @@ def late_inputs(
     )
 
 
+_PROGRESS = (
+    "SELECT r.run_id, r.schedule_id, r.nominal_at, "
+    "EXISTS (SELECT 1 FROM run_events e WHERE e.run_id = r.run_id AND e.kind = 'skipped'), "
+    "(SELECT MIN(e.at_ms) FROM run_events e WHERE e.run_id = r.run_id AND e.kind = 'started'), "
+    "(SELECT MIN(e.at_ms) FROM run_events e WHERE e.run_id = r.run_id AND e.kind = 'succeeded') "
+    "FROM runs r WHERE r.nominal_at >= ? AND r.fired_at IS NOT NULL"
+)
+_MISSES = (
+    "SELECT e.run_id, r.schedule_id, e.nominal_at, e.source, e.reason "
+    "FROM run_events e JOIN runs r ON r.run_id = e.run_id "
+    "WHERE e.kind = 'deadline_missed' AND e.nominal_at >= ?"
+)
+
+
 def records_behind(view: ConsoleView, settings: KafkaSettings) -> int:
-    """How many records of the runs and run-events topics the view's follower has yet to read."""
+    """At most how many records of the runs and run-events topics the view's follower has yet
+    to read: the topics' ends count the markers that close transactions too, so a view that
+    has read every run of a transactional writer can show one or two a partition."""
     reached = view.offsets()
     consumer = Consumer(
         settings.consumer_config(**{"group.id": settings.deployment_id(HISTORY_READERS_GROUP)})

@@ -121,7 +121,7 @@ def _reported(miss: ReportedMiss) -> dict[str, Any]:
         kind,
         due_by,
         reported_by=miss.reported_by,
-        reason=miss.reason,
+        reason=reason,
     )
 
 

@@ -224,13 +224,17 @@ def held_change(
     return held, awaiting
 
 
-def runs(view: ConsoleView, schedule_id: str, limit: int = 20) -> list[dict[str, Any]]:
-    """The schedule's last runs by nominal instant, newest first."""
+def runs(
+    view: ConsoleView, schedule_id: str, limit: int = 20, *, shown_only: bool = False
+) -> list[dict[str, Any]]:
+    """The schedule's last runs by nominal instant (then run id), newest first; with
+    `shown_only`, only those fired or skipped (not one known by an early event alone)."""
+    shown = " AND (fired_at IS NOT NULL OR status = 'skipped')" if shown_only else ""
     with view.connection() as db:
         rows = db.execute(
             "SELECT run_id, nominal_at, fired_at, lateness_ms, ticker, status, attempts, "
-            "executor, reason, finished_at FROM runs WHERE schedule_id = ? "
-            "ORDER BY nominal_at DESC LIMIT ?",
+            f"executor, reason, finished_at FROM runs WHERE schedule_id = ?{shown} "
+            "ORDER BY nominal_at DESC, run_id DESC LIMIT ?",
             (schedule_id, limit),
         ).fetchall()
     keys = (

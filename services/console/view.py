@@ -23,69 +23,15 @@ from kairos.core.audit import FiredRun, HistoryEvent, RunEventRecord
 from kairos.core.instants import epoch_ms
 from kairos.services.console.database import Connections, ViewDatabaseError, ViewDb
 from kairos.services.console.lateness import LATENESS_BOUNDS_MS, bucket_of
+from kairos.services.console.view_schema import create_or_migrate, require_version
+from kairos.streams.sql.dialects import shown_url
 
-SCHEMA_VERSION = 4
-"""2 added `changes.signing_team`, 3 `changes.restores`, 4 `runs.owner` (the team the ticker
-fired the run for, so runs are shown by the ticker's verdict, not a later forged record); an
-older view is migrated in place."""
 RUNS_KEPT_MS = 14 * 24 * 3600 * 1000
 """Runs older than this (by nominal instant) leave the view: pages show recent runs, and the
 audit reads the topics. The per-minute activity is kept longer (`MINUTES_KEPT_MS`)."""
 MINUTES_KEPT_MS = 90 * 24 * 3600 * 1000
 
 # `{key_text}`, `{serial_key}`, `{table_suffix}`: the dialect's (services/console/database.py).
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS offsets (
-    topic TEXT NOT NULL, partition INTEGER NOT NULL, next_offset BIGINT NOT NULL,
-    PRIMARY KEY (topic, partition)){table_suffix};
-CREATE TABLE IF NOT EXISTS schedules (
-    schedule_id {key_text} PRIMARY KEY, owner TEXT, paused INTEGER NOT NULL,
-    trigger_kind TEXT NOT NULL, trigger TEXT NOT NULL, timezone TEXT NOT NULL,
-    partition INTEGER NOT NULL, at_offset BIGINT NOT NULL, revision INTEGER NOT NULL,
-    changed_at BIGINT NOT NULL, changed_by TEXT, definition TEXT NOT NULL){table_suffix};
-CREATE INDEX IF NOT EXISTS schedules_by_owner ON schedules (owner, schedule_id);
-CREATE INDEX IF NOT EXISTS schedules_by_kind ON schedules (trigger_kind, schedule_id);
-CREATE INDEX IF NOT EXISTS schedules_by_paused ON schedules (paused, schedule_id);
-CREATE TABLE IF NOT EXISTS partition_counts (
-    partition INTEGER PRIMARY KEY, schedules BIGINT NOT NULL);
-CREATE TABLE IF NOT EXISTS owner_counts (owner TEXT PRIMARY KEY, schedules BIGINT NOT NULL);
-CREATE TABLE IF NOT EXISTS labels (
-    key TEXT NOT NULL, value TEXT NOT NULL, schedule_id {key_text} NOT NULL,
-    PRIMARY KEY (key, value, schedule_id)){table_suffix};
-CREATE INDEX IF NOT EXISTS labels_by_schedule ON labels (schedule_id);
-CREATE TABLE IF NOT EXISTS changes (
-    schedule_id {key_text} NOT NULL, partition INTEGER NOT NULL, at_offset BIGINT NOT NULL,
-    change TEXT NOT NULL, revision INTEGER NOT NULL, changed_at BIGINT NOT NULL,
-    changed_by TEXT, reason TEXT, definition TEXT, signing_team TEXT,
-    restores INTEGER NOT NULL DEFAULT 0,
-    PRIMARY KEY (schedule_id, partition, at_offset)){table_suffix};
-CREATE TABLE IF NOT EXISTS runs (
-    run_id TEXT PRIMARY KEY, schedule_id {key_text} NOT NULL, nominal_at BIGINT NOT NULL,
-    fired_at BIGINT, lateness_ms BIGINT, ticker TEXT, status TEXT NOT NULL,
-    attempts INTEGER NOT NULL, executor TEXT, reason TEXT, finished_at BIGINT,
-    owner TEXT){table_suffix};
-CREATE INDEX IF NOT EXISTS runs_by_schedule ON runs (schedule_id, nominal_at);
-CREATE INDEX IF NOT EXISTS runs_by_nominal ON runs (nominal_at);
-CREATE TABLE IF NOT EXISTS run_events (
-    run_id TEXT NOT NULL, attempt INTEGER NOT NULL, kind TEXT NOT NULL, at_ms BIGINT NOT NULL,
-    nominal_at BIGINT NOT NULL, source TEXT NOT NULL, reason TEXT,
-    PRIMARY KEY (run_id, attempt, kind, at_ms)){table_suffix};
-CREATE INDEX IF NOT EXISTS run_events_by_nominal ON run_events (nominal_at);
-CREATE TABLE IF NOT EXISTS minutes (
-    minute BIGINT PRIMARY KEY, fires BIGINT NOT NULL, lateness TEXT NOT NULL,
-    skipped BIGINT NOT NULL, failed BIGINT NOT NULL, dead_lettered BIGINT NOT NULL,
-    deadline_missed BIGINT NOT NULL);
-CREATE TABLE IF NOT EXISTS dead_letters (
-    topic TEXT NOT NULL, partition INTEGER NOT NULL, at_offset BIGINT NOT NULL,
-    source_topic TEXT NOT NULL, source_partition INTEGER NOT NULL, source_offset BIGINT NOT NULL,
-    error_class TEXT NOT NULL, reason TEXT NOT NULL, dead_lettered_at BIGINT NOT NULL,
-    schedule_id TEXT, PRIMARY KEY (topic, partition, at_offset)){table_suffix};
-CREATE INDEX IF NOT EXISTS dead_letters_by_time ON dead_letters (dead_lettered_at);
-CREATE TABLE IF NOT EXISTS audits (
-    audit_id {serial_key}, requested_at BIGINT NOT NULL, window_from BIGINT NOT NULL,
-    window_to BIGINT NOT NULL, state TEXT NOT NULL, verdict TEXT, report TEXT)
-"""
 
 # The order of a run's states: a later event never moves a run back to an earlier state, so
 # events read out of order (two partitions, a republished outbox event) settle the same way.
@@ -180,20 +126,32 @@ class ConsoleView:
     `postgresql://user@host:5432/database`.
     """
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, create: bool = True) -> None:
+        """Open the view at `url`, creating or migrating its schema; with `create` false (a
+        reader beside the console, such as `schedules describe --view`) only an existing view
+        of this schema version is opened, and nothing is written."""
         self._connections = Connections(url)
         self.url = url
         self.dialect = self._connections.dialect.name
         with self.connection() as db:
-            for statement in self._connections.dialect.schema(_SCHEMA):
-                db.execute(statement)
-            self._check_version(db)
+            if create:
+                create_or_migrate(db, self._connections.dialect)
+                return
+            try:
+                require_version(db, self._connections.dialect)
+            except ViewDatabaseError as error:
+                self.reconnect()
+                raise ViewDatabaseError(f"{shown_url(url)}: {error}") from None
 
     @contextmanager
     def connection(self) -> Iterator[ViewDb]:
         """This thread's connection."""
         with self._connections.connection() as db:
             yield db
+
+    def is_error(self, error: BaseException) -> bool:
+        """Whether `error` is the view's database's own (sqlite3's or psycopg's)."""
+        return self._connections.dialect.is_error(error)
 
     def take_follower_lock(self) -> bool:
         return self._connections.take_follower_lock()
@@ -213,33 +171,6 @@ class ConsoleView:
                 db.execute("ROLLBACK")
                 raise
             db.execute("COMMIT")
-
-    def _check_version(self, db: ViewDb) -> None:
-        found = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-        if found is None:
-            db.execute(
-                "INSERT INTO meta VALUES ('schema_version', ?) ON CONFLICT (key) DO NOTHING",
-                (str(SCHEMA_VERSION),),
-            )
-        elif int(found[0]) < SCHEMA_VERSION:
-            version = int(found[0])
-            if version < 2:
-                # Changes read before keep no signing team: none is shown for them.
-                db.execute("ALTER TABLE changes ADD COLUMN signing_team TEXT")
-            if version < 3:
-                # Restorations read before are read as changes: each restates what its ticker held.
-                db.execute("ALTER TABLE changes ADD COLUMN restores INTEGER NOT NULL DEFAULT 0")
-            if version < 4:
-                # Runs read before keep no owner: their reasons are shown to no team.
-                db.execute("ALTER TABLE runs ADD COLUMN owner TEXT")
-            db.execute(
-                "UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),)
-            )
-        elif int(found[0]) > SCHEMA_VERSION:
-            raise ViewDatabaseError(
-                f"the view holds schema {found[0]}, newer than this console's {SCHEMA_VERSION}; "
-                "upgrade the console, or give it an empty view (it is rebuilt from the topics)"
-            )
 
     def offsets(self) -> dict[tuple[str, int], int]:
         with self.connection() as db:

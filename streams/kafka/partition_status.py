@@ -197,6 +197,10 @@ def _committed(
                 "group.id": group_id,
                 "enable.auto.commit": False,
                 "enable.auto.offset.store": False,
+                # read_committed would ask for stable offsets (require_stable): every call would
+                # wait out the tickers' open transactions, and time out behind a hung one, just
+                # when an operator looks after a ticker died. The admin API asked for none.
+                "isolation.level": "read_uncommitted",
             }
         )
     )

@@ -4,6 +4,7 @@ topics answer: the same last runs, the same missed deadlines, and how far behind
 from __future__ import annotations
 
 import json
+import sqlite3
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -64,6 +65,13 @@ def test_describe_and_runs_late_answer_from_the_view_what_the_topics_answer(
     url = f"sqlite:///{tmp_path / 'view.sqlite'}"
     missing = kairos(kafka_settings, "runs", "late", "--view", url)
     assert missing.exit_code == 2 and "no console view at" in missing.output, missing.output
+    # A database that holds no view is refused and left as it was: the console owns the view.
+    other = tmp_path / "other.sqlite"
+    sqlite3.connect(other).close()
+    refused = kairos(kafka_settings, "runs", "late", "--view", f"sqlite:///{other}")
+    assert refused.exit_code == 2 and "no console view there" in refused.output, refused.output
+    with sqlite3.connect(other) as untouched:
+        assert untouched.execute("SELECT name FROM sqlite_master").fetchall() == []
 
     view = ConsoleView(url)  # as the console creates it
     follower = ViewFollower(kafka_settings, view)

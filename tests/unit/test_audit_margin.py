@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from kairos.core.audit_margin import CLOCK_MARGIN, read_margin
+from kairos.core.reruns import CLOCK_GRACE
 from kairos.core.schedule import Schedule
 from kairos.core.schedule_calendars import RollPolicy
 
@@ -24,3 +25,9 @@ def test_a_roll_to_the_previous_business_day_anywhere_in_the_history_adds_fiftee
     history = [Schedule(id="ops.close", cron="0 * * * *"), None]
     history.append(_rolling(RollPolicy.PREVIOUS_BUSINESS_DAY))
     assert read_margin(history) == CLOCK_MARGIN + timedelta(days=15)
+
+
+def test_the_margin_covers_a_rerun_request_reaching_past_its_append_time() -> None:
+    # A request may name occurrences up to CLOCK_GRACE after it was appended (a publisher's
+    # clock ahead): their runs are read only if the margin reaches back that far.
+    assert CLOCK_MARGIN >= CLOCK_GRACE
