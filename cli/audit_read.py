@@ -83,7 +83,10 @@ def read_audit_window(reader: HistoryReader, window: AuditWindow) -> AuditRead:
     beyond = _LatestBeyond(window)
     # Records past a last stable offset may yet be aborted: the window's only, never a floor.
     fired, unsettled_fires = reader.runs_and_unsettled(
-        keep=beyond.keep, since=since, keep_unsettled=beyond.in_window
+        keep=beyond.keep,
+        since=since,
+        keep_unsettled=beyond.in_window,
+        schedule_id=window.schedule,
     )
     fired += beyond.latest.values()
     events, unsettled_events = reader.run_events_and_unsettled(
@@ -91,6 +94,7 @@ def read_audit_window(reader: HistoryReader, window: AuditWindow) -> AuditRead:
             window.start <= e.nominal < window.end and window.schedule in (None, e.schedule_id)
         ),
         since=since,
+        schedule_id=window.schedule,
     )
     check = None
     if window.outcome_grace is not None:

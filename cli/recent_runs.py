@@ -34,8 +34,12 @@ def recent_runs(
     lookback = _first_step(period, count)
     while True:
         since = None if lookback is None else now - lookback - margin
-        fired = reader.runs(keep=lambda r: r.schedule_id == schedule.id, since=since)
-        events = reader.run_events(keep=lambda e: e.schedule_id == schedule.id, since=since)
+        fired = reader.runs(
+            keep=lambda r: r.schedule_id == schedule.id, since=since, schedule_id=schedule.id
+        )
+        events = reader.run_events(
+            keep=lambda e: e.schedule_id == schedule.id, since=since, schedule_id=schedule.id
+        )
         summaries = run_summaries(fired, events)
         if lookback is None:
             return summaries[-count:]

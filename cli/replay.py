@@ -70,9 +70,15 @@ def replay(
         appended = None if start is None else start - CLOCK_MARGIN
         with history_reader(settings) as reader:
             history = reader.schedule_events(schedule)
-            fired = reader.runs(keep=lambda r: schedule in (None, r.schedule_id), since=appended)
+            fired = reader.runs(
+                keep=lambda r: schedule in (None, r.schedule_id),
+                since=appended,
+                schedule_id=schedule,
+            )
             events = reader.run_events(
-                keep=lambda e: schedule in (None, e.schedule_id), since=appended
+                keep=lambda e: schedule in (None, e.schedule_id),
+                since=appended,
+                schedule_id=schedule,
             )
     except KairosError as error:
         raise fail(f"{error} (broker {settings.bootstrap_servers})") from None

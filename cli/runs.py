@@ -60,8 +60,12 @@ def list_(
     settings = kafka_settings(context)
     try:
         with history_reader(settings) as reader:
-            fired = reader.runs(keep=lambda r: wanted(r.schedule_id, r.nominal))
-            events = reader.run_events(keep=lambda e: wanted(e.schedule_id, e.nominal))
+            fired = reader.runs(
+                keep=lambda r: wanted(r.schedule_id, r.nominal), schedule_id=schedule
+            )
+            events = reader.run_events(
+                keep=lambda e: wanted(e.schedule_id, e.nominal), schedule_id=schedule
+            )
     except KairosError as error:
         raise fail(f"{error} (broker {settings.bootstrap_servers})") from None
     summaries = run_summaries(fired, events)

@@ -87,7 +87,11 @@ def _from_topics(
     appended = start - margin
     with history_reader(settings) as reader:
         fired = reader.runs(
-            keep=lambda r: r.attempt == 1 and wanted(r.schedule_id, r.nominal), since=appended
+            keep=lambda r: r.attempt == 1 and wanted(r.schedule_id, r.nominal),
+            since=appended,
+            schedule_id=schedule,
         )
-        events = reader.run_events(keep=lambda e: wanted(e.schedule_id, e.nominal), since=appended)
+        events = reader.run_events(
+            keep=lambda e: wanted(e.schedule_id, e.nominal), since=appended, schedule_id=schedule
+        )
     return progress_from_topics(fired, events)

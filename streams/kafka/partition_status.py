@@ -188,8 +188,8 @@ def _committed(
     commits, not through the admin API: librdkafka's admin ListConsumerGroupOffsets dereferences
     a null group handle when the coordinator answers NOT_COORDINATOR or
     COORDINATOR_LOAD_IN_PROGRESS, as a freshly started broker does, and the process dies of a
-    segmentation fault (confluentinc/librdkafka#5040, seen here with 2.16.0). A consumer's own
-    OffsetFetch retries those answers until `timeout_s`.
+    segmentation fault (confluentinc/librdkafka#5040, seen here with 2.16.0). The consumer
+    returns those answers as errors instead; they are asked again until `timeout_s`.
     """
     consumer = Consumer(
         settings.consumer_config(
@@ -204,17 +204,25 @@ def _committed(
             }
         )
     )
+    deadline = time.monotonic() + timeout_s
     try:
-        committed = consumer.committed(
-            [TopicPartition(topic, p) for p in range(count)], timeout=timeout_s
-        )
-    except KafkaException as error:
-        raise PartitionStatusError(
-            f"the committed offsets of {group_id}", str(error.args[0])
-        ) from error
+        while True:
+            try:
+                committed = consumer.committed(
+                    [TopicPartition(topic, p) for p in range(count)],
+                    timeout=max(0.1, deadline - time.monotonic()),
+                )
+                return {tp.partition: tp for tp in committed}
+            except KafkaException as error:
+                # NOT_COORDINATOR and COORDINATOR_LOAD_IN_PROGRESS (a broker just started, a
+                # coordinator moving) are answered at once, not retried by the client.
+                if not error.args[0].retriable() or time.monotonic() >= deadline:
+                    raise PartitionStatusError(
+                        f"the committed offsets of {group_id}", str(error.args[0])
+                    ) from error
+                time.sleep(0.2)
     finally:
         consumer.close()
-    return {tp.partition: tp for tp in committed}
 
 
 def _partition_count(admin: AdminClient, topic: str, timeout_s: float) -> int:

@@ -170,16 +170,21 @@ class HistoryReader:
         run_id: str | None = None,
         keep: Callable[[FiredRun], bool] | None = None,
         since: datetime | None = None,
+        schedule_id: str | None = None,
     ) -> list[FiredRun]:
         """Every committed `RunRequested` (of `run_id` only, when given) that `keep` accepts,
-        appended at or after `since` when given."""
-        return self._committed(TopicRole.RUNS, self._as_run, run_id, keep, since)
+        appended at or after `since` when given; of one schedule only with `schedule_id`, whose
+        run ids alone are decoded."""
+        return self._committed(
+            TopicRole.RUNS, self._as_run, run_id, keep, since, key_prefix=_run_ids_of(schedule_id)
+        )
 
     def runs_and_unsettled(
         self,
         keep: Callable[[FiredRun], bool] | None = None,
         since: datetime | None = None,
         keep_unsettled: Callable[[FiredRun], bool] | None = None,
+        schedule_id: str | None = None,
     ) -> tuple[list[FiredRun], list[FiredRun]]:
         """The committed `RunRequested`s `keep` accepts, and those past the last stable offset
         `keep_unsettled` (or else `keep`) accepts.
@@ -190,7 +195,11 @@ class HistoryReader:
         in `open_transactions`.
         """
         return self._with_unsettled(
-            TopicRole.RUNS, self._as_run, keep, since, keep_unsettled or keep
+            TopicRole.RUNS,
+            self._as_run,
+            (keep, keep_unsettled or keep),
+            since,
+            _run_ids_of(schedule_id),
         )
 
     def run_events(
@@ -198,16 +207,29 @@ class HistoryReader:
         run_id: str | None = None,
         keep: Callable[[RunEventRecord], bool] | None = None,
         since: datetime | None = None,
+        schedule_id: str | None = None,
     ) -> list[RunEventRecord]:
         """Every committed run event (of `run_id` only, when given) that `keep` accepts,
-        appended at or after `since` when given."""
-        return self._committed(TopicRole.RUN_EVENTS, self._as_run_event, run_id, keep, since)
+        appended at or after `since` when given; of one schedule only with `schedule_id`."""
+        return self._committed(
+            TopicRole.RUN_EVENTS,
+            self._as_run_event,
+            run_id,
+            keep,
+            since,
+            key_prefix=_run_ids_of(schedule_id),
+        )
 
     def run_events_and_unsettled(
-        self, keep: Callable[[RunEventRecord], bool] | None = None, since: datetime | None = None
+        self,
+        keep: Callable[[RunEventRecord], bool] | None = None,
+        since: datetime | None = None,
+        schedule_id: str | None = None,
     ) -> tuple[list[RunEventRecord], list[RunEventRecord]]:
         """As `runs_and_unsettled`, for the run-events topic (where tickers record skips)."""
-        return self._with_unsettled(TopicRole.RUN_EVENTS, self._as_run_event, keep, since, keep)
+        return self._with_unsettled(
+            TopicRole.RUN_EVENTS, self._as_run_event, (keep, keep), since, _run_ids_of(schedule_id)
+        )
 
     def admission_dead_letters(self, since: datetime | None = None) -> list[AdmissionDeadLetter]:
         """Every committed dead letter of a runs-topic record (a fire an executor refused),
@@ -254,24 +276,29 @@ class HistoryReader:
         run_id: str | None,
         keep: Callable[[_T], bool] | None,
         since: datetime | None,
+        *,
+        key_prefix: bytes | None,
     ) -> list[_T]:
         def wanted(item: _T) -> bool:
             return (run_id is None or item.run_id == run_id) and (keep is None or keep(item))
 
         topic = self.topic(role)
-        return self._decoded(topic, self._read(topic, run_id, since=since), convert, wanted)
+        read = self._read(topic, run_id, since=since, key_prefix=key_prefix)
+        return self._decoded(topic, read, convert, wanted)
 
     def _with_unsettled(
         self,
         role: TopicRole,
         convert: Callable[[TopicRecord], _T],
-        keep: Callable[[_T], bool] | None,
+        keeps: tuple[Callable[[_T], bool] | None, Callable[[_T], bool] | None],
         since: datetime | None,
-        keep_unsettled: Callable[[_T], bool] | None,
+        key_prefix: bytes | None,
     ) -> tuple[list[_T], list[_T]]:
+        """`keeps`: what to keep of the committed records, and of those past them."""
+        keep, keep_unsettled = keeps
         topic = self.topic(role)
         beyond: list[TopicRecord] = []
-        read = self._read(topic, None, beyond, since)
+        read = self._read(topic, None, beyond, since, key_prefix)
         committed = self._decoded(topic, read, convert, keep)
         # Records past a last stable offset may be aborted garbage: skipped, not reported.
         return committed, self._decoded(topic, beyond, convert, keep_unsettled, reject=False)
@@ -307,6 +334,7 @@ class HistoryReader:
         key: str | None,
         beyond: list[TopicRecord] | None = None,
         since: datetime | None = None,
+        key_prefix: bytes | None = None,
     ) -> Iterator[TopicRecord]:
         """Every committed record of `topic` to the end of each partition, as of the read, from
         the first one appended at or after `since` when given.
@@ -316,7 +344,7 @@ class HistoryReader:
         stable offset to its high watermark as the read began, are added to it once the
         committed records are read, and each such partition to `open_transactions`.
         """
-        records = self._read_from(topic, key, beyond, since)
+        records = self._read_from(topic, key, beyond, since, key_prefix)
         first = next(records, None)
         if first is None:
             return
@@ -328,13 +356,18 @@ class HistoryReader:
                 "says how to set message.timestamp.type=LogAppendTime",
                 topic,
             )
-            yield from self._read_from(topic, key, beyond, None)
+            yield from self._read_from(topic, key, beyond, None, key_prefix)
             return
         yield first
         yield from records
 
     def _read_from(
-        self, topic: str, key: str | None, beyond: list[TopicRecord] | None, since: datetime | None
+        self,
+        topic: str,
+        key: str | None,
+        beyond: list[TopicRecord] | None,
+        since: datetime | None,
+        key_prefix: bytes | None,
     ) -> Generator[TopicRecord]:
         consumer = self._scan.consumer("read_committed")
         try:
@@ -344,14 +377,18 @@ class HistoryReader:
             if since is not None:
                 low = self._scan.offsets_at(consumer, topic, since, low, stable)
             if beyond is None:
-                yield from self._scan.consume(consumer, topic, count, low, stable, bounded=False)
+                yield from self._scan.consume(
+                    consumer, topic, count, low, stable, bounded=False, key_prefix=key_prefix
+                )
                 return
             uncommitted = self._scan.consumer("read_uncommitted")
             try:
                 # Taken right after the stable offsets, so that a gap is a transaction open as
                 # the read began, not records written while it went on.
                 _, high = self._scan.watermarks(uncommitted, topic, partitions)
-                yield from self._scan.consume(consumer, topic, count, low, stable, bounded=False)
+                yield from self._scan.consume(
+                    consumer, topic, count, low, stable, bounded=False, key_prefix=key_prefix
+                )
                 held = [p for p in partitions if high[p] > stable[p]]
                 if held:
                     found = list(
@@ -362,6 +399,7 @@ class HistoryReader:
                             {p: stable[p] for p in held},
                             {p: high[p] for p in held},
                             bounded=True,
+                            key_prefix=key_prefix,
                         )
                     )
                     beyond += found
@@ -379,3 +417,9 @@ def _open_transaction(
 ) -> OpenTransaction:
     first = next((r for r in found if r.partition == partition), None)
     return OpenTransaction(topic, partition, stable, high, first.timestamp if first else None)
+
+
+def _run_ids_of(schedule_id: str | None) -> bytes | None:
+    """What every run id of the schedule starts with (`kairos.core.run_id`): `<id>@`, and no
+    other schedule's, since no schedule id holds `@` (`SCHEDULE_ID_PATTERN`)."""
+    return None if schedule_id is None else f"{schedule_id}@".encode()

@@ -148,9 +148,14 @@ class TopicScan:
         high: dict[int, int],
         *,
         bounded: bool,
+        key_prefix: bytes | None = None,
     ) -> Iterator[TopicRecord]:
         """The records of each partition from `low`, to its end as the read finds it, or with
-        `bounded` only those before `high` (the unsettled ones, past a last stable offset)."""
+        `bounded` only those before `high` (the unsettled ones, past a last stable offset).
+
+        With `key_prefix`, records whose key does not start with it are passed over unread (a
+        record without a key is kept, for its reader to reject): a reader of one schedule's runs
+        skips every other schedule's before building or decoding anything."""
         partitions = sorted(low)
         consumer.assign([TopicPartition(topic, p, low[p]) for p in partitions])
         position = dict(low)
@@ -180,7 +185,9 @@ class TopicScan:
                     continue
                 if error is None:
                     position[partition] = offset + 1
-                    if not bounded or offset < high[partition]:
+                    if (not bounded or offset < high[partition]) and _has_prefix(
+                        message.key(), key_prefix
+                    ):
                         yield topic_record(message, count)
                     if not bounded or offset + 1 < high[partition]:
                         continue
@@ -191,3 +198,7 @@ class TopicScan:
             if self._on_progress is not None and not bounded:
                 passed = sum(min(position[p], high[p]) - low[p] for p in partitions)
                 self._on_progress(ReadProgress(topic, passed, total))
+
+
+def _has_prefix(key: bytes | None, prefix: bytes | None) -> bool:
+    return prefix is None or key is None or key.startswith(prefix)
