@@ -81,8 +81,9 @@ def describe(
                 last_runs = recent_runs(reader, schedule, runs, period, now) if runs else []
             else:
                 last_runs, behind = _from_view(view, settings, schedule_id, runs)
-            history = reader.schedule_events(schedule_id) if changes else []
-            refusals = _refusals_of(reader, schedule_id) if changes else []
+            every_refusal = reader.refused_changes() if changes else []
+            history = reader.schedule_events(schedule_id, every_refusal) if changes else []
+            refusals = _refusals_of(every_refusal, schedule_id)
     except KairosError as error:
         raise fail(f"{error} (broker {settings.bootstrap_servers})") from None
     document = {
@@ -138,8 +139,9 @@ def _stored(settings: KafkaSettings, schedule_id: str) -> tuple[StoredSchedule, 
         # history, to say when it was deleted.
         known = list(reader.read_all().schedules)
         history_reader = HistoryReader(settings)
-        history = history_reader.schedule_events(schedule_id)
-        refusals = _refusals_of(history_reader, schedule_id)
+        every_refusal = history_reader.refused_changes()
+        history = history_reader.schedule_events(schedule_id, every_refusal)
+        refusals = _refusals_of(every_refusal, schedule_id)
     except KairosError as error:
         raise fail(str(error)) from None
     close = difflib.get_close_matches(schedule_id, known, n=3, cutoff=0.8)
@@ -156,9 +158,9 @@ def _stored(settings: KafkaSettings, schedule_id: str) -> tuple[StoredSchedule, 
     )
 
 
-def _refusals_of(reader: HistoryReader, schedule_id: str) -> list[RefusedChange]:
+def _refusals_of(every_refusal: list[RefusedChange], schedule_id: str) -> list[RefusedChange]:
     """The changes of the schedule the tickers refused (ownership, quota), oldest first."""
-    return [r for r in reader.refused_changes() if r.key == schedule_id]
+    return [r for r in every_refusal if r.key == schedule_id]
 
 
 def _refusal_document(refusal: RefusedChange) -> dict[str, Any]:

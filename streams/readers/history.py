@@ -108,13 +108,17 @@ class HistoryReader:
     def topic(self, role: TopicRole) -> str:
         return self._settings.layout.name(role)
 
-    def schedule_events(self, schedule_id: str | None = None) -> list[HistoryEvent]:
+    def schedule_events(
+        self, schedule_id: str | None = None, refusals: list[RefusedChange] | None = None
+    ) -> list[HistoryEvent]:
         """Every valid schedule event, each schedule's in topic order; one schedule's only when
-        `schedule_id` is given (reading just the partition its id hashes to)."""
+        `schedule_id` is given (reading just the partition its id hashes to). `refusals` are
+        what `refused_changes()` returned, when the caller has read them already."""
         topic = self.topic(TopicRole.SCHEDULES)
         found: list[HistoryEvent] = []
         # What the tickers did not take: changes they refused, and their own restorations.
-        refused = {(c.source_partition, c.source_offset) for c in self.refused_changes()}
+        taken_back = self.refused_changes() if refusals is None else refusals
+        refused = {(c.source_partition, c.source_offset) for c in taken_back}
         judged = self._judged()
         held: dict[str, Schedule | None] = {}
         for record in self._read(topic, schedule_id):

@@ -168,7 +168,9 @@ class TopicScan:
                 raise HistoryReadError(
                     topic, f"partitions {missing} sent nothing for {self._idle_timeout_s:.0f}s"
                 )
-            messages = consumer.consume(num_messages=5000, timeout=0.2)
+            # A batch call waits its whole timeout unless the batch fills, so a read's last
+            # (partial) batch costs the timeout: short, or a small read is mostly waiting.
+            messages = consumer.consume(num_messages=5000, timeout=0.05)
             if messages:
                 last_heard = time.monotonic()
             for message in messages:
