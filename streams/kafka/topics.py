@@ -84,6 +84,11 @@ class TopicLayout:
             "delete.retention.ms": str(7 * DAY_MS),
         }
         timed = {"cleanup.policy": "delete", "retention.ms": str(self.runs_retention_ms)}
+        # Stamped by the broker's clock: the audit tells an early fire from a ticker's own
+        # clock without trusting it (docs/audit.md), and a read of a window starts at the
+        # records appended since its start (`offsets_for_times`), which a producer's clock, set
+        # anywhere, could not say (kairos.streams.readers.history).
+        stamped = {**timed, "message.timestamp.type": "LogAppendTime"}
         return [
             TopicSpec(
                 self.name(TopicRole.SCHEDULES),
@@ -105,26 +110,9 @@ class TopicLayout:
                     "message.timestamp.type": "LogAppendTime",
                 },
             ),
-            TopicSpec(
-                self.name(TopicRole.RUNS),
-                self.runs_partitions,
-                # Stamped by the broker's clock: the audit tells an early fire from a ticker's
-                # own clock without trusting it (docs/audit.md).
-                {**timed, "message.timestamp.type": "LogAppendTime"},
-            ),
-            # Stamped by the broker's clock too: a read of a window starts at the records
-            # appended since its start (`offsets_for_times`), which a producer's clock, set
-            # anywhere, could not say (kairos.streams.readers.history).
-            TopicSpec(
-                self.name(TopicRole.RUN_EVENTS),
-                self.runs_partitions,
-                {**timed, "message.timestamp.type": "LogAppendTime"},
-            ),
-            TopicSpec(
-                self.name(TopicRole.DEAD_LETTERS),
-                1,
-                {**timed, "message.timestamp.type": "LogAppendTime"},
-            ),
+            TopicSpec(self.name(TopicRole.RUNS), self.runs_partitions, stamped),
+            TopicSpec(self.name(TopicRole.RUN_EVENTS), self.runs_partitions, stamped),
+            TopicSpec(self.name(TopicRole.DEAD_LETTERS), 1, stamped),
             # One partition: every ticker reads all of it as a table, and a record's offset is
             # the version of the calendar it sets (docs/calendars.md). Stamped by the broker's
             # clock: a version counts from when it was appended, which no publisher can backdate

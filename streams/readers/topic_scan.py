@@ -176,10 +176,7 @@ class TopicScan:
             for message in messages:
                 error = message.error()
                 if error is not None and error.code() != KafkaError._PARTITION_EOF:
-                    if error.fatal() or error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
-                        raise HistoryReadError(topic, error.str())
-                    # librdkafka retries transient errors itself; the idle timeout bounds it.
-                    logger.warning("reading %s: %s", topic, error.str())
+                    _raise_unless_transient(topic, error)
                     continue
                 partition, offset = message.partition(), message.offset()
                 assert partition is not None and offset is not None  # set on records and EOFs
@@ -200,6 +197,13 @@ class TopicScan:
             if self._on_progress is not None and not bounded:
                 passed = sum(min(position[p], high[p]) - low[p] for p in partitions)
                 self._on_progress(ReadProgress(topic, passed, total))
+
+
+def _raise_unless_transient(topic: str, error: KafkaError) -> None:
+    if error.fatal() or error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+        raise HistoryReadError(topic, error.str())
+    # librdkafka retries transient errors itself; the idle timeout bounds it.
+    logger.warning("reading %s: %s", topic, error.str())
 
 
 def _has_prefix(key: bytes | None, prefix: bytes | None) -> bool:
