@@ -216,13 +216,27 @@ def _committed(
             except KafkaException as error:
                 # NOT_COORDINATOR and COORDINATOR_LOAD_IN_PROGRESS (a broker just started, a
                 # coordinator moving) are answered at once, not retried by the client.
-                if not error.args[0].retriable() or time.monotonic() >= deadline:
+                if not _coordinator_busy(error.args[0]) or time.monotonic() >= deadline:
                     raise PartitionStatusError(
                         f"the committed offsets of {group_id}", str(error.args[0])
                     ) from error
                 time.sleep(0.2)
     finally:
         consumer.close()
+
+
+_COORDINATOR_BUSY = frozenset(
+    {
+        KafkaError.NOT_COORDINATOR,
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
+    }
+)
+
+
+def _coordinator_busy(error: KafkaError) -> bool:
+    """An answer that a moment later is another (librdkafka does not mark them retriable)."""
+    return error.code() in _COORDINATOR_BUSY or error.retriable()
 
 
 def _partition_count(admin: AdminClient, topic: str, timeout_s: float) -> int:

@@ -80,28 +80,52 @@ def _skipped_before(settings: KafkaSettings, role: TopicRole, instant: datetime)
         consumer.close()
 
 
+def _holds(settings: KafkaSettings, start: datetime, end: datetime) -> bool:
+    report, _ = audit_window(settings, start, end, as_of=datetime.now(UTC))
+    findings = [f"{f.kind.value} {f.run_id} {f.detail}" for f in report.findings]
+    assert report.verdict is Verdict.HOLDS, findings[:5]
+    return True
+
+
 def test_a_windowed_audit_finds_what_a_whole_topic_audit_finds(
     kafka_settings: KafkaSettings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("KAIROS_TICKER_GROUP", unique_name("tickers"))
     _apply_calendar(kafka_settings, tmp_path, closed=True)
     t0 = datetime.now(UTC).replace(microsecond=0) + 6 * SECOND
+    start = t0 + 5 * SECOND
     steady = [Schedule(id=f"steady-{n:02d}", every=SECOND, start_at=t0) for n in range(24)]
-    closed = Schedule(id="ops.closed", every=SECOND, start_at=t0, exclude=[CALENDAR], owner="ops")
+    # Skipped at `start` under the closed calendar, fired at `start + 12s` under the open one:
+    # each at least four seconds from the change at `start + 8s`. A ticker decides late (a
+    # takeover, a loaded machine) with the calendar it holds then, while the audit dates each
+    # version by its append time (docs/defaults.md, calendar limits): occurrences close to a
+    # change would make the test race against it, not the reads it is about.
+    closed = Schedule(
+        id="ops.closed", every=12 * SECOND, start_at=start, exclude=[CALENDAR], owner="ops"
+    )
+    # Skips before the window: run events the windowed read leaves out.
+    closed_early = Schedule(
+        id="ops.closed-early",
+        every=SECOND,
+        start_at=t0,
+        end_at=start - 2 * SECOND,
+        exclude=[CALENDAR],
+        owner="ops",
+    )
     again = Schedule(id="ops.again", every=SECOND, start_at=t0)
     client = SchedulesClient(kafka_settings, changed_by="windowed-audit-test")
-    client.upsert_all([*steady, closed, again])
+    client.upsert_all([*steady, closed, closed_early, again])
     killed = start_ticker(kafka_settings, "a", tmp_path / "a", tmp_path)
     survivor = start_ticker(kafka_settings, "b", tmp_path / "b", tmp_path)
     try:
         killed.wait_for_log("handover event=assigned")
         survivor.wait_for_log("handover event=assigned")
-        start = t0 + 5 * SECOND
-        sleep_until(start + 2 * SECOND)
+        sleep_until(start + 3 * SECOND)
         killed.kill()
+        sleep_until(start + 8 * SECOND)
         _apply_calendar(kafka_settings, tmp_path, closed=False)
         client.delete(again.id, reason="re-created below")
-        sleep_until(start + 4 * SECOND)
+        sleep_until(start + 10 * SECOND)
         client.upsert(again, reason="back")
         client.request_rerun(
             RerunRequest(
@@ -116,13 +140,10 @@ def test_a_windowed_audit_finds_what_a_whole_topic_audit_finds(
                 reason="the window re-run",
             )
         )
-        end = start + 8 * SECOND
+        end = start + 14 * SECOND
         sleep_until(end + 2 * SECOND)
         eventually(
-            lambda: (
-                audit_window(kafka_settings, start, end, as_of=datetime.now(UTC))[0].verdict
-                is Verdict.HOLDS
-            ),
+            lambda: _holds(kafka_settings, start, end),
             timeout_s=60,
             interval_s=2,
             message="the whole history's audit does not hold after the failover",
