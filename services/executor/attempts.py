@@ -300,6 +300,8 @@ class AttemptRunner:
             runtime=self._settings.runtime_policy.of(request.owner),
             secrets_root=self._settings.secrets_root,
             executor_instance=self._settings.instance,
+            interval_start=request.interval_start,
+            timezone=request.timezone or "UTC",
         )
         started = time.monotonic()
         kind = request.job_kind

@@ -69,6 +69,11 @@ class RunContext:
     owner: str | None = None
     """The team that owns the run's schedule (`None`: a schedule without an owner); a handler
     registered for several teams tells their runs apart by it."""
+    interval_start: datetime | None = None
+    """Where the run's data interval, the period it is for, starts (docs/defaults.md); it ends
+    at `nominal_at`. `None` for a run fired by a release older than schema history v12."""
+    timezone: str = "UTC"
+    """The schedule's zone, to read the interval on its clock."""
 
     def transaction(self) -> HandlerTransaction:
         """The dedupe store's database transaction for this attempt.

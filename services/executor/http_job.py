@@ -82,6 +82,11 @@ def _run(job: HttpJob, invocation: Invocation, output_limit: int, secrets: dict[
     _judge(target, status, location, text)
 
 
+def _header_name(field: str) -> str:
+    """`INTERVAL_START_LOCAL` -> `X-Kairos-Interval-Start-Local`."""
+    return "X-Kairos-" + "-".join(part.capitalize() for part in field.split("_"))
+
+
 def _headers(job: HttpJob, invocation: Invocation, secrets: dict[str, str]) -> dict[str, str]:
     kairos = {
         # The run id is the idempotency key: a retried or redelivered run sends the same one,
@@ -89,6 +94,7 @@ def _headers(job: HttpJob, invocation: Invocation, secrets: dict[str, str]) -> d
         "Idempotency-Key": invocation.run_id,
         "X-Kairos-Schedule-Id": invocation.schedule_id,
         "X-Kairos-Attempt": str(invocation.attempt),
+        **{_header_name(name): value for name, value in invocation.interval_fields().items()},
     }
     # Header names are case-insensitive: a job's `idempotency-key` would be sent beside ours.
     ours = {name.lower() for name in kairos}

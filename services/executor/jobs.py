@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Protocol
+from zoneinfo import ZoneInfo
 
 from kairos.core.errors import KairosError
 from kairos.core.job_kinds import (
@@ -85,12 +86,33 @@ class Invocation:
     runtime: TeamRuntime = field(default_factory=TeamRuntime)
     """What the owner's jobs run as and may reach here (the executor's runtime policy)."""
     secrets_root: Path | None = None
+    """Where the teams' secrets are files (`<secrets_root>/<team>/<name>`); `None`: none."""
     executor_instance: str = ""
     """The executor running the attempt (`KAIROS_EXECUTOR_INSTANCE` of a shell job)."""
-    """Where the teams' secrets are files (`<secrets_root>/<team>/<name>`); `None`: none."""
+    interval_start: datetime | None = None
+    """Where the run's data interval starts (it ends at `nominal_at`); `None` for a run fired
+    by a release older than schema history v12, which carries none."""
+    timezone: str = "UTC"
+    """The schedule's zone: the interval is also given on its clock."""
 
     def remaining_s(self) -> float:
         return max(0.0, self.deadline - time.monotonic())
+
+    def interval_fields(self) -> dict[str, str]:
+        """The run's data interval as every job kind is given it, by name (`INTERVAL_START`,
+        `INTERVAL_END`, their `_LOCAL` forms on the schedule's clock, `TIMEZONE`): none for a run
+        that carries no interval."""
+        if self.interval_start is None:
+            return {}
+        zone = ZoneInfo(self.timezone)
+        start, end = self.interval_start, self.nominal_at
+        return {
+            "INTERVAL_START": start.isoformat(),
+            "INTERVAL_END": end.isoformat(),
+            "INTERVAL_START_LOCAL": start.astimezone(zone).isoformat(),
+            "INTERVAL_END_LOCAL": end.astimezone(zone).isoformat(),
+            "TIMEZONE": self.timezone,
+        }
 
     def timed_out_reason(self) -> str:
         return f"timed out after {self.timeout.total_seconds():g}s"

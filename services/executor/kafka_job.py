@@ -31,7 +31,14 @@ def run_kafka(job: KafkaJob, invocation: Invocation, producer: Producer) -> None
         job.topic,
         key=invocation.run_id,
         value=payload_bytes(job.payload),
-        headers=[*job.headers.items(), ("kairos-run-id", invocation.run_id)],
+        headers=[
+            *job.headers.items(),
+            ("kairos-run-id", invocation.run_id),
+            *(
+                ("kairos-" + name.lower().replace("_", "-"), value)
+                for name, value in invocation.interval_fields().items()
+            ),
+        ],
         on_delivery=on_delivery,
     )
     # Several workers share the producer; whichever polls serves every delivery callback.

@@ -84,6 +84,8 @@ def _run_python(params: PythonJob, run: JobRun) -> None:
                 args=params.args,
                 stop_requested=invocation.stop,
                 _transaction=run.transaction,
+                interval_start=invocation.interval_start,
+                timezone=invocation.timezone,
             )
         )
     finally:

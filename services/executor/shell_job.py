@@ -105,6 +105,7 @@ def job_environment(
         "KAIROS_ATTEMPT": str(invocation.attempt),
         "KAIROS_NOMINAL_AT": invocation.nominal_at.isoformat(),
         "KAIROS_EXECUTOR_INSTANCE": invocation.executor_instance,
+        **{f"KAIROS_{name}": value for name, value in invocation.interval_fields().items()},
     }
     if invocation.owner is not None:
         run["KAIROS_OWNER"] = invocation.owner

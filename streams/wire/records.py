@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 from operator import itemgetter
 from typing import Any
 
+from kairos.core.data_interval import data_interval
 from kairos.core.definitions import shared_definition
 from kairos.core.firing import Decision, ScheduleState
 from kairos.core.lru import LruCache
@@ -330,7 +331,17 @@ def run_requested_record(
         # Durations, not instants: the same for every run of the definition, so they stay in
         # the bytes the run encoder keeps per definition (`kairos.streams.wire.run_encoder`).
         **_run_deadline(schedule.deadline),
+        "timezone": schedule.timezone,
+        # The last field, and the only one after the offset that differs per run: the run
+        # encoder writes it after the definition's bytes.
+        "interval_start": run_interval_start(decision, state),
     }
+
+
+def run_interval_start(decision: Decision, state: ScheduleState) -> datetime:
+    """Where the data interval of the decision's run starts (`kairos.core.data_interval`): a
+    re-run's is its occurrence's, whose nominal instant it carries."""
+    return data_interval(state.schedule, decision.nominal, state.calendars).start
 
 
 # Not frozen: a frozen dataclass sets each of its 21 fields through object.__setattr__, and
@@ -363,6 +374,10 @@ class RunRequestedRecord:
     deadline_finish_by_ms: int | None
     labels: dict[str, str]
     pool: str
+    timezone: str | None
+    """The schedule's zone (None in records older than schema history v12)."""
+    interval_start: datetime | None
+    """The data interval's start; it ends at `nominal_at` (None before v12)."""
 
     @property
     def job_kind(self) -> str:

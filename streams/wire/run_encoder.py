@@ -27,7 +27,7 @@ from kairos.core.lru import LruCache
 from kairos.core.run_id import run_id
 from kairos.core.schedule import Schedule
 from kairos.streams.wire.codec import Codec
-from kairos.streams.wire.records import run_requested_record
+from kairos.streams.wire.records import run_interval_start, run_requested_record
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MS = timedelta(milliseconds=1)
@@ -35,8 +35,9 @@ _AHEAD_LIMIT = 2_000_000
 _SHARED_BYTES_LIMIT = 16_384
 _Parts = tuple[weakref.ref[Schedule], bytes, bytes]
 """(the definition, weakly, its runs' bytes from the leading fields to the offset, and after)."""
-_Ahead = tuple[Decision, bytes, int]
-"""(a fire decided ahead, its run's bytes up to the fired instant, its due ms)."""
+_Ahead = tuple[Decision, bytes, int, bytes]
+"""(a fire decided ahead, its run's bytes up to the fired instant, its due ms, and its data
+interval's start, the last field)."""
 
 
 def _varint(value: int) -> bytes:
@@ -148,7 +149,10 @@ class RunRequestedEncoder:
             return
         ahead = self._ahead.peek(state.schedule_id)
         if ahead is None or ahead[0] is not upcoming:
-            self._ahead.put(state.schedule_id, (upcoming, *self._leading(upcoming)))
+            # The data interval (a few microseconds of calendar arithmetic) is worked out here,
+            # in idle time, not in the herd that fires the run.
+            interval = _optional_instant(run_interval_start(upcoming, state))
+            self._ahead.put(state.schedule_id, (upcoming, *self._leading(upcoming), interval))
 
     def encode(
         self, decision: Decision, state: ScheduleState, *, fired_at: datetime, partition: int
@@ -166,9 +170,10 @@ class RunRequestedEncoder:
         if ahead is not None and ahead[0] is decision:
             # The very decision prepared ahead (an equal run id is not enough: a calendar
             # changed since may move its due instant): the fired instant and lateness are left.
-            head, due_ms = ahead[1], ahead[2]
+            head, due_ms, interval = ahead[1], ahead[2], ahead[3]
         else:
             head, due_ms = self._leading(decision)
+            interval = _optional_instant(run_interval_start(decision, state))
         fired_ms = _millis(fired_at)
         lateness_ms = max(0, fired_ms - due_ms)
         return b"".join(
@@ -179,6 +184,7 @@ class RunRequestedEncoder:
                 parts[1],
                 _varint(state.version),
                 parts[2],
+                interval,
             )
         )
 
@@ -224,9 +230,11 @@ class RunRequestedEncoder:
         decision = Decision(
             run_id(state.schedule_id, nominal), state.schedule_id, nominal, nominal, Action.FIRE
         )
-        record = self._record(decision, state, nominal, partition)
-        one = self._codec.encode(record)
-        other = self._codec.encode({**record, "schedule_offset": state.version ^ 1})
+        # The template's interval is null (one byte, the union's branch, at the very end):
+        # each run writes its own after the definition's bytes.
+        record = {**self._record(decision, state, nominal, partition), "interval_start": None}
+        one = self._codec.encode(record)[:-1]
+        other = self._codec.encode({**record, "schedule_offset": state.version ^ 1})[:-1]
         differing = int.from_bytes(one, "big") ^ int.from_bytes(other, "big")
         at = len(one) - (differing.bit_length() + 7) // 8
         leading = len(self._leading(decision)[0]) + len(_long(_millis(nominal))) + len(_long(0))

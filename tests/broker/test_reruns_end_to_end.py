@@ -15,6 +15,7 @@ from typing import Any
 from typer.testing import CliRunner, Result
 
 from kairos.cli.app import app
+from kairos.core.job_kinds import JobSpec
 from kairos.core.schedule import Schedule
 from kairos.streams.client.schedule_publisher import SchedulesClient
 from kairos.streams.kafka.settings import KafkaSettings
@@ -65,8 +66,17 @@ def _requested(result: Result) -> dict[str, Any]:
 def test_trigger_and_backfill_run_once_each_and_the_audit_counts_them(
     kafka_settings: KafkaSettings, tmp_path: Path
 ) -> None:
+    told = tmp_path / "told"
+    # Each run writes down the period it was told it is for.
+    job = JobSpec.model_validate(
+        {
+            "kind": "shell",
+            "command": 'echo "$KAIROS_RUN_ID $KAIROS_INTERVAL_START $KAIROS_INTERVAL_END" '
+            f">> {told}",
+        }
+    )
     with SchedulesClient(kafka_settings, changed_by="ops") as client:
-        client.upsert(Schedule(id=SCHEDULE, cron="0 * * * *", owner="ops"))
+        client.upsert(Schedule(id=SCHEDULE, cron="0 * * * *", owner="ops", job=job))
     ticker = start_ticker(kafka_settings, "t1", tmp_path / "t1", tmp_path)
     executor = start_executor(kafka_settings, "e1", tmp_path / "e1", tmp_path)
     try:
@@ -114,6 +124,7 @@ def test_trigger_and_backfill_run_once_each_and_the_audit_counts_them(
         runs = [run["run_id"] for run in _runs(kafka_settings) if run["run_id"] in wanted]
         assert sorted(runs) == sorted(wanted), "a retried request fired its runs again"
         assert all(run["rerun_request_id"] for run in _fired(kafka_settings, wanted) or [])
+        _assert_each_run_was_for_its_hour(kafka_settings, told, set(asked["runs"]))
     finally:
         executor.stop()
         ticker.stop()
@@ -151,3 +162,24 @@ def test_a_rerun_of_a_schedule_that_does_not_exist_is_refused(
     )
     assert future.exit_code == 2
     assert "in the future" in future.stderr
+
+
+def _assert_each_run_was_for_its_hour(settings: KafkaSettings, told: Path, runs: set[str]) -> None:
+    """A backfilled hourly run is for the hour before its nominal instant, on the wire and in
+    its job's environment, however late it ran."""
+    for run in _fired(settings, runs) or []:
+        assert run["interval_start"] == run["nominal_at"] - timedelta(hours=1), run
+        assert run["timezone"] == "UTC", run
+    lines = eventually(
+        lambda: told.is_file() and [line.split() for line in told.read_text().splitlines()],
+        timeout_s=30,
+        message="the runs wrote down their periods",
+    )
+    periods = {run_id: (start, end) for run_id, start, end in lines if run_id in runs}
+    assert set(periods) == runs, lines
+    for run_id, (start, end) in periods.items():
+        nominal = datetime.fromisoformat(run_id.split("@")[1].split("~")[0].replace("Z", "+00:00"))
+        assert (datetime.fromisoformat(start), datetime.fromisoformat(end)) == (
+            nominal - timedelta(hours=1),
+            nominal,
+        ), run_id

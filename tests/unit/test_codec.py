@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import io
 import uuid
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -172,6 +172,8 @@ SAMPLES: list[tuple[RecordType, str, dict[str, Any]]] = [
             "deadline_finish_by_ms": None,
             "labels": {"warehouse": "eu", "tier": "gold"},
             "pool": "gpu",
+            "timezone": "America/New_York",
+            "interval_start": T0 - timedelta(days=1),
         },
     ),
     (RecordType.RUN_EVENT, "started", _run_event("started", started_at=T1)),

@@ -4,6 +4,7 @@ loses their values. The pure parts of services/executor/shell_job.py and secrets
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -68,6 +69,28 @@ def test_without_a_locale_of_the_executor_the_job_gets_c_utf8_and_no_owner_witho
     env = job_environment(ShellJob(command="x"), invocation(None), Path("/h"), {}, {})
     assert env["LANG"] == "C.UTF-8"
     assert "KAIROS_OWNER" not in env
+
+
+def test_a_job_is_told_its_data_interval_in_utc_and_on_its_schedules_clock() -> None:
+    # The fall-back night in New York: a daily 02:00 run's period is 25 hours.
+    run = replace(
+        invocation(),
+        nominal_at=datetime(2027, 11, 7, 7, tzinfo=UTC),
+        interval_start=datetime(2027, 11, 6, 6, tzinfo=UTC),
+        timezone="America/New_York",
+    )
+    env = job_environment(ShellJob(command="x"), run, Path("/h"), {}, {})
+    assert {k: v for k, v in env.items() if "INTERVAL" in k or k == "KAIROS_TIMEZONE"} == {
+        "KAIROS_INTERVAL_START": "2027-11-06T06:00:00+00:00",
+        "KAIROS_INTERVAL_END": "2027-11-07T07:00:00+00:00",
+        "KAIROS_INTERVAL_START_LOCAL": "2027-11-06T02:00:00-04:00",
+        "KAIROS_INTERVAL_END_LOCAL": "2027-11-07T02:00:00-05:00",
+        "KAIROS_TIMEZONE": "America/New_York",
+    }
+    # A run fired before schema history v12 carries no interval: none is made up.
+    assert "KAIROS_INTERVAL_START" not in job_environment(
+        ShellJob(command="x"), invocation(), Path("/h"), {}, {}
+    )
 
 
 def test_a_jobs_env_cannot_pass_for_another_run() -> None:
