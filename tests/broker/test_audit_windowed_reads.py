@@ -87,14 +87,7 @@ def _holds(settings: KafkaSettings, start: datetime, end: datetime) -> bool:
     return True
 
 
-def test_a_windowed_audit_finds_what_a_whole_topic_audit_finds(
-    kafka_settings: KafkaSettings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("KAIROS_TICKER_GROUP", unique_name("tickers"))
-    _apply_calendar(kafka_settings, tmp_path, closed=True)
-    t0 = datetime.now(UTC).replace(microsecond=0) + 6 * SECOND
-    start = t0 + 5 * SECOND
-    steady = [Schedule(id=f"steady-{n:02d}", every=SECOND, start_at=t0) for n in range(24)]
+def _calendar_excluded(t0: datetime, start: datetime) -> list[Schedule]:
     # Skipped at `start` under the closed calendar, fired at `start + 12s` under the open one:
     # each at least four seconds from the change at `start + 8s`. A ticker decides late (a
     # takeover, a loaded machine) with the calendar it holds then, while the audit dates each
@@ -112,9 +105,21 @@ def test_a_windowed_audit_finds_what_a_whole_topic_audit_finds(
         exclude=[CALENDAR],
         owner="ops",
     )
+    return [closed, closed_early]
+
+
+def test_a_windowed_audit_finds_what_a_whole_topic_audit_finds(
+    kafka_settings: KafkaSettings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KAIROS_TICKER_GROUP", unique_name("tickers"))
+    _apply_calendar(kafka_settings, tmp_path, closed=True)
+    t0 = datetime.now(UTC).replace(microsecond=0) + 6 * SECOND
+    start = t0 + 5 * SECOND
+    steady = [Schedule(id=f"steady-{n:02d}", every=SECOND, start_at=t0) for n in range(24)]
+    closed = _calendar_excluded(t0, start)
     again = Schedule(id="ops.again", every=SECOND, start_at=t0)
     client = SchedulesClient(kafka_settings, changed_by="windowed-audit-test")
-    client.upsert_all([*steady, closed, closed_early, again])
+    client.upsert_all([*steady, *closed, again])
     killed = start_ticker(kafka_settings, "a", tmp_path / "a", tmp_path)
     survivor = start_ticker(kafka_settings, "b", tmp_path / "b", tmp_path)
     try:

@@ -63,11 +63,8 @@ def _requested(result: Result) -> dict[str, Any]:
     return document
 
 
-def test_trigger_and_backfill_run_once_each_and_the_audit_counts_them(
-    kafka_settings: KafkaSettings, tmp_path: Path
-) -> None:
-    told = tmp_path / "told"
-    # Each run writes down the period it was told it is for.
+def _publish_hourly_noting_its_period(settings: KafkaSettings, told: Path) -> None:
+    """The hourly schedule; each run writes down the period it was told it is for."""
     job = JobSpec.model_validate(
         {
             "kind": "shell",
@@ -75,8 +72,15 @@ def test_trigger_and_backfill_run_once_each_and_the_audit_counts_them(
             f">> {told}",
         }
     )
-    with SchedulesClient(kafka_settings, changed_by="ops") as client:
+    with SchedulesClient(settings, changed_by="ops") as client:
         client.upsert(Schedule(id=SCHEDULE, cron="0 * * * *", owner="ops", job=job))
+
+
+def test_trigger_and_backfill_run_once_each_and_the_audit_counts_them(
+    kafka_settings: KafkaSettings, tmp_path: Path
+) -> None:
+    told = tmp_path / "told"
+    _publish_hourly_noting_its_period(kafka_settings, told)
     ticker = start_ticker(kafka_settings, "t1", tmp_path / "t1", tmp_path)
     executor = start_executor(kafka_settings, "e1", tmp_path / "e1", tmp_path)
     try:
@@ -129,7 +133,11 @@ def test_trigger_and_backfill_run_once_each_and_the_audit_counts_them(
         executor.stop()
         ticker.stop()
 
-    report = _audit(kafka_settings, began - timedelta(hours=4))
+    _assert_the_audit_counts_five_reruns(kafka_settings, began - timedelta(hours=4))
+
+
+def _assert_the_audit_counts_five_reruns(settings: KafkaSettings, start: datetime) -> None:
+    report = _audit(settings, start)
     assert report["verdict"] == "holds", report
     assert report["reruns"] == 5, report
     assert report["duplicates"] == 0 and report["lost"] == 0, report
