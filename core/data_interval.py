@@ -37,9 +37,12 @@ _LOOK_BACK = (
     timedelta(days=2 * 366),
     timedelta(days=41 * 366),
 )
-"""How far back the previous occurrence is looked for, nearest first. Each step is tried only
-when the one before held no occurrence, so the occurrences walked through to reach the last one
-before the instant are few (at most about the ratio of two steps)."""
+"""How far back the previous occurrence is looked for, nearest first: the first step that holds
+one bounds the search, which then halves its way to the last one (`_last_before`)."""
+
+
+_WALK = 8
+"""Steps taken one occurrence at a time before `_last_before` starts halving."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,15 +73,49 @@ def previous_occurrence(
     count only for `business_day` triggers. `None` when there is none."""
     if schedule.at is not None:
         return None
+    if schedule.every is not None and schedule.business_day is None:
+        return _previous_every(schedule, nominal)
     lookup = calendars if schedule.business_day is not None else None
+    nearer = nominal
     for back in _LOOK_BACK:
         fire = next_occurrence(schedule, nominal - back - _JUST_BEFORE, lookup)
-        if fire is None or fire.nominal >= nominal:
-            continue
-        last = fire.nominal
-        while (following := next_occurrence(schedule, last, lookup)) is not None:
-            if following.nominal >= nominal:
-                break
-            last = following.nominal
-        return last
+        if fire is not None and fire.nominal < nominal:
+            return _last_before(schedule, fire.nominal, nearer, lookup)
+        nearer = nominal - back  # nothing from here to `nominal`
     return None
+
+
+def _previous_every(schedule: Schedule, nominal: datetime) -> datetime | None:
+    start, every = schedule.start_at, schedule.every
+    assert start is not None and every is not None  # the model requires start_at with every
+    if nominal <= start:
+        return None
+    last = start + ((nominal - start - _JUST_BEFORE) // every) * every
+    end = schedule.end_at
+    if end is not None and last > end:
+        last = start + ((end - start) // every) * every
+    return last
+
+
+def _last_before(
+    schedule: Schedule, known: datetime, bound: datetime, lookup: CalendarLookup | None
+) -> datetime:
+    """The last occurrence before `bound`, given one (`known`) before it: a few steps forward
+    (the span usually holds one or two), then halving the span after the latest known one, so a
+    dense trigger (every minute of a business day) costs a few dozen lookups, not one per
+    occurrence in the span."""
+    steps = 0
+    while True:
+        following = next_occurrence(schedule, known, lookup)
+        if following is None or following.nominal >= bound:
+            return known
+        steps += 1
+        if steps <= _WALK:
+            known = following.nominal
+            continue
+        middle = following.nominal + (bound - following.nominal) / 2
+        found = next_occurrence(schedule, middle - _JUST_BEFORE, lookup)
+        if found is not None and found.nominal < bound:
+            known = found.nominal
+        else:
+            bound = middle  # none from the middle on: the last is before it

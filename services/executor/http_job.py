@@ -25,7 +25,13 @@ from kairos.services.executor.egress import (
     refused_address,
     unscoped,
 )
-from kairos.services.executor.jobs import HttpJob, Invocation, JobFailedError, payload_bytes
+from kairos.services.executor.jobs import (
+    INTERVAL_FIELDS,
+    HttpJob,
+    Invocation,
+    JobFailedError,
+    payload_bytes,
+)
 from kairos.services.executor.secrets import resolve_secrets, scrub
 
 SockAddr = tuple[socket.AddressFamily, socket.SocketKind, int, tuple[Any, ...]]
@@ -97,7 +103,9 @@ def _headers(job: HttpJob, invocation: Invocation, secrets: dict[str, str]) -> d
         **{_header_name(name): value for name, value in invocation.interval_fields().items()},
     }
     # Header names are case-insensitive: a job's `idempotency-key` would be sent beside ours.
-    ours = {name.lower() for name in kairos}
+    ours = {name.lower() for name in kairos} | {
+        _header_name(name).lower() for name in INTERVAL_FIELDS
+    }
     headers = {n: v for n, v in {**job.headers, **secrets}.items() if n.lower() not in ours}
     if isinstance(job.body, dict | list) and "content-type" not in {n.lower() for n in headers}:
         headers["Content-Type"] = "application/json"

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Protocol
-from zoneinfo import ZoneInfo
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from kairos.core.errors import KairosError
 from kairos.core.job_kinds import (
@@ -67,6 +67,17 @@ class ProcessGroups(Protocol):
     def ended(self, pgid: int) -> None: ...
 
 
+INTERVAL_FIELDS = (
+    "INTERVAL_START",
+    "INTERVAL_END",
+    "INTERVAL_START_LOCAL",
+    "INTERVAL_END_LOCAL",
+    "TIMEZONE",
+)
+"""The names `Invocation.interval_fields` may give, reserved whether a run carries them or not:
+a job's own `env` or headers never pass for them."""
+
+
 @dataclass(frozen=True)
 class Invocation:
     """One attempt of one run, as a job runner sees it."""
@@ -104,11 +115,16 @@ class Invocation:
         that carries no interval."""
         if self.interval_start is None:
             return {}
-        zone = ZoneInfo(self.timezone)
         start, end = self.interval_start, self.nominal_at
+        fields = {"INTERVAL_START": start.isoformat(), "INTERVAL_END": end.isoformat()}
+        try:
+            zone = ZoneInfo(self.timezone)
+        except (ZoneInfoNotFoundError, ValueError, OSError):
+            # A zone this executor's tz data lacks (older than the ticker's), or a foreign
+            # record's: the run still gets its interval, in UTC.
+            return fields
         return {
-            "INTERVAL_START": start.isoformat(),
-            "INTERVAL_END": end.isoformat(),
+            **fields,
             "INTERVAL_START_LOCAL": start.astimezone(zone).isoformat(),
             "INTERVAL_END_LOCAL": end.astimezone(zone).isoformat(),
             "TIMEZONE": self.timezone,

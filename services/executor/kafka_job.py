@@ -11,7 +11,13 @@ import threading
 from confluent_kafka import KafkaError, Message
 
 from kairos.services.executor.egress import topic_refusal_reason
-from kairos.services.executor.jobs import Invocation, JobFailedError, KafkaJob, payload_bytes
+from kairos.services.executor.jobs import (
+    INTERVAL_FIELDS,
+    Invocation,
+    JobFailedError,
+    KafkaJob,
+    payload_bytes,
+)
 from kairos.streams.kafka.ports import Producer
 
 
@@ -32,12 +38,9 @@ def run_kafka(job: KafkaJob, invocation: Invocation, producer: Producer) -> None
         key=invocation.run_id,
         value=payload_bytes(job.payload),
         headers=[
-            *job.headers.items(),
+            *((n, v) for n, v in job.headers.items() if n.lower() not in _OURS),
             ("kairos-run-id", invocation.run_id),
-            *(
-                ("kairos-" + name.lower().replace("_", "-"), value)
-                for name, value in invocation.interval_fields().items()
-            ),
+            *((_header_name(name), value) for name, value in invocation.interval_fields().items()),
         ],
         on_delivery=on_delivery,
     )
@@ -48,3 +51,12 @@ def run_kafka(job: KafkaJob, invocation: Invocation, producer: Producer) -> None
         raise JobFailedError(invocation.timed_out_reason())
     if failure:
         raise JobFailedError(f"producing to {job.topic} failed: {failure[0]}")
+
+
+def _header_name(field: str) -> str:
+    """`INTERVAL_START_LOCAL` -> `kairos-interval-start-local`."""
+    return "kairos-" + field.lower().replace("_", "-")
+
+
+_OURS = frozenset({"kairos-run-id", *(_header_name(name) for name in INTERVAL_FIELDS)})
+"""Headers a job's own never pass for (case-insensitive, as a consumer may read them)."""

@@ -30,7 +30,7 @@ from typing import IO
 from kairos.core.errors import KairosError
 from kairos.services.executor import job_supervisor
 from kairos.services.executor.job_cgroup import AttemptCgroup
-from kairos.services.executor.jobs import Invocation, JobFailedError, ShellJob
+from kairos.services.executor.jobs import INTERVAL_FIELDS, Invocation, JobFailedError, ShellJob
 from kairos.services.executor.runtime_policy import RuntimePolicy, TeamRuntime
 from kairos.services.executor.secrets import resolve_secrets, scrub, scrub_cut_start
 
@@ -109,15 +109,23 @@ def job_environment(
     }
     if invocation.owner is not None:
         run["KAIROS_OWNER"] = invocation.owner
+    given = {
+        name: value
+        for name, value in {**job.env, **secrets}.items()
+        if name not in _RESERVED_INTERVAL
+    }
     return {
         "PATH": SAFE_PATH,
         **(locale or {"LANG": "C.UTF-8"}),
         "HOME": str(home),
         "TMPDIR": str(home),
-        **job.env,
-        **secrets,
+        **given,
         **run,
     }
+
+
+_RESERVED_INTERVAL = frozenset(f"KAIROS_{name}" for name in INTERVAL_FIELDS)
+"""Never a job's own: a run without an interval (fired before v12) is given none, not a job's."""
 
 
 def runtime_user(runtime: TeamRuntime) -> tuple[int, int] | None:

@@ -304,7 +304,10 @@ def run_requested_record(
     fired_at: datetime,
     partition: int,
     ticker_instance: str,
+    with_interval: bool = True,
 ) -> dict[str, Any]:
+    """The run the decision fires; `with_interval` false leaves its data interval null (the run
+    encoder's per-definition template, whose runs each write their own)."""
     schedule = state.schedule
     rerun = decision.rerun
     overlap = schedule.overlap if rerun is None or rerun.overlap is None else rerun.overlap
@@ -334,7 +337,7 @@ def run_requested_record(
         "timezone": schedule.timezone,
         # The last field, and the only one after the offset that differs per run: the run
         # encoder writes it after the definition's bytes.
-        "interval_start": run_interval_start(decision, state),
+        "interval_start": run_interval_start(decision, state) if with_interval else None,
     }
 
 

@@ -131,11 +131,12 @@ class RunRequestedEncoder:
         its entry is). Keyed by identity: hashing a pydantic model runs Python code."""
         self._ahead: LruCache[str, _Ahead] = LruCache(_AHEAD_LIMIT)
         """Schedule id -> the fire decided ahead (idle time), with its bytes up to the fired
-        instant: a herd's fire writes only its fired instant and lateness."""
+        instant and its data interval: a herd's fire writes only its fired instant and
+        lateness."""
         self._header = _run_header(codec)
         self._shared_bytes: LruCache[bytes, bytes] = LruCache(_SHARED_BYTES_LIMIT)
         """The bytes around the offset, one object for equal values: definitions that differ
-        only in what a run does not carry (the cron, the zone) share their job's bytes."""
+        only in what a run does not carry (the cron, say) share their job's bytes."""
 
     def prepare(self, state: ScheduleState, partition: int, upcoming: Decision | None) -> None:
         """Encode the schedule's definition ahead of its fires (idle time, not the herd's), and
@@ -193,7 +194,13 @@ class RunRequestedEncoder:
         self._ahead.pop(schedule_id)
 
     def _record(
-        self, decision: Decision, state: ScheduleState, fired_at: datetime, partition: int
+        self,
+        decision: Decision,
+        state: ScheduleState,
+        fired_at: datetime,
+        partition: int,
+        *,
+        with_interval: bool = True,
     ) -> dict[str, Any]:
         return run_requested_record(
             decision,
@@ -201,6 +208,7 @@ class RunRequestedEncoder:
             fired_at=fired_at,
             partition=partition,
             ticker_instance=self._ticker_instance,
+            with_interval=with_interval,
         )
 
     def _leading(self, decision: Decision) -> tuple[bytes, int]:
@@ -232,7 +240,7 @@ class RunRequestedEncoder:
         )
         # The template's interval is null (one byte, the union's branch, at the very end):
         # each run writes its own after the definition's bytes.
-        record = {**self._record(decision, state, nominal, partition), "interval_start": None}
+        record = self._record(decision, state, nominal, partition, with_interval=False)
         one = self._codec.encode(record)[:-1]
         other = self._codec.encode({**record, "schedule_offset": state.version ^ 1})[:-1]
         differing = int.from_bytes(one, "big") ^ int.from_bytes(other, "big")

@@ -118,3 +118,20 @@ def test_sparse_and_dense_crons_find_their_previous_occurrence(cron: str) -> Non
         "0 0 29 2 *": _utc("2024-02-29T00:00:00+00:00"),
     }[cron]
     assert data_interval(schedule, nominal).start == expected
+
+
+def test_dense_triggers_find_their_previous_occurrence_across_a_long_gap() -> None:
+    # Every minute of the first business day: the run at its first minute follows the last
+    # minute of the month before's (a walk of one lookup per minute took seconds).
+    dense = Schedule(id="ops.dense", cron="* * * * *", business_day=1)
+    first = _utc("2027-03-01T00:00:00+00:00")
+    assert data_interval(dense, first).start == _utc("2027-02-01T23:59:00+00:00")
+    # `every` counts from start_at, and stops at end_at.
+    start = _utc("2027-01-01T00:00:00+00:00")
+    ticking = Schedule(
+        id="ops.tick", every=timedelta(seconds=7), start_at=start, end_at=start + HOUR
+    )
+    assert data_interval(ticking, start + 70 * timedelta(seconds=1)).start == start + 63 * (
+        timedelta(seconds=1)
+    )
+    assert data_interval(ticking, start + 2 * HOUR).start == start + 3598 * timedelta(seconds=1)

@@ -87,10 +87,25 @@ def test_a_job_is_told_its_data_interval_in_utc_and_on_its_schedules_clock() -> 
         "KAIROS_INTERVAL_END_LOCAL": "2027-11-07T02:00:00-05:00",
         "KAIROS_TIMEZONE": "America/New_York",
     }
-    # A run fired before schema history v12 carries no interval: none is made up.
-    assert "KAIROS_INTERVAL_START" not in job_environment(
-        ShellJob(command="x"), invocation(), Path("/h"), {}, {}
+    # A run fired before schema history v12 carries no interval: none is made up, and a job's
+    # own variables of those names do not pass for one.
+    forged = ShellJob(
+        command="x", env={"KAIROS_INTERVAL_START": "2000-01-01", "KAIROS_TIMEZONE": "x"}
     )
+    env = job_environment(forged, invocation(), Path("/h"), {}, {})
+    assert "KAIROS_INTERVAL_START" not in env and "KAIROS_TIMEZONE" not in env
+
+
+def test_a_zone_this_executor_does_not_know_still_gives_the_interval_in_utc() -> None:
+    run = replace(
+        invocation(),
+        interval_start=datetime(2027, 3, 13, 7, tzinfo=UTC),
+        timezone="Mars/Olympus_Mons",
+    )
+    assert run.interval_fields() == {
+        "INTERVAL_START": "2027-03-13T07:00:00+00:00",
+        "INTERVAL_END": "2027-03-14T07:00:00+00:00",
+    }
 
 
 def test_a_jobs_env_cannot_pass_for_another_run() -> None:
