@@ -66,7 +66,13 @@ def format_instant(instant: datetime) -> str:
 
 def run_id(schedule_id: str, nominal: datetime) -> str:
     """The id of the occurrence of `schedule_id` at the nominal (pre-jitter) instant `nominal`."""
-    return f"{schedule_id}@{format_instant(nominal)}"
+    return f"{run_id_prefix(schedule_id)}{format_instant(nominal)}"
+
+
+def run_id_prefix(schedule_id: str) -> str:
+    """What every run id of `schedule_id`, re-runs' included, starts with, and no other
+    schedule's: schedule ids hold no '@' (`SCHEDULE_ID_PATTERN`)."""
+    return f"{schedule_id}@"
 
 
 class RequestIdError(KairosError, ValueError):

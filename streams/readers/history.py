@@ -34,6 +34,7 @@ from kairos.core.audit import (
     RequestedRerun,
     RunEventRecord,
 )
+from kairos.core.run_id import run_id_prefix
 from kairos.core.schedule import Schedule
 from kairos.streams.kafka.ownership import NOT_JUDGED, Judged
 from kairos.streams.kafka.partition_status import PartitionStatusError, read_judged
@@ -424,6 +425,5 @@ def _open_transaction(
 
 
 def _run_ids_of(schedule_id: str | None) -> bytes | None:
-    """What every run id of the schedule starts with (`kairos.core.run_id`): `<id>@`, and no
-    other schedule's, since no schedule id holds `@` (`SCHEDULE_ID_PATTERN`)."""
-    return None if schedule_id is None else f"{schedule_id}@".encode()
+    """The key prefix of the schedule's runs and run events (keyed by run id)."""
+    return None if schedule_id is None else run_id_prefix(schedule_id).encode()
