@@ -10,6 +10,7 @@ at a million schedules it would be a million rows nobody reads on a page.
 from __future__ import annotations
 
 import json
+import logging
 import queue
 import threading
 from collections.abc import Callable
@@ -19,6 +20,8 @@ from typing import Any
 from kairos.core.errors import KairosError
 from kairos.core.instants import epoch_ms
 from kairos.services.console.view import ConsoleView
+
+logger = logging.getLogger(__name__)
 
 AuditRunner = Callable[[datetime, datetime, datetime], dict[str, Any]]
 """(from, to, as of) -> `kairos audit verify --json`'s document; raises `KairosError`."""
@@ -74,19 +77,29 @@ class AuditJobs:
                 start, end = db.execute(
                     "SELECT window_from, window_to FROM audits WHERE audit_id = ?", (audit_id,)
                 ).fetchone()
-            try:
-                document = self._runner(_instant(start), _instant(end), datetime.now(UTC))
-                state, verdict = "done", str(document["verdict"])
-                document.pop("schedules", None)
-                document["findings_total"] = len(document["findings"])
-                document["findings"] = document["findings"][:FINDINGS_KEPT]
-            except KairosError as error:
-                state, verdict, document = "failed", None, {"error": str(error)}
+            state, verdict, document = self._report(_instant(start), _instant(end))
             with self._view.connection() as db:
                 db.execute(
                     "UPDATE audits SET state = ?, verdict = ?, report = ? WHERE audit_id = ?",
                     (state, verdict, json.dumps(document), audit_id),
                 )
+
+    def _report(self, start: datetime, end: datetime) -> tuple[str, str | None, dict[str, Any]]:
+        """(state, verdict, report) of one window; never raises, so one audit's failure leaves
+        the thread serving the next (an audit left 'running' forever would hide it)."""
+        try:
+            document = self._runner(start, end, datetime.now(UTC))
+            verdict = str(document["verdict"])
+            findings = list(document["findings"])
+        except KairosError as error:
+            return "failed", None, {"error": str(error)}
+        except Exception as error:
+            logger.exception("console audit of %s to %s failed", start, end)
+            return "failed", None, {"error": f"the audit failed unexpectedly: {error!r}"}
+        document.pop("schedules", None)
+        document["findings_total"] = len(findings)
+        document["findings"] = findings[:FINDINGS_KEPT]
+        return "done", verdict, document
 
 
 def _instant(epoch_ms_value: int) -> datetime:

@@ -61,3 +61,26 @@ def test_an_audit_running_when_the_console_stopped_is_shown_interrupted(tmp_path
     jobs.stop()
     (shown,) = audits.audits(view)
     assert shown["state"] == "interrupted"
+
+
+def test_an_audit_that_fails_unexpectedly_is_shown_failed_and_the_next_one_runs(
+    tmp_path: Path,
+) -> None:
+    view = ConsoleView(f"{SQLITE_SCHEME}{tmp_path / 'view.sqlite'}")
+    answers: list[dict[str, Any]] = [{"verdict": "holds"}, {"verdict": "holds", "findings": []}]
+    jobs = AuditJobs(view, lambda *_: answers.pop(0))
+    try:
+        broken = jobs.request(T0, T0 + timedelta(hours=1))
+        failed = eventually(
+            lambda: (found := audits.audit(view, broken)) and found["state"] == "failed" and found,
+            message="the broken audit was not marked failed",
+        )
+        after = jobs.request(T0, T0 + timedelta(hours=2))
+        done = eventually(
+            lambda: (found := audits.audit(view, after)) and found["state"] == "done" and found,
+            message="the audit after a failed one did not run",
+        )
+    finally:
+        jobs.stop()
+    assert "failed unexpectedly" in failed["report"]["error"]
+    assert done["verdict"] == "holds"

@@ -191,7 +191,7 @@ def serve(
     )
     console = Console(
         view, ViewFollower(settings, view), group,  # type: ignore[arg-type]
-        AuditJobs(view, lambda *_: {"verdict": "holds"}), ComingHerd(view), door,
+        AuditJobs(view, lambda *_: {"verdict": "holds", "findings": []}), ComingHerd(view), door,
         ActionDoor(settings, NoAdmins()),
     )  # fmt: skip
     port = free_port()
