@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Annotated
 
 import typer
@@ -43,6 +44,7 @@ from kairos.cli.schedule_files import (
     schedule_files,
 )
 from kairos.cli.schedules import ChangedByOption, ReasonOption, changed_by_or_default
+from kairos.core.dependencies import dependency_problems
 from kairos.core.errors import KairosError
 from kairos.core.ownership import Change, Held, upsert_change
 from kairos.core.schedule import Schedule
@@ -195,6 +197,7 @@ def _planned(
     _check_calendars(settings, sourced)
     plan = plan_apply(desired, snapshot.schedules, owner if prune else None)
     _check_ownership(settings, plan, snapshot)
+    _check_dependencies(plan, snapshot)
     return plan, settings
 
 
@@ -325,6 +328,34 @@ def _check_calendars(settings: KafkaSettings, sourced: list[SourcedSchedule]) ->
         typer.echo(f"error: {len(problems)} problem(s); nothing was published:", err=True)
         for line in problems:
             typer.echo(line, err=True)
+        raise typer.Exit(ExitCode.COULD_NOT_RUN)
+
+
+def _check_dependencies(plan: list[PlannedChange], snapshot: ScheduleSnapshot) -> None:
+    """Refuse what a changed schedule waits for that cannot be waited for (`dependency_problems`);
+    warn of schedules left unchanged whose upstream this apply deletes or stops granting: their
+    runs will end at the end of their wait, with the reason."""
+    after = {schedule_id: stored.schedule for schedule_id, stored in snapshot.schedules.items()}
+    for planned in plan:
+        if planned.schedule is None:
+            after.pop(planned.schedule_id, None)
+        else:
+            after[planned.schedule_id] = planned.schedule
+    touched = {planned.schedule_id for planned in plan if planned.action != "unchanged"}
+    changed = [after[schedule_id] for schedule_id in sorted(touched) if schedule_id in after]
+    now = datetime.now(UTC)
+    problems = dependency_problems(after, changed, now)
+    affected = [
+        schedule
+        for schedule_id, schedule in sorted(after.items())
+        if schedule_id not in touched and any(u.schedule in touched for u in schedule.upstream)
+    ]
+    for schedule_id, problem in dependency_problems(after, affected, now):
+        typer.echo(f"warning: schedule '{schedule_id}' (not in this apply): {problem}", err=True)
+    if problems:
+        typer.echo(f"error: {len(problems)} problem(s); nothing was published:", err=True)
+        for schedule_id, problem in problems:
+            typer.echo(f"  - schedule '{schedule_id}': {problem}", err=True)
         raise typer.Exit(ExitCode.COULD_NOT_RUN)
 
 

@@ -43,8 +43,9 @@ from kairos.core.calendar_windows import (
 )
 from kairos.core.errors import KairosError
 from kairos.core.file_entries import EntryFile
+from kairos.core.identifiers import SCHEDULE_ID_PATTERN, Identifier
 from kairos.core.lru import LruCache
-from kairos.core.schedule import SCHEDULE_ID_PATTERN, Identifier, Text, ZoneName
+from kairos.core.schedule import Text, ZoneName
 from kairos.core.schedule_text import SchedulesFileFormatError, listed_entries
 
 __all__ = [

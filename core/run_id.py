@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from functools import lru_cache
 
 from kairos.core.errors import KairosError
-from kairos.core.schedule import SCHEDULE_ID_PATTERN
+from kairos.core.identifiers import SCHEDULE_ID_PATTERN
 
 RERUN_MARK = "~rerun-"
 """Between a run id and the id of the re-run request that made it ('~' is in no schedule id)."""

@@ -6,7 +6,6 @@ semantics of each field are stated in docs/defaults.md.
 
 from __future__ import annotations
 
-import re
 import sys
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
@@ -26,10 +25,12 @@ from pydantic import (
 from pydantic_core import ErrorDetails, PydanticCustomError
 
 from kairos.core import limits
+from kairos.core import schedule_dependencies as dependencies
 from kairos.core import schedule_lifecycle as lifecycle
 from kairos.core.cron import parse_cron
 from kairos.core.durations import format_duration, read_duration
 from kairos.core.file_entries import EntriesInvalidError, EntryFile, EntryValidationError
+from kairos.core.identifiers import SCHEDULE_ID_PATTERN, Identifier
 from kairos.core.pools import Pool
 from kairos.core.schedule_calendars import (
     BlackoutAction,
@@ -40,10 +41,6 @@ from kairos.core.schedule_calendars import (
 from kairos.core.schedule_text import listed_entries
 from kairos.core.suggestions import model_suggestion
 from kairos.core.zones import legacy_fixed_zone_warning, zone_problem
-
-SCHEDULE_ID_PATTERN = re.compile(r"[A-Za-z0-9._:/-]{1,200}")
-
-_ID_RULE = "1–200 characters of letters, digits and . _ : / -"
 
 
 class MisfirePolicy(StrEnum):
@@ -197,12 +194,6 @@ Text = Annotated[str, AfterValidator(_utf8)]
 """A string every record can carry: UTF-8 encodable."""
 
 
-def _valid_id(value: str) -> str:
-    if not SCHEDULE_ID_PATTERN.fullmatch(value):
-        raise ValueError(f"{value!r} is not a valid id; use {_ID_RULE}")
-    return value
-
-
 def _valid_zone(value: str) -> str:
     problem = zone_problem(value)
     if problem is not None:
@@ -210,8 +201,6 @@ def _valid_zone(value: str) -> str:
     return value
 
 
-Identifier = Annotated[str, AfterValidator(_valid_id)]
-"""A schedule's id, or a calendar's (they follow one rule): `SCHEDULE_ID_PATTERN`."""
 ZoneName = Annotated[str, AfterValidator(_valid_zone)]
 """An IANA zone name that `zoneinfo` can load."""
 
@@ -302,6 +291,13 @@ class Schedule(BaseModel):
     """Failed runs in a row after which the schedule pauses itself; `None`: never."""
     max_runs: lifecycle.RunCount | None = None
     after_last_run: lifecycle.AfterLastRun = lifecycle.AfterLastRun.PAUSE
+    upstream: tuple[dependencies.Upstream, ...] = ()
+    """Schedules whose matching period must succeed before a run starts."""
+    upstream_wait: dependencies.UpstreamWait = dependencies.DEFAULT_UPSTREAM_WAIT
+    """How long after its nominal instant a run waits for its upstream periods."""
+    upstream_timeout: dependencies.UpstreamTimeout = dependencies.UpstreamTimeout.FAIL
+    downstream_teams: tuple[Text, ...] = ()
+    """Other teams whose schedules may wait for this one (its own team always may)."""
 
     @field_validator("cron")
     @classmethod
@@ -342,7 +338,11 @@ class Schedule(BaseModel):
                 "(for example '2027-01-01T00:00:00Z')",
             )
         self._check_jitter()
-        problem = calendar_field_problem(self) or lifecycle.lifecycle_field_problem(self)
+        problem = (
+            calendar_field_problem(self)
+            or lifecycle.lifecycle_field_problem(self)
+            or dependencies.dependency_field_problem(self)
+        )
         if problem is not None:
             raise _rule(*problem)
         if self.start_at is not None and self.end_at is not None and self.end_at <= self.start_at:

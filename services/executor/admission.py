@@ -22,6 +22,7 @@ from kairos.core.errors import KairosError
 from kairos.core.pools import DEFAULT_POOL
 from kairos.core.run_id import RunIdError, parse_run_id
 from kairos.core.schedule import OverlapPolicy
+from kairos.core.schedule_dependencies import LONGEST_UPSTREAM_WAIT, UpstreamTimeout
 from kairos.services.executor.handlers import Handlers
 from kairos.services.executor.jobs import JobParams, JobParamsError, PythonJob, job_params
 from kairos.streams.dedupe.base import RunRequest, SourceRecord
@@ -31,7 +32,10 @@ from kairos.streams.wire.records import (
     RunRequestedRecord,
     job_from_record,
     read_run_requested,
+    upstream_periods_of,
 )
+
+_MS = timedelta(milliseconds=1)
 
 
 class RunRequestInvalidError(KairosError):
@@ -184,8 +188,32 @@ def _valid_request(
         start_by=_after(nominal, record.deadline_start_by_ms),
         finish_by=_after(nominal, record.deadline_finish_by_ms),
         groups=run_groups(record.owner, record.labels),
+        waits_until=_waits_until(record, nominal),
     )
     return request, job.kind, params.handler if isinstance(params, PythonJob) else None
+
+
+def _waits_until(record: RunRequestedRecord, nominal: datetime) -> datetime | None:
+    """The end of the run's wait for its upstream periods, or `None` if it waits for none."""
+    if not record.upstream:
+        return None
+    try:
+        upstream_periods_of(record)
+        UpstreamTimeout(record.upstream_timeout)
+    except ValueError:
+        raise RunRequestInvalidError(
+            record.run_id,
+            "it waits by a period rule, resolution or timeout newer than this executor knows; "
+            "upgrade executors before tickers (docs/wire-format.md)",
+        ) from None
+    wait = record.upstream_wait_ms
+    if wait is None or not 0 < wait <= LONGEST_UPSTREAM_WAIT // _MS:
+        raise RunRequestInvalidError(
+            record.run_id,
+            f"it waits for upstream periods, but its upstream_wait_ms ({wait}) is not between "
+            f"1 and {LONGEST_UPSTREAM_WAIT // _MS}",
+        )
+    return nominal + timedelta(milliseconds=wait)
 
 
 def _after(nominal: datetime, milliseconds: int | None) -> datetime | None:

@@ -3,7 +3,8 @@
 1. consume a batch of the runs topic, raise what a rebalance callback failed with;
 2. admit it (`intake`);
 3. commit marked offsets (at most every `offset_commit_interval`);
-4. end attempts whose lease expired (any executor's), so their runs are retried;
+4. end attempts whose lease expired (any executor's), so their runs are retried; judge the runs
+   held for their upstream periods (`upstream_gate`);
 5. acquire ready, due runs (new ones, and retries whose backoff has passed) for the free
    workers: retries come from the store, never from Kafka;
 6. publish the outbox's lifecycle events (the ticker follows them to apply `pause_on_failure`).
@@ -19,6 +20,7 @@ from datetime import UTC, datetime, timedelta
 from kairos.core.errors import KairosError
 from kairos.services.executor.intake import Intake, TurnParts, raise_unless_retryable
 from kairos.services.executor.rebalance import CallbackFailures
+from kairos.services.executor.upstream_gate import UpstreamGate
 from kairos.services.executor.workers import AttemptWorkers
 from kairos.services.log_fields import run_fields
 from kairos.streams.dedupe.base import DedupeStoreError, OutboxEvent
@@ -40,6 +42,7 @@ class ExecutorTurn:
         self._workers = workers
         self._callback_failures = callback_failures
         self._intake = Intake(parts)
+        self._gate = UpstreamGate(parts.session.store, parts.codec, parts.settings.instance)
         self._next_reap = self._next_prune = datetime.min.replace(tzinfo=UTC)
 
     def run_once(self) -> None:
@@ -58,6 +61,8 @@ class ExecutorTurn:
             if now >= self._next_reap:
                 self._next_reap = now + _REAP_EVERY
                 self._reap(now)
+                # At the reaping's pace: a released run starts within a second of its upstream.
+                self._gate.sweep(now)
             # Before dispatch: a run taken now, past its start deadline, is reported first.
             self._report_missed_deadlines(now)
             self._dispatch(now)

@@ -13,6 +13,8 @@ from confluent_kafka import Consumer, IsolationLevel, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from kairos.core.calendar_versions import CalendarBook
+from kairos.core.schedule import Schedule
+from kairos.services.ticker.upstream_book import PartitionOf
 from kairos.streams.kafka.authorization import RoleAccess
 from kairos.streams.kafka.passing import BROKER_GONE, LEADER_MOVING, ask_until_answered
 from kairos.streams.kafka.ports import (
@@ -25,6 +27,7 @@ from kairos.streams.kafka.settings import KafkaSettings
 from kairos.streams.readers.calendar_ownership import SignedCalendars
 from kairos.streams.readers.calendar_reader import CalendarFeed
 from kairos.streams.readers.run_outcomes import RunOutcome, RunOutcomeFeed, Wanted
+from kairos.streams.readers.schedule_reader import ScheduleReader
 from kairos.streams.readers.team_events import TeamChange, TeamFeed
 from kairos.streams.wire.codec import Codecs
 
@@ -60,6 +63,10 @@ class RunOutcomeSource(Protocol):
     def close(self) -> None: ...
 
 
+UPSTREAM_READ_TIMEOUT_S = 5.0
+"""The longest a read of an upstream's partition may take before its runs are fired unread."""
+
+
 class TickerClients(Protocol):
     """Makes the clients of one group session; each is closed by the session that asked."""
 
@@ -69,6 +76,9 @@ class TickerClients(Protocol):
     def calendars(self) -> CalendarSource: ...
     def teams(self) -> TeamSource: ...
     def run_outcomes(self) -> RunOutcomeSource: ...
+    def upstream_partitions(self) -> PartitionOf:
+        """Reads the partition of a schedule the ticker's schedules wait for (`upstream_book`)."""
+
     def group_member(self, config: dict[str, Any]) -> GroupMember: ...
     def transactional_producer(self, config: dict[str, Any]) -> TransactionalProducer: ...
     def partition_reader(self, config: dict[str, Any]) -> PartitionReader: ...
@@ -115,6 +125,16 @@ class ConfluentTickerClients:
 
     def run_outcomes(self) -> RunOutcomeSource:
         return RunOutcomeFeed(self._kafka, self._codecs.run_event)
+
+    def upstream_partitions(self) -> PartitionOf:
+        # Bounded: a first read may happen as a run is fired (usually ahead, in idle time).
+        reader = ScheduleReader(self._kafka, self._codecs, timeout_s=UPSTREAM_READ_TIMEOUT_S)
+
+        def partition_of(schedule_id: str) -> dict[str, Schedule]:
+            held = reader.read_partition_of(schedule_id).schedules
+            return {held_id: stored.schedule for held_id, stored in held.items()}
+
+        return partition_of
 
     def group_member(self, config: dict[str, Any]) -> GroupMember:
         return Consumer(config)

@@ -47,13 +47,14 @@ from kairos.services.ticker.upcoming import (
     prepare_upcoming,
     seconds_until_next_due,
 )
+from kairos.services.ticker.upstream_book import UpstreamBook
 from kairos.services.ticker.watchdog import Backoff, TransactionWatchdog
 from kairos.streams.kafka.acls import DeploymentNames, Role
 from kairos.streams.kafka.authorization import RoleAccess
 from kairos.streams.kafka.failures import is_retryable
 from kairos.streams.kafka.ownership import Ownership
 from kairos.streams.kafka.settings import KafkaSettings
-from kairos.streams.kafka.topics import TopicRole
+from kairos.streams.kafka.topics import TopicLayout, TopicRole
 from kairos.streams.wire.codec import Codecs, make_codecs
 
 logger = logging.getLogger(__name__)
@@ -92,14 +93,7 @@ class Ticker:
         self.metrics = TickerMetrics()
         self.metrics.schedules_partitions.set(kafka.schedules_partitions)
         self.health = LoopHealth(stall_limit_s(kafka), time.monotonic())
-        layout = kafka.layout
-        self.topics = Topics(
-            schedules=layout.name(TopicRole.SCHEDULES),
-            changelog=layout.name(TopicRole.CHANGELOG),
-            runs=layout.name(TopicRole.RUNS),
-            run_events=layout.name(TopicRole.RUN_EVENTS),
-            dead_letters=layout.name(TopicRole.DEAD_LETTERS),
-        )
+        self.topics = _topics(kafka.layout)
         names = DeploymentNames.of(kafka, ticker_group=settings.group(kafka))
         self._access = RoleAccess(kafka, Role.TICKER, names)
         self._clients = clients or ConfluentTickerClients(kafka, self.codecs, self._access)
@@ -114,6 +108,7 @@ class Ticker:
         self._calendars = TickerCalendars(
             None if self._ownership is None else self._ownership.registered_teams
         )
+        self._upstreams = UpstreamBook(self._clients.upstream_partitions())
         self._parts = SessionParts(
             kafka,
             settings,
@@ -123,6 +118,7 @@ class Ticker:
             clock,
             self._calendars.lookup,
             changes,
+            self._upstreams.upstream_periods,
         )
         self._planner = TurnPlanner(
             changes,
@@ -207,6 +203,7 @@ class Ticker:
             self._ownership.start(self._clients.teams())
         self._calendars.start(self._clients.calendars())
         self._failure_pauses.start(self._clients.run_outcomes())
+        self._upstreams.start()
         self._session = TickerSession.open(self._clients, self._parts)
 
     def disconnect(self) -> None:
@@ -218,6 +215,7 @@ class Ticker:
         finally:
             self._calendars.close()
             self._failure_pauses.close()
+            self._upstreams.close()
             if self._ownership is not None:
                 self._ownership.close()
 
@@ -292,3 +290,13 @@ class Ticker:
             self._access.raise_if_refused(error, message.topic())
             logger.warning("instance=%s consumer error: %s", self.settings.instance, error.str())
         return changes
+
+
+def _topics(layout: TopicLayout) -> Topics:
+    return Topics(
+        schedules=layout.name(TopicRole.SCHEDULES),
+        changelog=layout.name(TopicRole.CHANGELOG),
+        runs=layout.name(TopicRole.RUNS),
+        run_events=layout.name(TopicRole.RUN_EVENTS),
+        dead_letters=layout.name(TopicRole.DEAD_LETTERS),
+    )

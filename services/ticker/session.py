@@ -32,6 +32,7 @@ from kairos.services.ticker.transaction import FiringTransactions, Topics
 from kairos.streams.kafka.ports import GroupMember, RebalanceCallback
 from kairos.streams.kafka.settings import RESTORE_GROUP, TICKER_TRANSACTIONAL_ID, KafkaSettings
 from kairos.streams.wire.codec import Codecs
+from kairos.streams.wire.run_encoder import UpstreamResolver
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +49,8 @@ class SessionParts:
     clock: Callable[[], datetime]
     calendars: CalendarLookup
     changes: ScheduleChanges
+    upstream: UpstreamResolver
+    """What runs of schedules naming upstream schedules wait for (`upstream_book`)."""
 
 
 class TickerSession:
@@ -182,6 +185,7 @@ def _transactions(clients: TickerClients, parts: SessionParts) -> FiringTransact
         s.transaction_timeout_ms / 1000,
         clock=parts.clock,
         max_clock_ahead_ms=s.max_clock_ahead_ms,
+        upstream=parts.upstream,
     )
 
 

@@ -36,7 +36,7 @@ from kairos.streams.state.state_store import StateWrite
 from kairos.streams.wire.codec import Codecs
 from kairos.streams.wire.dead_letters import dead_letter_record
 from kairos.streams.wire.records import skipped_run_event_record
-from kairos.streams.wire.run_encoder import RunRequestedEncoder
+from kairos.streams.wire.run_encoder import RunRequestedEncoder, UpstreamResolver
 from kairos.streams.wire.schedule_events import RESTORES_HEADER
 
 logger = logging.getLogger(__name__)
@@ -91,6 +91,7 @@ class FiringTransactions:
         *,
         clock: Callable[[], datetime],
         max_clock_ahead_ms: int,
+        upstream: UpstreamResolver | None = None,
     ) -> None:
         self.producer = producer
         self.clock = clock
@@ -103,7 +104,7 @@ class FiringTransactions:
         self.timeout_s = timeout_s
         self.busy_since: float | None = None
         """`time.monotonic()` when the open transaction began; `None` between transactions."""
-        self._runs = RunRequestedEncoder(codecs.run_requested, ticker_instance)
+        self._runs = RunRequestedEncoder(codecs.run_requested, ticker_instance, upstream)
         self._state_writes = StateWriteEncoder(codecs)
 
     def prepare(self, state: ScheduleState, partition: int) -> Ahead | None:

@@ -142,6 +142,9 @@ class RunRequest:
     """The run is late if it has not succeeded by then."""
     groups: tuple[str, ...] = ()
     """The concurrency groups the run counts in (`kairos.core.concurrency.run_groups`)."""
+    waits_until: datetime | None = None
+    """Set when the run waits for upstream periods: the end of its wait. It is held until
+    released (`kairos.streams.dedupe.upstream_waits`)."""
 
 
 class Admitted(StrEnum):
@@ -257,6 +260,19 @@ class StoredRun:
     deliveries: int
     lease_owner: str | None
     reason: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class WaitingRun:
+    """A run held for its upstream periods, as the gate judges it."""
+
+    run_id: str
+    schedule_id: str
+    nominal_at: datetime
+    until: datetime
+    """The end of its wait: `nominal_at + upstream_wait`."""
+    value: bytes
+    """The `RunRequested` as first consumed: what it waits for, its owner and zone."""
 
 
 class HandlerTransaction(Protocol):
@@ -416,6 +432,22 @@ class DedupeStore(Protocol):
         ...
 
     def get(self, run_id: str) -> StoredRun | None: ...
+
+    def waiting_for_upstream(self, now: datetime, limit: int) -> list[WaitingRun]:
+        """Up to `limit` runs held for their upstream periods, those checked longest ago
+        first (`kairos.streams.dedupe.upstream_waits`)."""
+
+    def period_succeeded(self, schedule_id: str, nominal: datetime) -> bool:
+        """Whether a run of the schedule at that nominal instant succeeded (a re-run's too)."""
+
+    def release_waiting(self, run_id: str, now: datetime) -> bool:
+        """Let a held run start now; False if it no longer waits."""
+
+    def end_waiting(
+        self, run: WaitingRun, ending: EventKind, reason: str, now: datetime, instance: str
+    ) -> bool:
+        """End a held run skipped or dead-lettered with the reason; False if it no longer
+        waits."""
 
     def prune_finished(self, before: datetime, limit: int) -> int:
         """Delete up to `limit` finished runs last changed before `before`; returns how many.

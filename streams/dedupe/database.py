@@ -98,6 +98,7 @@ def schema_statements(dialect: Dialect) -> list[str]:
             dead_letter INTEGER NOT NULL)""",
         *_deadline_statements(bigint),
         *_concurrency_statements(bigint),
+        *_upstream_wait_statements(bigint),
     ]
 
 
@@ -131,6 +132,19 @@ def _concurrency_statements(bigint: str) -> list[str]:
             group_key TEXT PRIMARY KEY,
             max_running INTEGER NOT NULL,
             updated_ms {bigint} NOT NULL)""",
+    ]
+
+
+def _upstream_wait_statements(bigint: str) -> list[str]:
+    return [
+        # One row per claimed run still held for its upstream periods
+        # (kairos.streams.dedupe.upstream_waits).
+        f"""CREATE TABLE IF NOT EXISTS kairos_upstream_waits (
+            run_id TEXT PRIMARY KEY,
+            until_ms {bigint} NOT NULL,
+            checked_ms {bigint} NOT NULL)""",
+        "CREATE INDEX IF NOT EXISTS kairos_upstream_waits_by_check "
+        "ON kairos_upstream_waits (checked_ms)",
     ]
 
 

@@ -28,7 +28,6 @@ from kairos.core.overlap import (
     PeerRun,
     RunState,
     decide_admission,
-    next_to_start,
 )
 from kairos.core.retry import after_failure
 from kairos.streams.dedupe.base import (
@@ -52,6 +51,7 @@ from kairos.streams.dedupe.database import (
 )
 from kairos.streams.dedupe.deadlines import DeadlineBook
 from kairos.streams.dedupe.outbox import NewEvent, delete_events, oldest_events, write_event
+from kairos.streams.dedupe.upstream_waits import HELD_MS, UpstreamWaits
 
 _MS = timedelta(milliseconds=1)
 _REAP_BATCH = 100
@@ -82,7 +82,7 @@ class _RunningAttempt:
     started_ms: int
 
 
-class SqlDedupeStore(DeadlineBook, ConcurrencyLimits):
+class SqlDedupeStore(DeadlineBook, ConcurrencyLimits, UpstreamWaits):
     """A `DedupeStore` on a SQL database."""
 
     for_update: ClassVar[str]
@@ -177,7 +177,7 @@ class SqlDedupeStore(DeadlineBook, ConcurrencyLimits):
                 request.max_attempts,
                 request.retry_backoff // _MS,
                 request.runner,
-                now_ms,
+                now_ms if request.waits_until is None else HELD_MS,
                 skip_reason,
                 request.value,
                 request.source.topic,
@@ -189,6 +189,8 @@ class SqlDedupeStore(DeadlineBook, ConcurrencyLimits):
             ),
         )
         self._record_groups(conn, request)
+        if state is not RunState.SKIPPED:
+            self._hold_for_upstream(conn, request, now_ms)
 
     def _resolve_overlap(
         self, conn: Connection, decision: OverlapDecision, now_ms: int, instance: str
@@ -403,15 +405,7 @@ class SqlDedupeStore(DeadlineBook, ConcurrencyLimits):
             (state.value, reason, next_ms, now_ms, running.run_id),
         )
         if state.finished:
-            following = next_to_start(self._unfinished_peers(conn, running.schedule_id))
-            if following is not None:
-                conn.execute(
-                    self.q(
-                        "UPDATE kairos_runs SET state = 'ready', next_ms = ?, updated_ms = ? "
-                        "WHERE run_id = ?"
-                    ),
-                    (now_ms, now_ms, following),
-                )
+            self._start_following(conn, running.schedule_id, now_ms)
         return end
 
     def _after_failure(

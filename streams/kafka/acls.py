@@ -127,7 +127,13 @@ def _group(group: str, operation: Operation, why: str) -> Grant:
 
 def _ticker(names: DeploymentNames) -> list[Grant]:
     return [
-        _topic(names, TopicRole.SCHEDULES, Operation.READ, "consume schedule changes"),
+        _topic(
+            names,
+            TopicRole.SCHEDULES,
+            Operation.READ,
+            "consume schedule changes; read the definitions of the schedules its schedules "
+            "wait for (upstream), on any partition",
+        ),
         _topic(
             names,
             TopicRole.SCHEDULES,
@@ -139,6 +145,13 @@ def _ticker(names: DeploymentNames) -> list[Grant]:
         _topic(names, TopicRole.CHANGELOG, Operation.WRITE, "record state in each transaction"),
         _topic(names, TopicRole.RUNS, Operation.WRITE, "fire RunRequested records"),
         _topic(names, TopicRole.DEAD_LETTERS, Operation.WRITE, "dead-letter refused schedules"),
+        _topic(
+            names,
+            TopicRole.DEAD_LETTERS,
+            Operation.READ,
+            "read upstream schedules as their tickers hold them, refused changes skipped",
+        ),
+        _reader_group(names.schedule_readers_group),
         _topic(names, TopicRole.RUN_EVENTS, Operation.WRITE, "publish skipped misfires"),
         _topic(
             names,
@@ -147,15 +160,7 @@ def _ticker(names: DeploymentNames) -> list[Grant]:
             "follow the runs that ended, to pause a schedule after pause_on_failure failures",
         ),
         _reader_group(names.history_readers_group),
-        _topic(names, TopicRole.CALENDARS, Operation.READ, "read the shared business calendars"),
-        _reader_group(names.calendar_readers_group),
-        _topic(
-            names,
-            TopicRole.TEAMS,
-            Operation.READ,
-            "check schedule and calendar changes' signatures (--ownership signed)",
-        ),
-        _reader_group(names.team_readers_group),
+        *_ticker_reads(names),
         _group(
             names.ticker_group,
             Operation.READ,
@@ -176,6 +181,20 @@ def _ticker(names: DeploymentNames) -> list[Grant]:
             Operation.WRITE,
             "the fenced transactions (one transactional id per ticker instance)",
         ),
+    ]
+
+
+def _ticker_reads(names: DeploymentNames) -> list[Grant]:
+    return [
+        _topic(names, TopicRole.CALENDARS, Operation.READ, "read the shared business calendars"),
+        _reader_group(names.calendar_readers_group),
+        _topic(
+            names,
+            TopicRole.TEAMS,
+            Operation.READ,
+            "check schedule and calendar changes' signatures (--ownership signed)",
+        ),
+        _reader_group(names.team_readers_group),
     ]
 
 

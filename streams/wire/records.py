@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from operator import itemgetter
@@ -16,17 +17,19 @@ from typing import Any
 from kairos.core.data_interval import data_interval
 from kairos.core.definitions import shared_definition
 from kairos.core.firing import Decision, ScheduleState
+from kairos.core.identifiers import SCHEDULE_ID_PATTERN
 from kairos.core.lru import LruCache
 from kairos.core.pools import run_pool
 from kairos.core.rerun_request import RerunKind, RerunRequest
 from kairos.core.schedule import (
     DURATIONS_IN_MS,
-    SCHEDULE_ID_PATTERN,
     JobSpec,
     OverlapPolicy,
     Schedule,
 )
+from kairos.core.schedule_dependencies import PeriodMatch
 from kairos.core.schedule_lifecycle import Deadline
+from kairos.core.upstream_wait import Resolution, UpstreamPeriod
 
 _MS = timedelta(milliseconds=1)
 _JOBS: LruCache[tuple[str, str], JobSpec] = LruCache(65_536)
@@ -129,6 +132,13 @@ def definition_record(schedule: Schedule, *, schedule_id: str | None = None) -> 
         "max_runs": schedule.max_runs,
         "after_last_run": schedule.after_last_run.value,
         "pool": schedule.pool,
+        "upstream": [
+            {"schedule_id": upstream.schedule, "match": upstream.match.value}
+            for upstream in schedule.upstream
+        ],
+        "upstream_wait_ms": _ms(schedule.upstream_wait) if schedule.upstream else None,
+        "upstream_timeout": schedule.upstream_timeout.value,
+        "downstream_teams": list(schedule.downstream_teams),
     }
 
 
@@ -223,11 +233,24 @@ def _validated_schedule(record: dict[str, Any]) -> Schedule:
         "max_runs": record["max_runs"],
         "after_last_run": record["after_last_run"],
         "pool": record["pool"],
+        **_dependency_fields(record),
     }
     schedule = Schedule.model_validate(
         {k: v for k, v in fields.items() if v is not None}, context=DURATIONS_IN_MS
     )
     return _sharing_fields_set(schedule)
+
+
+def _dependency_fields(record: dict[str, Any]) -> dict[str, Any]:
+    upstream = [
+        {"schedule": entry["schedule_id"], "match": entry["match"]} for entry in record["upstream"]
+    ]
+    return {
+        "upstream": upstream or None,
+        "upstream_wait": record["upstream_wait_ms"],
+        "upstream_timeout": record["upstream_timeout"],
+        "downstream_teams": record["downstream_teams"] or None,
+    }
 
 
 def _sharing_fields_set(schedule: Schedule) -> Schedule:
@@ -305,9 +328,11 @@ def run_requested_record(
     partition: int,
     ticker_instance: str,
     with_interval: bool = True,
+    upstream: Sequence[UpstreamPeriod] = (),
 ) -> dict[str, Any]:
     """The run the decision fires; `with_interval` false leaves its data interval null (the run
-    encoder's per-definition template, whose runs each write their own)."""
+    encoder's per-definition template, whose runs each write their own). `upstream` is what
+    it waits for, as the ticker resolved it (`kairos.core.upstream_wait.resolve`)."""
     schedule = state.schedule
     rerun = decision.rerun
     overlap = schedule.overlap if rerun is None or rerun.overlap is None else rerun.overlap
@@ -334,11 +359,45 @@ def run_requested_record(
         # Durations, not instants: the same for every run of the definition, so they stay in
         # the bytes the run encoder keeps per definition (`kairos.streams.wire.run_encoder`).
         **_run_deadline(schedule.deadline),
+        **_run_upstream(schedule, upstream),
         "timezone": schedule.timezone,
         # The last field, and the only one after the offset that differs per run: the run
         # encoder writes it after the definition's bytes.
         "interval_start": run_interval_start(decision, state) if with_interval else None,
     }
+
+
+def _run_upstream(schedule: Schedule, periods: Sequence[UpstreamPeriod]) -> dict[str, Any]:
+    upstream = [
+        {
+            "schedule_id": period.schedule_id,
+            "match": period.match.value,
+            "resolution": period.resolution.value,
+            "period_at": period.period_at,
+            "reason": period.reason,
+        }
+        for period in periods
+    ]
+    return {
+        "upstream": upstream,
+        "upstream_wait_ms": _ms(schedule.upstream_wait) if upstream else None,
+        "upstream_timeout": schedule.upstream_timeout.value,
+    }
+
+
+def upstream_periods_of(record: RunRequestedRecord) -> list[UpstreamPeriod]:
+    """The upstream periods a run waits for; `ValueError` for a rule or resolution newer than
+    this reader (Avro reads them as `unknown`)."""
+    return [
+        UpstreamPeriod(
+            entry["schedule_id"],
+            PeriodMatch(entry["match"]),
+            Resolution(entry["resolution"]),
+            entry["period_at"],
+            entry["reason"],
+        )
+        for entry in record.upstream
+    ]
 
 
 def run_interval_start(decision: Decision, state: ScheduleState) -> datetime:
@@ -377,6 +436,11 @@ class RunRequestedRecord:
     deadline_finish_by_ms: int | None
     labels: dict[str, str]
     pool: str
+    upstream: list[dict[str, Any]]
+    """The `UpstreamPeriod` records the run waits for (schema history v13; empty before):
+    `upstream_periods_of` reads them."""
+    upstream_wait_ms: int | None
+    upstream_timeout: str
     timezone: str | None
     """The schedule's zone (None in records older than schema history v12)."""
     interval_start: datetime | None

@@ -17,6 +17,7 @@ schedules due within minutes, a template each was about 390 bytes a schedule.
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache, partial
 from typing import Any
@@ -26,6 +27,7 @@ from kairos.core.instants import epoch_ms
 from kairos.core.lru import LruCache
 from kairos.core.run_id import run_id
 from kairos.core.schedule import Schedule
+from kairos.core.upstream_wait import UpstreamPeriod
 from kairos.streams.wire.codec import Codec
 from kairos.streams.wire.records import run_interval_start, run_requested_record
 
@@ -35,6 +37,8 @@ _AHEAD_LIMIT = 2_000_000
 _SHARED_BYTES_LIMIT = 16_384
 _Parts = tuple[weakref.ref[Schedule], bytes, bytes]
 """(the definition, weakly, its runs' bytes from the leading fields to the offset, and after)."""
+UpstreamResolver = Callable[[Decision, ScheduleState], Sequence[UpstreamPeriod]]
+"""What a run of a schedule naming upstream schedules waits for (`kairos.core.upstream_wait`)."""
 _Ahead = tuple[Decision, bytes, int, bytes]
 """(a fire decided ahead, its run's bytes up to the fired instant, its due ms, and its data
 interval's start, the last field)."""
@@ -121,9 +125,14 @@ class ProgressEncoder:
 
 
 class RunRequestedEncoder:
-    def __init__(self, codec: Codec, ticker_instance: str) -> None:
+    def __init__(
+        self, codec: Codec, ticker_instance: str, upstream: UpstreamResolver | None = None
+    ) -> None:
         self._codec = codec
         self._ticker_instance = ticker_instance
+        self._upstream = upstream
+        """Resolves what a run of a schedule naming upstream schedules waits for; such runs are
+        encoded whole (few, and each carries periods of its own)."""
         self._parts: dict[tuple[int, int], _Parts] = {}
         """(`id` of a definition, partition) -> the bytes of its runs around the offset, kept
         while the definition lives: states hold it as long as they are decoded, and its entry
@@ -141,6 +150,12 @@ class RunRequestedEncoder:
     def prepare(self, state: ScheduleState, partition: int, upcoming: Decision | None) -> None:
         """Encode the schedule's definition ahead of its fires (idle time, not the herd's), and
         every byte of the `upcoming` decision's run but its fired instant and lateness."""
+        if state.schedule.upstream:
+            # Encoded whole when it fires; resolving now reads the upstream definitions ahead.
+            self._ahead.pop(state.schedule_id)
+            if upcoming is not None and upcoming.action is Action.FIRE:
+                self._resolved(upcoming, state)
+            return
         if (id(state.schedule), partition) not in self._parts:
             self._build_parts(state, partition)
         if upcoming is None or upcoming.action is not Action.FIRE or upcoming.rerun is not None:
@@ -159,8 +174,9 @@ class RunRequestedEncoder:
         self, decision: Decision, state: ScheduleState, *, fired_at: datetime, partition: int
     ) -> bytes:
         """Exactly `codec.encode(run_requested_record(...))`, at a fraction of the cost."""
-        if decision.rerun is not None:
-            # Rare, and its overlap and request id differ from the schedule's other runs.
+        if decision.rerun is not None or state.schedule.upstream:
+            # Rare: a rerun's overlap and request id differ from the schedule's other runs, and
+            # a waiting run's periods are its own.
             return self._codec.encode(self._record(decision, state, fired_at, partition))
         parts = self._parts.get((id(state.schedule), partition))
         if parts is None:
@@ -209,7 +225,18 @@ class RunRequestedEncoder:
             partition=partition,
             ticker_instance=self._ticker_instance,
             with_interval=with_interval,
+            upstream=self._resolved(decision, state),
         )
+
+    def _resolved(self, decision: Decision, state: ScheduleState) -> Sequence[UpstreamPeriod]:
+        if not state.schedule.upstream:
+            return ()
+        if self._upstream is None:
+            raise ValueError(
+                f"schedule {state.schedule_id} waits for upstream schedules, and this encoder "
+                "was given no resolver for them"
+            )
+        return self._upstream(decision, state)
 
     def _leading(self, decision: Decision) -> tuple[bytes, int]:
         """A run's bytes up to its fired instant (header, run id, schedule id, nominal and due

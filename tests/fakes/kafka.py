@@ -6,6 +6,7 @@ by its timeout instead of sleeping, so a test of many turns runs in milliseconds
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from types import SimpleNamespace
@@ -20,6 +21,7 @@ from confluent_kafka import (
 )
 
 from kairos.core.calendar_versions import CalendarBook
+from kairos.core.schedule import Schedule
 from kairos.streams.kafka.ports import DeliveryCallback, Headers, RebalanceCallback
 from kairos.streams.readers.calendar_ownership import SignedCalendars
 from kairos.streams.readers.run_outcomes import RunOutcome, Wanted
@@ -453,6 +455,7 @@ class FakeTickerClients:
         self.members: list[FakeGroupMember] = []
         self.producers: list[FakeProducer] = []
         self.outcomes = FakeRunOutcomes()
+        self.upstream_definitions: dict[str, Schedule] = {}
 
     def check_access(self) -> None:
         """The fake cluster grants everything."""
@@ -465,6 +468,10 @@ class FakeTickerClients:
 
     def run_outcomes(self) -> FakeRunOutcomes:
         return self.outcomes
+
+    def upstream_partitions(self) -> Callable[[str], dict[str, Schedule]]:
+        """The schedules other tickers hold, as a test sets them (`upstream_definitions`)."""
+        return lambda _schedule_id: dict(self.upstream_definitions)
 
     def group_member(self, config: dict[str, Any]) -> FakeGroupMember:
         member = FakeGroupMember(self.kafka, self.clock, config["group.id"])

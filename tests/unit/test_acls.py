@@ -32,6 +32,8 @@ def test_the_ticker_reads_schedules_writes_runs_and_owns_its_transactional_ids()
         "WRITE on topic prod.ticker-changelog",
         "WRITE on topic prod.runs",
         "WRITE on topic prod.dead-letters",
+        "READ on topic prod.dead-letters",
+        "DESCRIBE on group prod.schedule-readers",
         "WRITE on topic prod.run-events",
         "READ on topic prod.run-events",
         "DESCRIBE on group prod.history-readers",

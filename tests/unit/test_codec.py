@@ -68,6 +68,10 @@ DEFINITION: dict[str, Any] = {
     "max_runs": None,
     "after_last_run": "pause",
     "pool": "gpu",
+    "upstream": [{"schedule_id": "billing.settlement", "match": "same_local_date"}],
+    "upstream_wait_ms": 10_800_000,
+    "upstream_timeout": "skip",
+    "downstream_teams": ["audit"],
 }
 ONE_SHOT: dict[str, Any] = {
     **DEFINITION,
@@ -98,6 +102,10 @@ ONE_SHOT: dict[str, Any] = {
     "max_runs": 1,
     "after_last_run": "delete",
     "pool": None,
+    "upstream": [],
+    "upstream_wait_ms": None,
+    "upstream_timeout": "fail",
+    "downstream_teams": [],
 }
 
 
@@ -172,6 +180,17 @@ SAMPLES: list[tuple[RecordType, str, dict[str, Any]]] = [
             "deadline_finish_by_ms": None,
             "labels": {"warehouse": "eu", "tier": "gold"},
             "pool": "gpu",
+            "upstream": [
+                {
+                    "schedule_id": "billing.settlement",
+                    "match": "same_instant",
+                    "resolution": "matched",
+                    "period_at": T0,
+                    "reason": None,
+                }
+            ],
+            "upstream_wait_ms": 3_600_000,
+            "upstream_timeout": "skip",
             "timezone": "America/New_York",
             "interval_start": T0 - timedelta(days=1),
         },

@@ -14,6 +14,8 @@ from kairos.core.definitions import ANONYMOUS_ID
 from kairos.core.firing import Action, Decision, ScheduleState
 from kairos.core.run_id import run_id
 from kairos.core.schedule import Schedule
+from kairos.core.schedule_dependencies import PeriodMatch
+from kairos.core.upstream_wait import Resolution, UpstreamPeriod
 from kairos.streams.state.changelog import progress_record
 from kairos.streams.wire.codec import make_codecs
 from kairos.streams.wire.records import run_requested_record
@@ -306,3 +308,44 @@ def test_one_encoder_encodes_runs_of_any_definitions_exactly(
             )
         )
         assert encoder.encode(decision, state, fired_at=nominal, partition=partition) == expected
+
+
+def test_a_run_of_a_waiting_schedule_carries_the_periods_its_resolver_gave() -> None:
+    nominal = datetime(2027, 1, 1, 7, tzinfo=UTC)
+    period = UpstreamPeriod("settle", PeriodMatch.SAME_LOCAL_DATE, Resolution.MATCHED, nominal)
+    asked: list[tuple[str, datetime]] = []
+
+    def resolver(decision: Decision, state: ScheduleState) -> list[UpstreamPeriod]:
+        asked.append((state.schedule_id, decision.nominal))
+        return [period]
+
+    encoder = RunRequestedEncoder(CODEC, "ticker-1", resolver)
+    schedule = Schedule.model_validate(
+        {
+            "id": "export",
+            "cron": "0 7 * * *",
+            "owner": "ledger",
+            "upstream": [{"schedule": "settle", "match": "same_local_date"}],
+            "upstream_wait": "2h",
+            "upstream_timeout": "skip",
+        }
+    )
+    state = ScheduleState(schedule, 4, nominal)
+    decision = Decision(run_id("export", nominal), "export", nominal, nominal, Action.FIRE)
+    encoder.prepare(state, 1, decision)
+
+    encoded = encoder.encode(decision, state, fired_at=nominal, partition=1)
+
+    record = CODEC.decode(encoded)
+    plain = run_requested_record(
+        decision, state, fired_at=nominal, partition=1, ticker_instance="ticker-1",
+        upstream=[period],
+    )  # fmt: skip
+    assert encoded == CODEC.encode(plain)
+    assert asked == [("export", nominal), ("export", nominal)]  # ahead, then at the fire
+    assert record["upstream"] == [
+        {"schedule_id": "settle", "match": "same_local_date", "resolution": "matched",
+         "period_at": nominal, "reason": None}
+    ]  # fmt: skip
+    assert (record["upstream_wait_ms"], record["upstream_timeout"]) == (7_200_000, "skip")
+    assert record["interval_start"] == nominal - timedelta(days=1)

@@ -1,0 +1,169 @@
+"""Runs held for their upstream periods in the dedupe store (`Schedule.upstream`).
+
+A claimed run whose request names upstream schedules gets a wait row in the transaction that
+claims it, and its row's `next_ms` is `HELD_MS`, which no `acquire` reaches: the run is claimed
+(redeliveries are duplicates, its overlap counts it in progress) but starts only once released.
+Each turn an executor takes the waits checked longest ago, and for each either releases the run
+(its `next_ms` becomes now: it starts like any ready run), leaves it waiting, or ends it at the
+end of its wait, skipped or dead-lettered with the reason (`kairos.services.executor
+.upstream_gate` decides). The end is a conditional update with its event, in one transaction, so
+however many executors sweep, a run ends once; one released is never ended, and one ended is
+never released.
+
+A run promoted from `queued` (its predecessor ended) stays held while its wait row is there.
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from datetime import datetime
+
+from kairos.core.instants import epoch_ms, from_epoch_ms
+from kairos.core.overlap import PeerRun, next_to_start
+from kairos.streams.dedupe.base import EventKind, RunRequest, WaitingRun
+from kairos.streams.dedupe.database import Connection, Database
+from kairos.streams.dedupe.outbox import NewEvent, write_event
+
+HELD_MS = 2**62
+"""The `next_ms` of a held run: after any instant an executor's clock gives."""
+
+_WAITING = "('ready', 'queued')"
+
+
+class UpstreamWaits(Database):
+    """The upstream-wait methods of `SqlDedupeStore` (a mixin on its `Database`)."""
+
+    @abstractmethod
+    def _lock_schedule(self, conn: Connection, schedule_id: str) -> None: ...
+
+    @abstractmethod
+    def _unfinished_peers(self, conn: Connection, schedule_id: str) -> list[PeerRun]: ...
+
+    def _hold_for_upstream(self, conn: Connection, request: RunRequest, now_ms: int) -> None:
+        """In the claim's transaction: the wait row of a run that waits (its `next_ms` is
+        already `HELD_MS`)."""
+        if request.waits_until is not None:
+            conn.execute(
+                self.q(
+                    "INSERT INTO kairos_upstream_waits (run_id, until_ms, checked_ms) "
+                    "VALUES (?, ?, ?)"
+                ),
+                (request.run_id, epoch_ms(request.waits_until), now_ms),
+            )
+
+    def _start_following(self, conn: Connection, schedule_id: str, now_ms: int) -> None:
+        """Once a run of the schedule ended: start its next queued run, held if it waits."""
+        following = next_to_start(self._unfinished_peers(conn, schedule_id))
+        if following is None:
+            return
+        conn.execute(
+            self.q(
+                "UPDATE kairos_runs SET state = 'ready', updated_ms = ?, next_ms = CASE WHEN "
+                "EXISTS (SELECT 1 FROM kairos_upstream_waits w WHERE w.run_id = ?) "
+                "THEN ? ELSE ? END WHERE run_id = ?"
+            ),
+            (now_ms, following, HELD_MS, now_ms, following),
+        )
+
+    def waiting_for_upstream(self, now: datetime, limit: int) -> list[WaitingRun]:
+        """Up to `limit` held runs, those checked longest ago first; each is marked checked."""
+        now_ms = epoch_ms(now)
+
+        def work(conn: Connection) -> list[WaitingRun]:
+            # A held run cancelled meanwhile (a replacing run) no longer waits.
+            # Through the waits (few) and the runs' key, never a scan of the runs.
+            conn.execute(
+                "DELETE FROM kairos_upstream_waits WHERE NOT EXISTS (SELECT 1 FROM kairos_runs "
+                f"r WHERE r.run_id = kairos_upstream_waits.run_id AND r.state IN {_WAITING})"
+            )
+            rows = conn.execute(
+                self.q(
+                    "SELECT w.run_id, r.schedule_id, r.nominal_ms, w.until_ms, r.value "
+                    "FROM kairos_upstream_waits w JOIN kairos_runs r ON r.run_id = w.run_id "
+                    "ORDER BY w.checked_ms, w.run_id LIMIT ?"
+                ),
+                (limit,),
+            ).fetchall()
+            for row in rows:
+                conn.execute(
+                    self.q("UPDATE kairos_upstream_waits SET checked_ms = ? WHERE run_id = ?"),
+                    (now_ms, row[0]),
+                )
+            return [
+                WaitingRun(run_id, schedule_id, from_epoch_ms(nominal), from_epoch_ms(until),
+                           bytes(value))
+                for run_id, schedule_id, nominal, until, value in rows
+            ]  # fmt: skip
+
+        return self.transaction(work)
+
+    def period_succeeded(self, schedule_id: str, nominal: datetime) -> bool:
+        """Whether a run of the schedule at that nominal instant (the occurrence's run or a
+        re-run of it) succeeded, as this store knows (until its finished runs are pruned)."""
+        rows = self.transaction(
+            lambda conn: conn.execute(
+                self.q(
+                    "SELECT 1 FROM kairos_runs WHERE schedule_id = ? AND nominal_ms = ? "
+                    "AND state = 'succeeded' LIMIT 1"
+                ),
+                (schedule_id, epoch_ms(nominal)),
+            ).fetchall()
+        )
+        return bool(rows)
+
+    def release_waiting(self, run_id: str, now: datetime) -> bool:
+        """Let a held run start now; False if it no longer waits (ended, or released)."""
+        now_ms = epoch_ms(now)
+
+        def work(conn: Connection) -> bool:
+            gone = conn.execute(
+                self.q("DELETE FROM kairos_upstream_waits WHERE run_id = ? RETURNING run_id"),
+                (run_id,),
+            ).fetchone()
+            if gone is None:
+                return False
+            conn.execute(
+                self.q(
+                    "UPDATE kairos_runs SET next_ms = ?, updated_ms = ? "
+                    "WHERE run_id = ? AND state = 'ready' AND next_ms = ?"
+                ),
+                (now_ms, now_ms, run_id, HELD_MS),
+            )
+            return True
+
+        return self.transaction(work)
+
+    def end_waiting(
+        self, run: WaitingRun, ending: EventKind, reason: str, now: datetime, instance: str
+    ) -> bool:
+        """End a held run, `SKIPPED` or `DEAD_LETTERED` (a dead letter with the reason), with its
+        event; False if it no longer waits."""
+        now_ms, run_id, schedule_id = epoch_ms(now), run.run_id, run.schedule_id
+        state = "skipped" if ending is EventKind.SKIPPED else "dead_lettered"
+
+        def work(conn: Connection) -> bool:
+            self._lock_schedule(conn, schedule_id)
+            gone = conn.execute(
+                self.q("DELETE FROM kairos_upstream_waits WHERE run_id = ? RETURNING run_id"),
+                (run_id,),
+            ).fetchone()
+            if gone is None:
+                return False
+            ended_row = conn.execute(
+                self.q(
+                    "UPDATE kairos_runs SET state = ?, reason = ?, updated_ms = ? "
+                    f"WHERE run_id = ? AND state IN {_WAITING} RETURNING attempt"
+                ),
+                (state, reason, now_ms, run_id),
+            ).fetchone()
+            if ended_row is None:
+                return False
+            event = NewEvent(
+                run_id, ending, ended_row[0], instance, finished_ms=now_ms, reason=reason,
+                dead_letter=ending is EventKind.DEAD_LETTERED,
+            )  # fmt: skip
+            write_event(self, conn, event)
+            self._start_following(conn, schedule_id, now_ms)
+            return True
+
+        return self.transaction(work)

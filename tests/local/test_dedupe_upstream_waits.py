@@ -1,0 +1,97 @@
+"""Runs held for their upstream periods in the dedupe store, on SQLite and PostgreSQL: claimed but
+never acquired until released, released or ended once however many executors sweep, and a
+queued run promoted after its predecessor still held."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import replace
+from datetime import timedelta
+
+from kairos.core.overlap import RunState
+from kairos.core.schedule import OverlapPolicy
+from kairos.streams.dedupe import open_dedupe_store
+from kairos.streams.dedupe.base import DedupeStore, EventKind, RunRequest
+from tests.local.test_dedupe_contract import OK, SHELL, T0, drain, kinds, run_request
+
+LEASE = timedelta(minutes=5)
+WAIT = timedelta(hours=1)
+
+
+def held(request: RunRequest) -> RunRequest:
+    return replace(request, waits_until=request.nominal_at + WAIT)
+
+
+def acquired(store: DedupeStore, after: timedelta = timedelta(hours=2)) -> list[str]:
+    return [lease.run_id for lease in store.acquire("e1", SHELL, T0 + after, LEASE, 10)]
+
+
+def test_a_held_run_is_claimed_but_starts_only_once_released(store: DedupeStore) -> None:
+    export = held(run_request(schedule_id="export"))
+    store.admit([export, export], T0, "e1")
+
+    assert acquired(store) == []
+    [waiting] = store.waiting_for_upstream(T0, 10)
+    assert (waiting.run_id, waiting.until) == (export.run_id, T0 + WAIT)
+    assert store.release_waiting(export.run_id, T0 + timedelta(minutes=5))
+    assert not store.release_waiting(export.run_id, T0 + timedelta(minutes=5))
+    assert store.waiting_for_upstream(T0, 10) == []
+    assert acquired(store) == [export.run_id]
+
+
+def test_a_period_succeeded_once_a_run_at_its_instant_did(store: DedupeStore) -> None:
+    settle = run_request(schedule_id="settle")
+    store.admit([settle], T0, "e1")
+    assert not store.period_succeeded("settle", T0)
+    [lease] = store.acquire("e1", SHELL, T0, LEASE, 1)
+    store.finish(lease, OK, T0)
+
+    assert store.period_succeeded("settle", T0)
+    assert not store.period_succeeded("settle", T0 + timedelta(minutes=1))
+    assert not store.period_succeeded("other", T0)
+
+
+def test_a_held_run_ends_once_when_two_executors_end_it_together(store_url: str) -> None:
+    stores = [open_dedupe_store(store_url) for _ in range(2)]
+    try:
+        export = held(run_request(schedule_id="export"))
+        stores[0].admit([export], T0, "e1")
+        [waiting] = stores[0].waiting_for_upstream(T0, 10)
+        barrier, ended = threading.Barrier(2), []
+
+        def end(index: int) -> None:
+            barrier.wait()
+            reason = "waited until 08:00 for settle"
+            ended.append(
+                stores[index].end_waiting(waiting, EventKind.SKIPPED, reason, T0 + WAIT, "e")
+            )
+
+        threads = [threading.Thread(target=end, args=(i,)) for i in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert sorted(ended) == [False, True]
+        assert not stores[0].release_waiting(export.run_id, T0 + WAIT)
+        assert kinds(drain(stores[0]), export.run_id) == [("skipped", 0)]
+        run = stores[0].get(export.run_id)
+        assert run is not None and run.state is RunState.SKIPPED
+    finally:
+        for opened in stores:
+            opened.close()
+
+
+def test_a_queued_run_promoted_after_its_predecessor_stays_held(store: DedupeStore) -> None:
+    first = run_request(minute=0, schedule_id="export", overlap=OverlapPolicy.QUEUE)
+    second = held(run_request(minute=1, schedule_id="export", overlap=OverlapPolicy.QUEUE))
+    store.admit([first, second], T0, "e1")
+    [lease] = store.acquire("e1", SHELL, T0 + timedelta(minutes=1), LEASE, 10)
+    store.finish(lease, OK, T0 + timedelta(minutes=2))
+
+    assert store.get(second.run_id).state is RunState.READY  # type: ignore[union-attr]
+    assert acquired(store) == []
+    [waiting] = store.waiting_for_upstream(T0, 10)
+    assert store.end_waiting(waiting, EventKind.DEAD_LETTERED, "no settle", T0 + WAIT, "e1")
+    events = drain(store)
+    assert kinds(events, second.run_id) == [("dead_lettered", 0)]
+    assert [e.dead_letter is not None for e in events if e.run_id == second.run_id] == [True]
