@@ -232,3 +232,46 @@ def test_json_files_are_read_by_extension_or_content(
     broken = apply(kafka_settings, tmp_path, '{"schedules": [', name="s.json")
     assert broken.exit_code == 2
     assert "not a valid JSON schedules file" in broken.stderr
+
+
+CHAIN = """
+schedules:
+  - id: ledger.export
+    cron: "0 7 * * *"
+    owner: ledger
+    upstream: [{schedule: payments.settle, match: same_instant}]
+  - id: ledger.archive
+    cron: "0 8 * * *"
+    owner: ledger
+    upstream: [{schedule: ledger.audit}]
+  - id: ledger.audit
+    cron: "0 9 * * *"
+    owner: ledger
+    upstream: [{schedule: ledger.archive}]
+"""
+
+
+def test_apply_refuses_what_a_schedule_cannot_wait_for_and_names_the_fix(
+    kafka_settings: KafkaSettings, tmp_path: Path
+) -> None:
+    missing = apply(kafka_settings, tmp_path, CHAIN)
+    assert missing.exit_code == 2, missing.output
+    assert "upstream payments.settle does not exist" in missing.stderr, missing.stderr
+    assert "ledger.archive -> ledger.audit -> ledger.archive" in missing.stderr
+    assert records(kafka_settings) == []
+
+    settle = 'schedules: [{id: payments.settle, cron: "0 7 * * *", owner: payments}]'
+    assert apply(kafka_settings, tmp_path, settle, name="payments.yaml").exit_code == 0
+    export = CHAIN.split("  - id: ledger.archive", maxsplit=1)[0]
+    refused = apply(kafka_settings, tmp_path, export)
+    assert refused.exit_code == 2, refused.output
+    assert "adds ledger to the downstream_teams of payments.settle" in refused.stderr
+
+    granted = settle.replace("owner: payments", "owner: payments, downstream_teams: [ledger]")
+    assert apply(kafka_settings, tmp_path, granted, name="payments.yaml").exit_code == 0
+    taken = apply(kafka_settings, tmp_path, export)
+    assert taken.exit_code == 0, taken.output
+    shifted = export.replace('cron: "0 7 * * *"', 'cron: "30 7 * * *"')
+    never = apply(kafka_settings, tmp_path, shifted)
+    assert never.exit_code == 2, never.output
+    assert "same_instant never matches" in never.stderr, never.stderr
