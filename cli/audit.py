@@ -1,8 +1,9 @@
 """`kairos audit verify`: prove from the topics that every owed occurrence fired, once, on time.
 
 Exit status (`kairos.cli.exit_codes`): 0 when the promise holds for the window, 1 when the
-topics show a breach (a run lost, committed twice, fired though nothing owed it, fired early, or
-with `--outcomes` refused or never finished by an executor), 2 when the audit could not run (an
+topics show a breach (a run lost, committed twice, fired though nothing owed it, fired early,
+started before an upstream period it waits for succeeded or left waiting past its wait, or with
+`--outcomes` refused or never finished by an executor), 2 when the audit could not run (an
 unusable argument, an unreachable broker, a missing topic), 3 when it is inconclusive: no breach
 seen, but records an open transaction holds could still make one (docs/audit.md).
 """
@@ -224,16 +225,17 @@ def audit_window(
     `KairosError` when the topics cannot be read. The console runs this same audit.
 
     The runs, run-events and dead-letter topics are read from a margin before `start`
-    (`margin`, else `kairos.core.audit_margin.read_margin`), or from their beginning with
-    `whole_history`."""
+    (`margin`, else `kairos.core.audit_margin.read_margin`), the run events from as much
+    before the earliest upstream period a waiting run of the window waits for, when earlier;
+    or from their beginning with `whole_history`."""
     warnings = _horizon_warnings(settings, start, as_of)
     window = AuditWindow(
         start, end, schedule, early_tolerance, outcome_grace, whole_history, margin
     )
-    with history_reader(settings) as reader:
-        read = read_audit_window(reader, window)
     changes = read_calendar_history(settings)
     calendars = as_of_history(changes)
+    with history_reader(settings) as reader:
+        read = read_audit_window(reader, window, calendars)
     if read.rejected:
         warnings.append(f"{read.rejected} record(s) were not valid events and were skipped")
     report = verify(
@@ -257,6 +259,7 @@ def audit_window(
         unsettled=read.unsettled,
         outcomes=read.outcomes,
         early_tolerance=early_tolerance,
+        periods=read.periods,
     )
     return report, warnings
 

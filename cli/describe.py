@@ -14,6 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
+from kairos.cli.describe_upstream import upstream_documents, upstream_lines
 from kairos.cli.options import fail, kafka_settings
 from kairos.cli.output import JsonAliasOption, OutputOption, as_yaml, chosen, render, table_lines
 from kairos.cli.partitions import GroupOption
@@ -81,6 +82,9 @@ def describe(
                 last_runs = recent_runs(reader, schedule, runs, period, now) if runs else []
             else:
                 last_runs, behind = _from_view(view, settings, schedule_id, runs)
+            upstream = upstream_documents(
+                ScheduleReader(settings), reader, schedule, now, calendars
+            )
             every_refusal = reader.refused_changes() if changes else []
             history = reader.schedule_events(schedule_id, every_refusal) if changes else []
             refusals = _refusals_of(every_refusal, schedule_id)
@@ -94,6 +98,7 @@ def describe(
         "placement": placement,
         "next_fires": [fire_document(p, schedule) for p in upcoming_fires],
         "never_fires": None if upcoming_fires else never_fires_reason(schedule, after),
+        "waits_for": upstream,
         "last_runs": last_runs,
         "runs_from": "topics" if view is None else "view",
         "view_records_behind": None if view is None else behind,
@@ -247,6 +252,7 @@ def _print(document: dict[str, Any], schedule: Schedule, fires: list[Planned]) -
         lines.append(f"  none: {document['never_fires']}")
     if schedule.paused and fires:
         lines.append("  (paused: these run only if it is resumed before them)")
+    lines += upstream_lines(document["waits_for"])
     lines += ["", f"Last {len(document['last_runs'])} run(s){_source(document)}:"]
     lines += _runs_table(document)
     lines += ["", f"Last {len(document['last_changes'])} change(s):", *_changes_table(document)]

@@ -38,6 +38,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from kairos.core.audit_calendars import calendar_debts
+from kairos.core.audit_dependencies import RunWaiting
 from kairos.core.calendar_owed import Era
 from kairos.core.calendar_rules import CalendarLookup, next_occurrence
 from kairos.core.firing import Decision, ScheduleState, deleted, upserted
@@ -433,6 +434,8 @@ class FiredRun:
     appended_at: datetime | None = None
     """The broker's append time, when the runs topic stamps records with it (LogAppendTime):
     a witness of when the fire happened that does not depend on the ticker's clock."""
+    waiting: RunWaiting | None = None
+    """The upstream periods the run waits for, as fired (`None`: it waits for none)."""
 
 
 @dataclass(frozen=True, slots=True)

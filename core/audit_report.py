@@ -31,6 +31,10 @@ class FindingKind(StrEnum):
     UNREPORTED = "unreported"
     CALENDAR = "against_its_calendars"
     """Fired though the calendars in force skip it, or skipped by a calendar though they run it."""
+    STARTED_BEFORE_UPSTREAM = "started_before_upstream"
+    """Started before an upstream period it waits for succeeded (`kairos.core.audit_upstream`)."""
+    WAITING_PAST_DEADLINE = "waiting_past_deadline"
+    """Fired to wait for upstream periods, and neither started nor ended by its wait's end."""
     HIDDEN = "hidden_by_open_transaction"
     """Not a breach: the audit cannot decide until the transaction ends."""
 

@@ -20,8 +20,8 @@ Each owed occurrence in the window is one of:
 
 Every breach the topics show is a `Finding`: lost and duplicated runs, runs no version of the
 schedule owed (fired after a delete, inside a pause, at an instant that is not an occurrence, or
-for a schedule the history never named), early fires, and with the outcome check, runs an
-executor refused at admission or never finished reporting.
+for a schedule the history never named), early fires, runs that did not wait for their upstream
+periods, and with the outcome check, runs an executor refused at admission or never finished.
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ from kairos.core.audit_report import (
     FindingKind,
     ScheduleAudit,
 )
+from kairos.core.audit_upstream import UpstreamPeriods, dependency_findings, with_findings
 from kairos.core.misfire import is_misfire_reason
 from kairos.core.run_id import rerun_request_of
 
@@ -113,6 +114,7 @@ def verify(
     unsettled: Unsettled | None = None,
     outcomes: OutcomeCheck | None = None,
     early_tolerance: timedelta = DEFAULT_EARLY_TOLERANCE,
+    periods: UpstreamPeriods | None = None,
 ) -> AuditReport:
     """Match each expected occurrence against the fires and run events read from the topics.
 
@@ -122,7 +124,9 @@ def verify(
     in the window (and of `schedule_id`, when given) are considered. Retry requests (attempt
     above 1) are an executor's business, not fires, so they count neither as fires nor as
     duplicates. The report lists each schedule that owed, fired or hid something in the window.
+    With `periods` (`resolve_periods`), `events` holding their successes, runs' waits are checked.
     """
+    events = tuple(events)  # read again for the upstream periods' successes
 
     def wanted(sid: str, nominal: datetime) -> bool:
         return start <= nominal < end and (schedule_id is None or sid == schedule_id)
@@ -139,15 +143,13 @@ def verify(
         early_tolerance=early_tolerance,
         outcomes=outcomes,
     )
-    sids = {sid for sid, occurrences in expected.items() if occurrences}
-    sids |= {runs[0].schedule_id for runs in seen.commits.values()}
-    sids |= {records[0].schedule_id for records in seen.unsettled.values()}
-    if schedule_id is not None:
-        sids &= {schedule_id}
     audits = [
         _audit_one(sid, expected.get(sid, ()), seen, (stops or {}).get(sid, ()), sid in expected)
-        for sid in sorted(sids)
+        for sid in _audited(expected, seen, schedule_id)
     ]
+    if periods:
+        waited = dependency_findings(periods, seen.commits, events, pending.events, as_of=as_of)
+        audits = with_findings(audits, waited)
     return AuditReport(
         start,
         end,
@@ -158,6 +160,18 @@ def verify(
         early_tolerance=early_tolerance,
         outcome_grace=outcomes.grace if outcomes else None,
     )
+
+
+def _audited(
+    expected: Mapping[str, Sequence[ExpectedOccurrence]], seen: _Seen, schedule_id: str | None
+) -> list[str]:
+    """The schedules the report lists: each that owed, fired or hid something in the window."""
+    sids = {sid for sid, occurrences in expected.items() if occurrences}
+    sids |= {runs[0].schedule_id for runs in seen.commits.values()}
+    sids |= {records[0].schedule_id for records in seen.unsettled.values()}
+    if schedule_id is not None:
+        sids &= {schedule_id}
+    return sorted(sids)
 
 
 def _index(

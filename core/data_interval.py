@@ -29,6 +29,7 @@ from kairos.core.calendar_rules import CalendarLookup, next_occurrence
 from kairos.core.schedule import Schedule
 
 _JUST_BEFORE = timedelta(microseconds=1)
+_JUST_AFTER = timedelta(microseconds=1)
 _LOOK_BACK = (
     timedelta(minutes=2),
     timedelta(hours=2),
@@ -83,6 +84,16 @@ def previous_occurrence(
             return _last_before(schedule, fire.nominal, nearer, lookup)
         nearer = nominal - back  # nothing from here to `nominal`
     return None
+
+
+def latest_occurrence(
+    schedule: Schedule, at: datetime, calendars: CalendarLookup | None = None
+) -> datetime | None:
+    """The schedule's latest occurrence at or before `at` (a one-shot's own, once past): the
+    period a schedule is in."""
+    if schedule.at is not None:
+        return schedule.at if schedule.at <= at else None
+    return previous_occurrence(schedule, at + _JUST_AFTER, calendars)
 
 
 def _previous_every(schedule: Schedule, nominal: datetime) -> datetime | None:

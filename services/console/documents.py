@@ -20,6 +20,7 @@ from kairos.core.preview_listing import fire_document, upcoming
 from kairos.core.run_id import format_instant
 from kairos.core.schedule import Schedule
 from kairos.services.console import queries
+from kairos.services.console.dependencies import dependencies
 from kairos.services.console.follower import trigger_of
 from kairos.services.console.identity import Identity
 from kairos.services.console.lateness import OVER_AN_HOUR, merged, percentile_ms
@@ -111,6 +112,7 @@ def schedule_page(
         "calendars_not_applied": uses_calendars(schedule),
         "last_runs": runs,
         "last_changes": _changes_with_diffs(queries.changes(view, schedule_id), judged, viewer),
+        "dependencies": dependencies(view, schedule, now),
     }
 
 

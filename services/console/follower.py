@@ -217,6 +217,7 @@ def schedule_row(record: ScheduleUpserted) -> ScheduleRow:
         changed_by=record.changed_by,
         definition=schedule.model_dump_json(exclude_defaults=True),
         labels=dict(schedule.labels),
+        upstream=tuple(upstream.schedule for upstream in schedule.upstream),
     )
 
 

@@ -308,3 +308,23 @@ def dead_letters(view: ConsoleView, limit: int = 100) -> list[dict[str, Any]]:
         "owner",
     )
     return [dict(zip(keys, row, strict=True)) for row in rows]
+
+
+def downstream_of(view: ConsoleView, schedule_id: str, limit: int = 100) -> list[str]:
+    """The schedules that wait for this one, by id."""
+    with view.connection() as db:
+        rows = db.execute(
+            "SELECT schedule_id FROM upstreams WHERE upstream_id = ? ORDER BY schedule_id LIMIT ?",
+            (schedule_id, limit),
+        ).fetchall()
+    return [row[0] for row in rows]
+
+
+def statuses_at(view: ConsoleView, schedule_id: str, nominal_ms: int) -> list[str]:
+    """The statuses of the schedule's runs at one nominal instant (its occurrence's, re-runs')."""
+    with view.connection() as db:
+        rows = db.execute(
+            "SELECT status FROM runs WHERE schedule_id = ? AND nominal_at = ? ORDER BY run_id",
+            (schedule_id, nominal_ms),
+        ).fetchall()
+    return [row[0] for row in rows]

@@ -66,6 +66,8 @@ class ScheduleRow:
     changed_by: str | None
     definition: str
     labels: dict[str, str]
+    upstream: tuple[str, ...] = ()
+    """The schedules it waits for (`Schedule.upstream`), for the pages of both ends."""
 
 
 @dataclass(frozen=True)
@@ -259,9 +261,19 @@ def _write_schedules(db: ViewDb, schedules: dict[str, ScheduleRow | None]) -> No
             for r in rows
         ],
     )
+    _write_edges(db, ids, rows)
+
+
+def _write_edges(db: ViewDb, ids: list[str], rows: list[ScheduleRow]) -> None:
+    """The schedules' labels and upstreams, as their rows now say."""
     db.executemany(
         "INSERT INTO labels VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
         [(key, value, r.schedule_id) for r in rows for key, value in r.labels.items()],
+    )
+    db.executemany("DELETE FROM upstreams WHERE schedule_id = ?", [(i,) for i in ids])
+    db.executemany(
+        "INSERT INTO upstreams VALUES (?, ?) ON CONFLICT DO NOTHING",
+        [(r.schedule_id, upstream) for r in rows for upstream in r.upstream],
     )
 
 

@@ -10,10 +10,11 @@ from __future__ import annotations
 from kairos.services.console.database import ViewDatabaseError, ViewDb
 from kairos.streams.sql.dialects import Dialect
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """2 added `changes.signing_team`, 3 `changes.restores`, 4 `runs.owner` (the team the ticker
-fired the run for, so runs are shown by the ticker's verdict, not a later forged record); an
-older view is migrated in place."""
+fired the run for, so runs are shown by the ticker's verdict, not a later forged record), 5 the
+`upstreams` table (made by the schema itself: schedules read before schema history v13 name
+none); an older view is migrated in place."""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -35,6 +36,10 @@ CREATE TABLE IF NOT EXISTS labels (
     key TEXT NOT NULL, value TEXT NOT NULL, schedule_id {key_text} NOT NULL,
     PRIMARY KEY (key, value, schedule_id)){table_suffix};
 CREATE INDEX IF NOT EXISTS labels_by_schedule ON labels (schedule_id);
+CREATE TABLE IF NOT EXISTS upstreams (
+    schedule_id {key_text} NOT NULL, upstream_id {key_text} NOT NULL,
+    PRIMARY KEY (schedule_id, upstream_id)){table_suffix};
+CREATE INDEX IF NOT EXISTS upstreams_by_upstream ON upstreams (upstream_id, schedule_id);
 CREATE TABLE IF NOT EXISTS changes (
     schedule_id {key_text} NOT NULL, partition INTEGER NOT NULL, at_offset BIGINT NOT NULL,
     change TEXT NOT NULL, revision INTEGER NOT NULL, changed_at BIGINT NOT NULL,

@@ -12,6 +12,7 @@ from typing import Any
 from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, Message
 
 from kairos.core.audit import AdmissionDeadLetter, FiredRun, HistoryEvent, RunEventRecord
+from kairos.core.audit_dependencies import run_waiting
 from kairos.core.errors import KairosError
 from kairos.streams.wire.codec import Codecs
 from kairos.streams.wire.records import read_run_requested
@@ -99,6 +100,7 @@ def fired_run(codecs: Codecs, record: TopicRecord) -> FiredRun:
         offset=record.offset,
         owner=run.owner,
         appended_at=record.timestamp if record.appended else None,
+        waiting=run_waiting(run.upstream, run.upstream_wait_ms, run.upstream_timeout, run.timezone),
     )
 
 

@@ -298,12 +298,14 @@ def test_a_view_of_schema_1_gains_the_columns_of_each_later_schema(tmp_path: Pat
             "PRIMARY KEY (schedule_id, partition, at_offset))"
         )
         db.execute("INSERT INTO changes VALUES ('s', 0, 1, 'upserted', 1, 0, 'ci', NULL, NULL)")
+        db.execute("DROP TABLE upstreams")
         db.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
     migrated = ConsoleView(url)
     assert [(c["signing_team"], c["restores"]) for c in queries.changes(migrated, "s")] == [
         (None, False)
     ]
     with migrated.connection() as db:
-        assert db.execute("SELECT value FROM meta").fetchone() == ("4",)
+        assert db.execute("SELECT value FROM meta").fetchone() == ("5",)
+        assert db.execute("SELECT count(*) FROM upstreams").fetchone() == (0,)
         # A run read before runs kept their owner: its reason is shown to no team.
         assert db.execute("SELECT owner FROM runs").fetchall() == [(None,)]
