@@ -2,10 +2,11 @@
 
 Exit status (`kairos.cli.exit_codes`): 0 when the promise holds for the window, 1 when the
 topics show a breach (a run lost, committed twice, fired though nothing owed it, fired early,
-started before an upstream period it waits for succeeded or left waiting past its wait, or with
-`--outcomes` refused or never finished by an executor), 2 when the audit could not run (an
-unusable argument, an unreachable broker, a missing topic), 3 when it is inconclusive: no breach
-seen, but records an open transaction holds could still make one (docs/audit.md).
+fired without the wait its definition names, started or released before an upstream period it
+waits for succeeded, left waiting past its wait, or with `--outcomes` refused or never finished
+by an executor), 2 when the audit could not run (an unusable argument, an unreachable broker, a
+missing topic) and when it is inconclusive: no breach seen, but records an open transaction
+holds could still make one (docs/audit.md).
 """
 
 from __future__ import annotations
@@ -168,7 +169,7 @@ def verify_command(
     as_json: JsonOption = False,
 ) -> None:
     """Compute every occurrence the schedule history owed in the window and match it against
-    the runs and run-events topics. Exits 1 on a breach, 3 when inconclusive (see --help)."""
+    the runs and run-events topics. Exits 1 on a breach, 2 when inconclusive (see --help)."""
     as_of = datetime.now(UTC)
     start = instant_option(from_, "--from", as_of)
     end = instant_option(to, "--to", as_of)

@@ -9,7 +9,7 @@ after the window only the latest under each version is kept, so memory follows t
 
 A window whose runs wait for upstream periods also needs those periods' successes, which may be
 older than the window (a weekly upstream's latest period before a run): the run events are then
-read from the margin before the earliest such period (`kairos.core.audit_upstream`), keeping
+read from the margin before the earliest such period (`kairos.core.audit_dependencies`), keeping
 only the `succeeded` events of those periods besides the window's own.
 """
 
@@ -20,14 +20,14 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from kairos.core.audit import FiredRun, HistoryEvent, RequestedRerun, RunEventRecord
-from kairos.core.audit_margin import read_margin
-from kairos.core.audit_upstream import (
-    UpstreamPeriod,
-    UpstreamPeriods,
+from kairos.core.audit_dependencies import (
+    RunWaits,
     earliest_period,
     needed_periods,
     resolve_periods,
 )
+from kairos.core.audit_margin import read_margin
+from kairos.core.audit_upstream import UpstreamPeriods
 from kairos.core.audit_verdict import OutcomeCheck, Unsettled
 from kairos.core.calendar_rules import CalendarLookup
 from kairos.streams.readers.history import HistoryReader
@@ -46,8 +46,9 @@ class AuditRead:
     outcomes: OutcomeCheck | None
     rejected: int
     since: datetime | None
-    periods: dict[str, tuple[UpstreamPeriod, ...]] = field(default_factory=dict)
-    """The upstream periods each waiting run of the window waits for, by run id."""
+    periods: dict[str, RunWaits] = field(default_factory=dict)
+    """What each waiting run of the window waits for (its definition's upstreams, wait and
+    periods), by run id."""
     events_since: datetime | None = None
     """Where the run-events read began: earlier than `since` when an upstream period is."""
 
@@ -95,7 +96,7 @@ def read_audit_window(
     reader: HistoryReader, window: AuditWindow, calendars: CalendarLookup | None = None
 ) -> AuditRead:
     """The window's records; `calendars` are those in force at each instant, for the periods
-    of upstreams that run on business days (`kairos.core.audit_upstream.resolve_periods`)."""
+    of upstreams that run on business days (`kairos.core.audit_dependencies.resolve_periods`)."""
     refusals = reader.refused_changes()
     history = reader.schedule_events(window.schedule, refusals)
     reruns = list(reader.reruns)
@@ -112,7 +113,9 @@ def read_audit_window(
     )
     fired += beyond.latest.values()
     waited_for = [*history, *_upstream_history(reader, window, history, fired, refusals)]
-    periods = resolve_periods(fired, waited_for, wanted=beyond.in_window, calendars=calendars)
+    periods = resolve_periods(
+        fired, waited_for, wanted=beyond.in_window, calendars=calendars, reruns=reruns
+    )
     events_since = _events_since(window, since, periods, waited_for)
     events, unsettled_events = _run_events(reader, window, events_since, periods)
     check = None
@@ -150,14 +153,22 @@ def _upstream_history(
     fired: Iterable[FiredRun],
     refusals: list[RefusedChange],
 ) -> list[HistoryEvent]:
-    """The histories of the upstreams the window's runs wait for that `history` lacks: with
-    `--schedule`, only that schedule's partition was read. Each is one partition's read."""
+    """The histories of the upstreams the window's runs may wait for that `history` lacks:
+    with `--schedule`, only that schedule's partition was read. Those any version of a
+    schedule fired in the window names (what its runs wait for is its definition's), and those
+    a fired record names (a run no definition owed is held to its record). Each is one
+    partition's read."""
     held = {event.schedule_id for event in history}
+    runs = [run for run in fired if window.start <= run.nominal < window.end]
+    downstream = {run.schedule_id for run in runs}
     named = {
-        upstream
-        for run in fired
-        if run.waiting is not None and window.start <= run.nominal < window.end
-        for upstream, _ in run.waiting.upstream
+        upstream.schedule
+        for event in history
+        if event.schedule_id in downstream and event.definition is not None
+        for upstream in event.definition.upstream
+    }
+    named |= {
+        upstream for run in runs if run.waiting is not None for upstream, _ in run.waiting.upstream
     }
     return [
         event

@@ -30,6 +30,7 @@ from kairos.core.calendar_rules import Planned
 from kairos.core.errors import KairosError
 from kairos.core.preview_listing import fire_document, heading, occurrence_line, upcoming
 from kairos.core.schedule import Schedule
+from kairos.services.console.queries import downstream_of
 from kairos.streams.kafka.partition_status import PartitionStatusError, read_group_status
 from kairos.streams.kafka.settings import TICKER_GROUP, KafkaSettings
 from kairos.streams.readers.held_schedules import StoredSchedule
@@ -80,8 +81,9 @@ def describe(
             if view is None:
                 period = _period(upcoming(schedule, now, 2, calendars))
                 last_runs = recent_runs(reader, schedule, runs, period, now) if runs else []
+                behind, downstream = None, None
             else:
-                last_runs, behind = _from_view(view, settings, schedule_id, runs)
+                last_runs, behind, downstream = _from_view(view, settings, schedule_id, runs)
             upstream = upstream_documents(
                 ScheduleReader(settings), reader, schedule, now, calendars
             )
@@ -99,27 +101,29 @@ def describe(
         "next_fires": [fire_document(p, schedule) for p in upcoming_fires],
         "never_fires": None if upcoming_fires else never_fires_reason(schedule, after),
         "waits_for": upstream,
+        "waited_for_by": downstream,
         "last_runs": last_runs,
         "runs_from": "topics" if view is None else "view",
         "view_records_behind": None if view is None else behind,
         "awaiting_ticker": len(awaiting),
-        "last_changes": [_change_document(e, awaiting) for e in history[-changes:]]
-        if changes
-        else [],
-        "last_refused_changes": [_refusal_document(r) for r in refusals[-changes:]]
-        if changes
-        else [],
+        # Without --changes both lists are empty, and [-0:] takes nothing more from them.
+        "last_changes": [_change_document(e, awaiting) for e in history[-changes:]],
+        "last_refused_changes": [_refusal_document(r) for r in refusals[-changes:]],
     }
     render(document, chosen_output, lambda: _print(document, schedule, upcoming_fires))
 
 
 def _from_view(
     url: str, settings: KafkaSettings, schedule_id: str, count: int
-) -> tuple[list[dict[str, Any]], int]:
-    """The last runs the console's view holds, and how many records it has yet to read."""
+) -> tuple[list[dict[str, Any]], int, list[str]]:
+    """The last runs the console's view holds, how many records it has yet to read, and the
+    schedules that wait for this one (only the view indexes them: the topics would be read
+    whole)."""
     console_view = open_view(url)
-    return last_runs_in_view(console_view, schedule_id, count), records_behind(
-        console_view, settings
+    return (
+        last_runs_in_view(console_view, schedule_id, count),
+        records_behind(console_view, settings),
+        downstream_of(console_view, schedule_id),
     )
 
 
@@ -252,7 +256,7 @@ def _print(document: dict[str, Any], schedule: Schedule, fires: list[Planned]) -
         lines.append(f"  none: {document['never_fires']}")
     if schedule.paused and fires:
         lines.append("  (paused: these run only if it is resumed before them)")
-    lines += upstream_lines(document["waits_for"])
+    lines += upstream_lines(document["waits_for"], document["waited_for_by"])
     lines += ["", f"Last {len(document['last_runs'])} run(s){_source(document)}:"]
     lines += _runs_table(document)
     lines += ["", f"Last {len(document['last_changes'])} change(s):", *_changes_table(document)]

@@ -75,11 +75,11 @@ def _state(history: HistoryReader, period: UpstreamPeriod) -> dict[str, Any]:
     return {"period_at": text(at), "state": state}
 
 
-def upstream_lines(documents: list[dict[str, Any]]) -> list[str]:
-    """The text form: one line per upstream."""
-    if not documents:
-        return []
-    lines = ["", "Waits for (the current period):"]
+def upstream_lines(documents: list[dict[str, Any]], downstream: list[str] | None) -> list[str]:
+    """The text form: one line per upstream, then who waits for it (known with `--view`)."""
+    lines = []
+    if documents:
+        lines += ["", "Waits for (the current period):"]
     for document in documents:
         period = document["period_at"] or "-"
         detail = document.get("reason") or ""
@@ -87,4 +87,6 @@ def upstream_lines(documents: list[dict[str, Any]]) -> list[str]:
             f"  {document['schedule']} ({document['match']}): period ending {period}: "
             f"{document['state']}{f' ({detail})' if detail else ''}"
         )
+    if downstream:
+        lines += ["", f"Waited for by: {', '.join(downstream)}"]
     return lines

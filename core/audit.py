@@ -456,6 +456,10 @@ class RunEventRecord:
     next_attempt_at: datetime | None
     partition: int
     offset: int
+    appended_at: datetime | None = None
+    """The broker's append time, when the run-events topic stamps records with it
+    (LogAppendTime): when a `released` event, which carries no instant of its own, was
+    published; `None` otherwise."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,7 +34,14 @@ class FindingKind(StrEnum):
     STARTED_BEFORE_UPSTREAM = "started_before_upstream"
     """Started before an upstream period it waits for succeeded (`kairos.core.audit_upstream`)."""
     WAITING_PAST_DEADLINE = "waiting_past_deadline"
-    """Fired to wait for upstream periods, and neither started nor ended by its wait's end."""
+    """Fired to wait for upstream periods, and neither released, started nor ended by its
+    wait's end."""
+    FIRED_WITHOUT_ITS_WAIT = "fired_without_its_wait"
+    """Its definition names upstreams, and the fired record does not carry them (or carries
+    others, or another wait or timeout)."""
+    RELEASED_BEFORE_UPSTREAM = "released_before_upstream"
+    """An executor released it (a `released` run event) before an upstream period it waits for
+    succeeded."""
     HIDDEN = "hidden_by_open_transaction"
     """Not a breach: the audit cannot decide until the transaction ends."""
 

@@ -1,19 +1,29 @@
-"""The audit's proof that waiting runs waited: no run started before its upstream periods
-succeeded, and none was left waiting past its wait without an outcome.
+"""The audit's proof that waiting runs waited: no run started (or was released) before its
+upstream periods succeeded, none was left waiting past its wait without an outcome, and none was
+fired without the wait its definition names.
 
-A run that names upstream schedules (`RunWaiting`, as its `RunRequested` carries them) may not
-start until the matching period of each has succeeded: a run of the upstream with that nominal
-instant, the scheduled one or any re-run of it, reported `succeeded`. When its wait
-(`upstream_wait` after its nominal instant) ends first, an executor ends it (`dead_lettered`
-or `failed`, or `skipped`, as `upstream_timeout` says). Two findings follow, both breaches
-(docs/audit.md):
+What a run must wait for is its schedule's definition's, the one that owed it, never its own
+record's (`kairos.core.audit_dependencies.resolve_periods`, `RunWaits`): the version in force
+at its nominal instant, or for a re-run the one in force when its request was taken. A run
+whose definition names no upstream is not checked. It may not start until the matching period
+of each upstream has succeeded: a run of the upstream with that nominal instant, the scheduled
+one or any re-run of it, reported `succeeded`. When its wait (`upstream_wait` after its nominal
+instant) ends first, an executor ends it (`dead_lettered` or `failed`, or `skipped`, as
+`upstream_timeout` says). The findings, all breaches (docs/audit.md):
 
+- `fired_without_its_wait`: the fired record (its first commit) does not carry the definition's
+  upstreams, wait and timeout (`carries`): a ticker dropped or changed the wait;
 - `started_before_upstream`: the run's first `started` event is stamped more than
   `CLOCK_TOLERANCE` before the earliest `succeeded` event (by `finished_at`) of an upstream's
   period, or it started though that period never succeeded, or though the rule names no period;
+- `released_before_upstream`: the same of its first `released` event, by the broker's append
+  time (the event carries no instant of its own): a release is appended after it committed,
+  and it commits after the success it saw committed, so one appended more than the tolerance
+  before the success's `finished_at` is an executor releasing early;
 - `waiting_past_deadline`: the run was fired, its wait and `WAIT_GRACE` have passed by the
-  audit's as-of instant (or its fire came later, and the grace after it passed), and no run
-  event says it started or ended (`ENDING_KINDS`).
+  audit's as-of instant (or its fire came later, and the grace after it passed), it was not
+  released by then, and no run event says it started or ended (`ENDING_KINDS`). A run released
+  in time and held back since (a full concurrency group, an overlap queue) is late, not this.
 
 Which period a run waits for is worked out by `kairos.core.audit_dependencies`, apart from the
 code the executors use, under the upstream's definition in force at the run's nominal instant
@@ -26,16 +36,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from kairos.core.audit import FiredRun, HistoryEvent, RunEventRecord
-from kairos.core.audit_dependencies import RunWaiting, brute_upstream_period
+from kairos.core.audit import FiredRun, RunEventRecord
+from kairos.core.audit_dependencies import RunWaits, UpstreamPeriod, carries, waiting_text
 from kairos.core.audit_margin import CLOCK_MARGIN
 from kairos.core.audit_report import Finding, FindingKind, ScheduleAudit
-from kairos.core.calendar_rules import CalendarLookup
 from kairos.core.run_id import RunIdError, format_instant, parse_run_id
-from kairos.core.schedule import Schedule
-from kairos.core.schedule_dependencies import PeriodMatch
 
 CLOCK_TOLERANCE = timedelta(seconds=1)
 """How much earlier than its upstream period's success a run's start may be stamped before it
@@ -43,11 +49,12 @@ counts as started too soon. The two instants come from two executors' clocks (th
 `started_at`, the upstream's `finished_at`), each truncated to the millisecond on the wire, and
 hosts kept by NTP agree to within milliseconds: a second is far more than they drift apart. A
 run that really did not wait starts on its own trigger, seconds to hours before its upstream
-period ends, which this leaves visible."""
+period ends, which this leaves visible. A release is held to the same, by the broker's clock
+(its append time) against the upstream executor's."""
 
 WAIT_GRACE = CLOCK_MARGIN
 """How long after its wait ends (or after its fire, when fired later) a waiting run may go
-without a `started` or ending event before the audit reports it: the audit's clock margin
+without a release, a `started` or an ending event before the audit reports it: the clock margin
 (`kairos.core.audit_margin`, 5 minutes), the same allowance the audit already gives the
 producers' clocks. The executor ending it reads its own clock, which may lag the audit's, then
 publishes through its outbox: seconds normally, well inside it."""
@@ -58,115 +65,13 @@ other ending kind; `retrying` and `deadline_missed` follow a start or say nothin
 
 STARTED_KINDS = frozenset({"started"})
 
+RELEASED_KINDS = frozenset({"released"})
+"""The event an executor publishes when it releases a held run, in the transaction that
+releases it: it carries no instant, and is timed by the broker's append time."""
 
-@dataclass(frozen=True, slots=True)
-class UpstreamPeriod:
-    """One upstream period a fired run waits for, as the audit works it out."""
-
-    upstream_id: str
-    match: str
-    """The `PeriodMatch` as the run was fired with it."""
-    period: datetime | None
-    """The upstream's nominal instant whose success the run waits for; `None` when the rule
-    names none (the run is to be skipped) or the audit cannot tell (`undecided`)."""
-    undecided: str | None = None
-    """Why the audit cannot tell which period it is; `None` when it can."""
-
-
-UpstreamPeriods = Mapping[str, tuple[UpstreamPeriod, ...]]
-"""The periods each waiting run of the window waits for, by its run id."""
-
-
-def resolve_periods(
-    fired: Iterable[FiredRun],
-    history: Sequence[HistoryEvent],
-    *,
-    wanted: Callable[[FiredRun], bool],
-    calendars: CalendarLookup | None = None,
-) -> dict[str, tuple[UpstreamPeriod, ...]]:
-    """The upstream periods of every first fire `wanted` accepts that waits for some, by run
-    id; each upstream's under its definition in force at the run's nominal instant."""
-    resolver = _Resolver(history, calendars)
-    periods: dict[str, tuple[UpstreamPeriod, ...]] = {}
-    for run in fired:
-        if run.waiting is None or run.attempt != 1 or run.run_id in periods or not wanted(run):
-            continue
-        periods[run.run_id] = resolver.periods_of(run, run.waiting)
-    return periods
-
-
-class _Resolver:
-    """Works out upstream periods, each (upstream version, rule, instant, zone) once: the runs
-    of many downstreams of one upstream share them."""
-
-    def __init__(self, history: Sequence[HistoryEvent], calendars: CalendarLookup | None) -> None:
-        self._versions: dict[str, list[HistoryEvent]] = {}
-        for event in history:
-            self._versions.setdefault(event.schedule_id, []).append(event)
-        self._calendars = calendars
-        self._known: dict[tuple[str, int, str, datetime, str], UpstreamPeriod] = {}
-
-    def periods_of(self, run: FiredRun, waiting: RunWaiting) -> tuple[UpstreamPeriod, ...]:
-        zone = _zone(run, waiting, self._versions.get(run.schedule_id, ()))
-        found = []
-        for upstream_id, match in waiting.upstream:
-            in_force = _in_force(self._versions.get(upstream_id, ()), run.nominal)
-            version = -1 if in_force is None else in_force.offset
-            key = (upstream_id, version, match, run.nominal, zone)
-            if key not in self._known:
-                self._known[key] = self._period(upstream_id, match, in_force, run.nominal, zone)
-            found.append(self._known[key])
-        return tuple(found)
-
-    def _period(
-        self,
-        upstream_id: str,
-        match: str,
-        in_force: HistoryEvent | None,
-        nominal: datetime,
-        zone: str,
-    ) -> UpstreamPeriod:
-        definition: Schedule | None = None if in_force is None else in_force.definition
-        if definition is None:
-            why = "deleted" if in_force is not None else "not created yet"
-            return UpstreamPeriod(upstream_id, match, None, f"it was {why} at the run's instant")
-        try:
-            rule = PeriodMatch(match)
-            clock = ZoneInfo(zone)
-        except (ValueError, ZoneInfoNotFoundError):
-            return UpstreamPeriod(upstream_id, match, None, f"unknown rule or zone ({zone})")
-        answer = brute_upstream_period(definition, rule, nominal, clock, self._calendars)
-        return UpstreamPeriod(upstream_id, match, answer.period, answer.undecided)
-
-
-def _zone(run: FiredRun, waiting: RunWaiting, own: Sequence[HistoryEvent]) -> str:
-    """The downstream's zone: as fired, else its version that fired the run, else UTC."""
-    if waiting.timezone:
-        return waiting.timezone
-    version = next((e for e in own if e.offset == run.schedule_offset), None)
-    if version is not None and version.definition is not None:
-        return version.definition.timezone
-    return "UTC"
-
-
-def _in_force(events: Sequence[HistoryEvent], instant: datetime) -> HistoryEvent | None:
-    """The schedule's last change, in topic order, made at or before `instant`."""
-    return next((e for e in reversed(events) if e.changed_at <= instant), None)
-
-
-def needed_periods(periods: UpstreamPeriods) -> frozenset[tuple[str, datetime]]:
-    """(upstream id, nominal instant) of every period whose success the check looks for."""
-    return frozenset(
-        (p.upstream_id, p.period)
-        for found in periods.values()
-        for p in found
-        if p.period is not None
-    )
-
-
-def earliest_period(periods: UpstreamPeriods) -> datetime | None:
-    """The earliest upstream period instant: run events are read from a margin before it."""
-    return min((instant for _, instant in needed_periods(periods)), default=None)
+UpstreamPeriods = Mapping[str, RunWaits]
+"""What each waiting run of the window waits for, by its run id
+(`kairos.core.audit_dependencies.resolve_periods`)."""
 
 
 # -- the findings ---------------------------------------------------------------------------
@@ -191,11 +96,11 @@ def dependency_findings(
     *,
     as_of: datetime,
 ) -> list[Finding]:
-    """Every waiting run of the window (`commits`: its committed first fires by run id) that
-    started before an upstream period succeeded, or was left waiting past its wait. `events`
-    are the committed run events read (the window's runs', and the successes of upstream
-    periods before the window too), `unsettled` those past a last stable offset: a record there
-    that would settle a breach makes it `hidden`, not a breach."""
+    """Every waiting run of the window (`commits`: its committed first fires by run id) fired
+    without its wait, started or released before an upstream period succeeded, or left waiting
+    past its wait. `events` are the committed run events read (the window's runs', and the
+    successes of upstream periods before the window too), `unsettled` those past a last stable
+    offset: a record there that would settle a breach makes it `hidden`, not a breach."""
     outcomes = _Outcomes(_successes(events), unsettled, as_of)
     story: dict[str, list[RunEventRecord]] = {}
     for event in events:
@@ -207,15 +112,39 @@ def dependency_findings(
         if not runs:
             continue
         first = min(runs, key=lambda run: run.offset)
+        found += _record_findings(first, waits)
         told = story.get(run_id, [])
-        started = [e for e in told if e.kind in STARTED_KINDS]
-        if started:
-            start = min(started, key=lambda e: e.offset)
+        release = _first_of(told, RELEASED_KINDS)
+        if release is not None and release.appended_at is not None:
+            said = (_released(release), release.appended_at)
+            found += _too_soon(FindingKind.RELEASED_BEFORE_UPSTREAM, first, said, waits, outcomes)
+        start = _first_of(told, STARTED_KINDS)
+        if start is not None:
             if start.started_at is not None:
-                found += _started_findings(first, start, start.started_at, waits, outcomes)
+                said = (_started(start), start.started_at)
+                found += _too_soon(
+                    FindingKind.STARTED_BEFORE_UPSTREAM, first, said, waits, outcomes
+                )
         elif not any(e.kind in ENDING_KINDS for e in told):
-            found += _waiting_findings(first, waits, outcomes)
+            found += _waiting_findings(first, waits, release, outcomes)
     return found
+
+
+def _first_of(told: Sequence[RunEventRecord], kinds: frozenset[str]) -> RunEventRecord | None:
+    """The first of the run's events of `kinds`, in topic order (a run's share a partition)."""
+    return min((e for e in told if e.kind in kinds), key=lambda e: e.offset, default=None)
+
+
+def _record_findings(run: FiredRun, waits: RunWaits) -> list[Finding]:
+    """`fired_without_its_wait` when the fired record does not carry its definition's wait."""
+    if waits.version is None or carries(run.waiting, waits.waiting):
+        return []
+    detail = (
+        f"its definition (schedules offset {waits.version}) names "
+        f"{waiting_text(waits.waiting)}; the record ticker {run.ticker_instance} fired "
+        f"(under schedules offset {run.schedule_offset}) carries {waiting_text(run.waiting)}"
+    )
+    return [_finding(FindingKind.FIRED_WITHOUT_ITS_WAIT, run, detail)]
 
 
 def _successes(events: Iterable[RunEventRecord]) -> dict[tuple[str, datetime], RunEventRecord]:
@@ -246,68 +175,72 @@ def _finished(event: RunEventRecord) -> datetime:
     return event.finished_at
 
 
-def _started_findings(
+def _too_soon(
+    kind: FindingKind,
     run: FiredRun,
-    start: RunEventRecord,
-    began: datetime,
-    waits: Sequence[UpstreamPeriod],
+    said: tuple[str, datetime],
+    waits: RunWaits,
     outcomes: _Outcomes,
 ) -> list[Finding]:
-    """The upstream periods the run's first start (`began`, by `start`) came too soon for."""
+    """The upstream periods the run's first start or release (`said`: how the detail says it,
+    and its instant) came too soon for: before the period's success, less the tolerance."""
+    what, instant = said
     found = []
-    for wait in waits:
+    for wait in waits.periods:
         if wait.undecided is not None:
             continue
         if wait.period is None:
             detail = (
-                f"{_started(start)}, but upstream {wait.upstream_id} has no period matching "
+                f"{what}, but upstream {wait.upstream_id} has no period matching "
                 f"{wait.match} at this nominal instant: the run was to be skipped"
             )
-            detail += _fired_for(run, wait)
-            found.append(_finding(FindingKind.STARTED_BEFORE_UPSTREAM, run, detail))
+            found.append(_finding(kind, run, detail + _fired_for(run, wait)))
             continue
         success = outcomes.successes.get((wait.upstream_id, wait.period))
-        if success is not None and _finished(success) <= began + CLOCK_TOLERANCE:
+        if success is not None and _finished(success) <= instant + CLOCK_TOLERANCE:
             continue
-        found.append(_too_soon(run, start, wait, success, outcomes))
+        found.append(_before_success(kind, run, said, wait, success, outcomes=outcomes))
     return found
 
 
-def _too_soon(
+def _before_success(
+    kind: FindingKind,
     run: FiredRun,
-    start: RunEventRecord,
+    said: tuple[str, datetime],
     wait: UpstreamPeriod,
     success: RunEventRecord | None,
+    *,
     outcomes: _Outcomes,
 ) -> Finding:
-    assert start.started_at is not None and wait.period is not None
-    began = start.started_at
+    what, instant = said
+    assert wait.period is not None
     held = _held_back(
         outcomes,
         lambda e: (
             _period_of(e) == (wait.upstream_id, wait.period)
-            and _finished(e) <= began + CLOCK_TOLERANCE
+            and _finished(e) <= instant + CLOCK_TOLERANCE
         ),
     )
     if held is not None:
         return _hidden(run, held, f"a success of upstream {wait.upstream_id}'s period")
     period = f"upstream {wait.upstream_id}'s period {_text(wait.period)} ({wait.match})"
     if success is None:
-        detail = f"{_started(start)}, but {period} has no succeeded run event"
+        detail = f"{what}, but {period} has no succeeded run event"
     else:
-        early = _seconds(_finished(success) - began)
+        early = _seconds(_finished(success) - instant)
         detail = (
-            f"{_started(start)}, {early} before {period} succeeded at "
+            f"{what}, {early} before {period} succeeded at "
             f"{_text(_finished(success))} (run {success.run_id}, {success.source}); clock "
             f"tolerance {_seconds(CLOCK_TOLERANCE)}"
         )
-    return _finding(FindingKind.STARTED_BEFORE_UPSTREAM, run, detail + _fired_for(run, wait))
+    return _finding(kind, run, detail + _fired_for(run, wait))
 
 
 def _fired_for(run: FiredRun, wait: UpstreamPeriod) -> str:
     """What the ticker that fired the run resolved the period to, when not the audit's."""
     waiting = run.waiting
-    assert waiting is not None  # only waiting runs have periods
+    if waiting is None:
+        return ""  # fired waiting for nothing: `fired_without_its_wait` says so
     named = [upstream for upstream, _ in waiting.upstream]
     if len(waiting.fired_periods) != len(named) or wait.upstream_id not in named:
         return ""
@@ -319,25 +252,54 @@ def _fired_for(run: FiredRun, wait: UpstreamPeriod) -> str:
 
 
 def _waiting_findings(
-    run: FiredRun, waits: Sequence[UpstreamPeriod], outcomes: _Outcomes
+    run: FiredRun, waits: RunWaits, release: RunEventRecord | None, outcomes: _Outcomes
 ) -> list[Finding]:
-    assert run.waiting is not None  # only waiting runs have periods
-    ended_by = max(run.nominal + run.waiting.wait, run.fired_at)
-    if ended_by + WAIT_GRACE >= outcomes.as_of:
-        return []
+    """`waiting_past_deadline` for a run neither started nor ended (`release`: its first
+    `released` event, if any)."""
+    wait = waits.waiting.wait
+    ended_by = max(run.nominal + wait, run.fired_at)
+    deadline = ended_by + WAIT_GRACE
+    if deadline >= outcomes.as_of or _released_by(release, deadline):
+        return []  # not over yet, or released in time and held back since: late, not lost
     held = _held_back(
-        outcomes, lambda e: e.run_id == run.run_id and e.kind in STARTED_KINDS | ENDING_KINDS
+        outcomes,
+        lambda e: (
+            e.run_id == run.run_id
+            and (e.kind in STARTED_KINDS | ENDING_KINDS or _released_by(e, deadline))
+        ),
     )
     if held is not None:
-        return [_hidden(run, held, "its start or end")]
-    upstreams = "; ".join(_wait_text(wait, outcomes) for wait in waits)
+        return [_hidden(run, held, "its release, start or end")]
+    upstreams = "; ".join(_wait_text(wait, outcomes) for wait in waits.periods)
     detail = (
         f"fired at {_text(run.fired_at)} to wait for {upstreams}; its wait of "
-        f"{_seconds(run.waiting.wait)} ended at {_text(ended_by)} (upstream_timeout: "
-        f"{run.waiting.timeout}), yet {_seconds(WAIT_GRACE)} later no run event says it "
-        "started, succeeded, failed, was dead-lettered or skipped"
+        f"{_seconds(wait)} ended at {_text(ended_by)} (upstream_timeout: "
+        f"{waits.waiting.timeout}), yet {_seconds(WAIT_GRACE)} later "
+        f"{_release_text(release)}no run event says it started, succeeded, failed, was "
+        "dead-lettered or skipped"
     )
     return [_finding(FindingKind.WAITING_PAST_DEADLINE, run, detail)]
+
+
+def _released_by(event: RunEventRecord | None, deadline: datetime) -> bool:
+    """Whether `event` is a release the broker appended by `deadline`."""
+    return (
+        event is not None
+        and event.kind in RELEASED_KINDS
+        and event.appended_at is not None
+        and event.appended_at <= deadline
+    )
+
+
+def _release_text(release: RunEventRecord | None) -> str:
+    if release is None:
+        return "it was not released, and "
+    if release.appended_at is None:
+        return (
+            f"its release (by {release.source}) has no broker append time (the run-events "
+            "topic does not stamp LogAppendTime), so it is not known to be in time, and "
+        )
+    return f"it was released only at {_text(release.appended_at)} ({release.source}), and "
 
 
 def _wait_text(wait: UpstreamPeriod, outcomes: _Outcomes) -> str:
@@ -373,6 +335,11 @@ def _finding(kind: FindingKind, run: FiredRun, detail: str) -> Finding:
 def _started(start: RunEventRecord) -> str:
     assert start.started_at is not None
     return f"started at {_text(start.started_at)} (attempt {start.attempt}, {start.source})"
+
+
+def _released(release: RunEventRecord) -> str:
+    assert release.appended_at is not None
+    return f"released (its run event appended at {_text(release.appended_at)}, {release.source})"
 
 
 def with_findings(audits: Sequence[ScheduleAudit], found: Sequence[Finding]) -> list[ScheduleAudit]:

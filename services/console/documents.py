@@ -112,8 +112,15 @@ def schedule_page(
         "calendars_not_applied": uses_calendars(schedule),
         "last_runs": runs,
         "last_changes": _changes_with_diffs(queries.changes(view, schedule_id), judged, viewer),
-        "dependencies": dependencies(view, schedule, now),
+        "dependencies": dependencies(
+            view, schedule, now, lambda other: _held_definition(view, group, other)
+        ),
     }
+
+
+def _held_definition(view: ConsoleView, group: LiveGroup, schedule_id: str) -> Schedule | None:
+    held = held_schedule(view, group, schedule_id)
+    return None if held is None else Schedule.model_validate(held[0]["definition"])
 
 
 def held_schedule(

@@ -42,6 +42,7 @@ STATUS_RANK = {
     "retrying": 2,
     "failed": 2,
     "deadline_missed": 2,
+    "released": 0,
     "skipped": 3,
     "dead_lettered": 3,
     "succeeded": 3,

@@ -15,6 +15,7 @@ whose run was pruned (`--dedupe-retention`) no longer counts as succeeded.
 from __future__ import annotations
 
 import logging
+import time
 from datetime import datetime
 
 from kairos.core.schedule_dependencies import UpstreamTimeout
@@ -26,7 +27,11 @@ from kairos.streams.wire.records import read_run_requested, upstream_periods_of
 logger = logging.getLogger(__name__)
 
 SWEEP_BATCH = 200
-"""Held runs judged per sweep; the rest wait for the next, checked longest ago first."""
+"""Held runs read from the store at a time, those checked longest ago first."""
+
+SWEEP_BUDGET_S = 0.25
+"""How long a sweep (once a second, beside the reaping) may judge batches: what it leaves
+waits for the next sweep, so a herd of held runs never stalls the executor's loop."""
 
 
 class UpstreamGate:
@@ -38,29 +43,47 @@ class UpstreamGate:
         self._instance = instance
 
     def sweep(self, now: datetime) -> None:
-        """Judge up to `SWEEP_BATCH` held runs and act on each verdict."""
-        for run in self._store.waiting_for_upstream(now, SWEEP_BATCH):
-            judgement = self._judge(run, now)
-            if judgement.verdict is Verdict.RELEASE:
-                if self._store.release_waiting(run.run_id, now):
-                    logger.info("run %s released: its upstream periods succeeded", run.run_id)
-            elif judgement.verdict is not Verdict.WAIT:
-                assert judgement.reason is not None
-                skipped = judgement.verdict is Verdict.SKIP
-                kind = EventKind.SKIPPED if skipped else EventKind.DEAD_LETTERED
-                if self._store.end_waiting(run, kind, judgement.reason, now, self._instance):
-                    logger.warning("run %s %s: %s", run.run_id, kind.value, judgement.reason)
+        """Judge held runs, `SWEEP_BATCH` at a time, each once, for up to `SWEEP_BUDGET_S`."""
+        succeeded: dict[tuple[str, datetime], bool] = {}
+        judged: set[str] = set()
+        ends_at = time.monotonic() + SWEEP_BUDGET_S
+        while time.monotonic() < ends_at:
+            runs = [r for r in self._store.waiting_for_upstream(now, SWEEP_BATCH)
+                    if r.run_id not in judged]  # fmt: skip
+            released = []
+            for run in runs:
+                judged.add(run.run_id)
+                judgement = self._judge(run, now, succeeded)
+                if judgement.verdict is Verdict.RELEASE:
+                    released.append(run)
+                elif judgement.verdict is not Verdict.WAIT:
+                    self._end(run, judgement, now)
+            for run_id in self._store.release_waiting(released, now, self._instance):
+                logger.info("run %s released: its upstream periods succeeded", run_id)
+            if len(runs) < SWEEP_BATCH:
+                return
 
-    def _judge(self, run: WaitingRun, now: datetime) -> Judgement:
+    def _end(self, run: WaitingRun, judgement: Judgement, now: datetime) -> None:
+        assert judgement.reason is not None
+        skipped = judgement.verdict is Verdict.SKIP
+        kind = EventKind.SKIPPED if skipped else EventKind.DEAD_LETTERED
+        if self._store.end_waiting(run, kind, judgement.reason, now, self._instance):
+            logger.warning("run %s %s: %s", run.run_id, kind.value, judgement.reason)
+
+    def _judge(
+        self, run: WaitingRun, now: datetime, succeeded: dict[tuple[str, datetime], bool]
+    ) -> Judgement:
+        """`succeeded` remembers, for one sweep, what the store said of each period: a herd of
+        runs waiting for one settlement asks once."""
         # Admission read these fields before the claim: a held run's record is valid.
         record = read_run_requested(self._codec.decode(run.value))
-        periods = [
-            (
-                period,
-                period.resolution is Resolution.MATCHED
-                and period.period_at is not None
-                and self._store.period_succeeded(period.schedule_id, period.period_at),
-            )
-            for period in upstream_periods_of(record)
-        ]
+        periods = []
+        for period in upstream_periods_of(record):
+            done = False
+            if period.resolution is Resolution.MATCHED and period.period_at is not None:
+                key = (period.schedule_id, period.period_at)
+                if key not in succeeded:
+                    succeeded[key] = self._store.period_succeeded(*key)
+                done = succeeded[key]
+            periods.append((period, done))
         return judge(periods, run.until, UpstreamTimeout(record.upstream_timeout), now)

@@ -13,9 +13,10 @@ from confluent_kafka import Consumer, IsolationLevel, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from kairos.core.calendar_versions import CalendarBook
-from kairos.core.schedule import Schedule
-from kairos.services.ticker.upstream_book import PartitionOf
+from kairos.core.errors import KairosError
+from kairos.services.ticker.upstream_book import PartitionOf, PartitionRead
 from kairos.streams.kafka.authorization import RoleAccess
+from kairos.streams.kafka.partitioner import partition_for
 from kairos.streams.kafka.passing import BROKER_GONE, LEADER_MOVING, ask_until_answered
 from kairos.streams.kafka.ports import (
     EndOffsets,
@@ -63,6 +64,16 @@ class RunOutcomeSource(Protocol):
     def close(self) -> None: ...
 
 
+class UpstreamUntrustedError(KairosError):
+    """A partition's schedules were read, but not which of its changes its ticker took."""
+
+    def __init__(self, topic: str, partition: int) -> None:
+        super().__init__(
+            f"partition {partition} of {topic}: the tickers' verdicts could not be read, so its "
+            "changes cannot be trusted (a signed deployment)"
+        )
+
+
 UPSTREAM_READ_TIMEOUT_S = 5.0
 """The longest a read of an upstream's partition may take before its runs are fired unread."""
 
@@ -76,8 +87,9 @@ class TickerClients(Protocol):
     def calendars(self) -> CalendarSource: ...
     def teams(self) -> TeamSource: ...
     def run_outcomes(self) -> RunOutcomeSource: ...
-    def upstream_partitions(self) -> PartitionOf:
-        """Reads the partition of a schedule the ticker's schedules wait for (`upstream_book`)."""
+    def upstream_partitions(self, signed: bool) -> PartitionOf:
+        """Reads the partition of a schedule the ticker's schedules wait for (`upstream_book`);
+        `signed`: only as a signed ticker judged it."""
 
     def group_member(self, config: dict[str, Any]) -> GroupMember: ...
     def transactional_producer(self, config: dict[str, Any]) -> TransactionalProducer: ...
@@ -126,13 +138,19 @@ class ConfluentTickerClients:
     def run_outcomes(self) -> RunOutcomeSource:
         return RunOutcomeFeed(self._kafka, self._codecs.run_event)
 
-    def upstream_partitions(self) -> PartitionOf:
-        # Bounded: a first read may happen as a run is fired (usually ahead, in idle time).
-        reader = ScheduleReader(self._kafka, self._codecs, timeout_s=UPSTREAM_READ_TIMEOUT_S)
-
-        def partition_of(schedule_id: str) -> dict[str, Schedule]:
-            held = reader.read_partition_of(schedule_id).schedules
-            return {held_id: stored.schedule for held_id, stored in held.items()}
+    def upstream_partitions(self, signed: bool) -> PartitionOf:
+        def partition_of(schedule_id: str) -> PartitionRead:
+            # Bounded: a first read may happen as a run is fired (usually ahead, in idle time).
+            reader = ScheduleReader(self._kafka, self._codecs, timeout_s=UPSTREAM_READ_TIMEOUT_S)
+            snapshot = reader.read_partition_of(schedule_id)
+            partition = partition_for(schedule_id, snapshot.partitions)
+            if signed and not snapshot.signed(partition):
+                # The tickers' verdicts were not read: a change they may refuse (another team's
+                # forgery) would count. Nothing is trusted rather than that.
+                raise UpstreamUntrustedError(reader.topic, partition)
+            held = snapshot.schedules
+            schedules = {i: stored.schedule for i, stored in held.items()}
+            return PartitionRead(partition, schedules, snapshot.partitions)
 
         return partition_of
 

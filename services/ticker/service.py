@@ -108,7 +108,8 @@ class Ticker:
         self._calendars = TickerCalendars(
             None if self._ownership is None else self._ownership.registered_teams
         )
-        self._upstreams = UpstreamBook(self._clients.upstream_partitions())
+        signed = settings.ownership is Ownership.SIGNED
+        self._upstreams = UpstreamBook(self._clients.upstream_partitions(signed))
         self._parts = SessionParts(
             kafka,
             settings,

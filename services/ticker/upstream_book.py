@@ -3,80 +3,140 @@
 A run of a schedule naming upstream schedules carries the periods it waits for, resolved when it
 is fired from each upstream's definition as its own ticker holds it (`kairos.core.upstream_wait
 .resolve`). An upstream may live on any partition of the schedules topic, so the book reads the
-partition of each upstream named (`ScheduleReader.read_partition_of`: the tickers' verdicts
-applied, a refused change never counts) and keeps every definition read:
+partitions holding the upstreams named (`ScheduleReader.read_partition_of`: the tickers'
+verdicts applied, a refused change never counts) and keeps the definitions of those upstreams:
 
-- the first time an upstream is asked for, its partition is read at once, so a run is never
-  fired with a definition nobody read (the ticker prepares runs ahead, in idle time, so this is
-  rarely in the fire itself);
-- after that a thread of the book reads each asked partition again every `REFRESH_S`, and
+- an upstream first asked for is answered from a read of its partition: one made in the last
+  `RECENT_S` (so many new upstreams on one partition cost one read), or one made then, on the
+  ticker's loop (usually as it prepares a run ahead, in idle time; a read is bounded by the
+  reader's timeout, `UPSTREAM_READ_TIMEOUT_S`);
+- after that a thread of the book reads each partition holding upstreams asked for in the last
+  `FORGET_S` again every `REFRESH_S`, one read a partition however many upstreams it holds, and
   answers come from memory: a new grant, a deleted upstream or a changed trigger counts within
   that much;
-- a partition that cannot be read leaves what was read before; an upstream never read is
-  answered `Unreadable`, and its runs end with that reason (re-run them once it is readable).
+- a read that fails keeps what was read before; an upstream never read is answered
+  `Unreadable`, and its runs end with that reason (re-run them once it is readable). Nothing a
+  read or a resolution raises reaches the fire: a downstream schedule is never quarantined for
+  its upstream.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
-from kairos.core.errors import KairosError
 from kairos.core.firing import Decision, ScheduleState
 from kairos.core.schedule import Schedule
-from kairos.core.upstream_wait import Unreadable, UpstreamPeriod, resolve
+from kairos.core.schedule_dependencies import Upstream
+from kairos.core.upstream_wait import Resolution, Unreadable, UpstreamPeriod, resolve
+from kairos.streams.kafka.partitioner import partition_for
 
 logger = logging.getLogger(__name__)
 
 REFRESH_S = 30.0
 """How often the partitions of the upstreams asked for are read again."""
+RECENT_S = 5.0
+"""How long a partition's read answers upstreams first asked for after it."""
+FORGET_S = 600.0
+"""An upstream no run asked for in this long is no longer read (its schedules changed)."""
 
-PartitionOf = Callable[[str], Mapping[str, Schedule]]
-"""The schedules of the partition holding a schedule id, as their tickers hold them; raises
-`KairosError` when the topic cannot be read."""
+
+@dataclass(frozen=True)
+class PartitionRead:
+    """A read of one partition of the schedules topic: its number and schedules, as held."""
+
+    partition: int
+    schedules: Mapping[str, Schedule]
+    partitions: int
+    """The topic's partition count, which places ids not read yet."""
+
+
+PartitionOf = Callable[[str], PartitionRead]
+"""Reads the partition holding a schedule id; raises when it cannot be read or trusted."""
 
 
 class UpstreamBook:
     """Upstream definitions, read a partition at a time, kept fresh by a thread of its own."""
 
-    def __init__(self, partition_of: PartitionOf, refresh_s: float = REFRESH_S) -> None:
+    def __init__(
+        self,
+        partition_of: PartitionOf,
+        refresh_s: float = REFRESH_S,
+        clock: Callable[[], float] = time.monotonic,
+        placement: Callable[[str, int], int] = partition_for,
+    ) -> None:
         self._partition_of = partition_of
+        self._placement = placement
+        self._partitions: int | None = None
         self._refresh_s = refresh_s
+        self._clock = clock
         self._lock = threading.Lock()
         self._known: dict[str, Schedule | None] = {}
-        self._asked: set[str] = set()
+        self._asked: dict[str, float] = {}
+        """Upstream id -> when a run last asked for it."""
+        self._recent: dict[int, tuple[float, PartitionRead]] = {}
+        self._partition: dict[str, int] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def upstream_periods(
         self, decision: Decision, state: ScheduleState
     ) -> Sequence[UpstreamPeriod]:
-        """What the decision's run waits for (an `UpstreamResolver`)."""
+        """What the decision's run waits for (an `UpstreamResolver`); never raises."""
+        return [self._period(upstream, decision, state) for upstream in state.schedule.upstream]
+
+    def _period(
+        self, upstream: Upstream, decision: Decision, state: ScheduleState
+    ) -> UpstreamPeriod:
         schedule = state.schedule
-        run = (decision.nominal, schedule.zone)
-        return [
-            resolve(schedule.owner, upstream, self.definition(upstream.schedule), run,
-                    state.calendars)
-            for upstream in schedule.upstream
-        ]  # fmt: skip
+        try:
+            definition = self.definition(upstream.schedule)
+            run = (decision.nominal, schedule.zone)
+            return resolve(schedule.owner, upstream, definition, run, state.calendars)
+        except Exception as error:
+            # Another team's definition must not poison this one: the run ends with the reason.
+            logger.exception("upstream %s of %s not resolved", upstream.schedule, schedule.id)
+            reason = f"upstream schedule {upstream.schedule} could not be resolved: {error!r}"
+            return UpstreamPeriod(
+                upstream.schedule, upstream.match, Resolution.REFUSED, None, reason
+            )
 
     def definition(self, schedule_id: str) -> Schedule | Unreadable | None:
         """The upstream's definition (`None`: no such schedule), from memory once read."""
+        now = self._clock()
         with self._lock:
-            if schedule_id in self._asked:
-                return self._known.get(schedule_id)
+            self._asked[schedule_id] = now
+            if schedule_id in self._known:
+                return self._known[schedule_id]
+            partition = self._partition.get(schedule_id)
+            if partition is None and self._partitions is not None:
+                partition = self._placement(schedule_id, self._partitions)
+            recent = self._recent.get(partition) if partition is not None else None
+            if recent is not None and now - recent[0] < RECENT_S:
+                return self._learn(schedule_id, recent[1])
         try:
-            self._read(schedule_id)
-        except KairosError as error:
+            read = self._partition_of(schedule_id)
+        except Exception as error:
             logger.warning("upstream schedule %s could not be read: %s", schedule_id, error)
             return Unreadable(str(error))
         with self._lock:
-            self._asked.add(schedule_id)
-            return self._known.get(schedule_id)
+            self._recent[read.partition] = (now, read)
+            self._partitions = read.partitions
+            return self._learn(schedule_id, read)
+
+    def _learn(self, schedule_id: str, read: PartitionRead) -> Schedule | None:
+        """Keep what `read` says of an asked upstream (the lock held)."""
+        self._partition[schedule_id] = read.partition
+        found = read.schedules.get(schedule_id)
+        self._known[schedule_id] = found
+        return found
 
     def start(self) -> None:
         """Read the asked partitions again every `refresh_s`, until `close`."""
+        self._stop.clear()
         self._thread = threading.Thread(target=self._refresh, name="upstream-book", daemon=True)
         self._thread.start()
 
@@ -84,29 +144,32 @@ class UpstreamBook:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
-
-    def _read(self, schedule_id: str) -> set[str]:
-        """Read the schedule's partition; the ids it holds (a deleted one is not among them)."""
-        schedules = self._partition_of(schedule_id)
-        with self._lock:
-            # Only the upstreams asked for are kept: a partition may hold a million schedules.
-            for wanted in self._asked | {schedule_id}:
-                if wanted in schedules:
-                    self._known[wanted] = schedules[wanted]
-            if schedule_id not in schedules:
-                self._known[schedule_id] = None
-        return set(schedules)
+            self._thread = None
 
     def _refresh(self) -> None:
         while not self._stop.wait(self._refresh_s):
-            with self._lock:
-                asked = sorted(self._asked)
-            read: set[str] = set()
-            for schedule_id in asked:
-                if schedule_id in read:
-                    continue  # its partition was read this round
+            for schedule_id in self._one_id_per_partition():
                 try:
-                    read |= self._read(schedule_id)
-                except KairosError as error:
+                    read = self._partition_of(schedule_id)
+                except Exception as error:
                     logger.warning("upstream schedules not read again: %s", error)
-                    break
+                    continue
+                with self._lock:
+                    for asked, partition in list(self._partition.items()):
+                        if partition == read.partition:
+                            self._known[asked] = read.schedules.get(asked)
+
+    def _one_id_per_partition(self) -> list[str]:
+        """Forget the upstreams not asked for lately; one asked id of each partition left."""
+        now = self._clock()
+        with self._lock:
+            for schedule_id, asked_at in list(self._asked.items()):
+                if now - asked_at > FORGET_S:
+                    del self._asked[schedule_id]
+                    self._known.pop(schedule_id, None)
+                    self._partition.pop(schedule_id, None)
+            self._recent = {p: r for p, r in self._recent.items() if now - r[0] < RECENT_S}
+            chosen: dict[int, str] = {}
+            for schedule_id, partition in self._partition.items():
+                chosen.setdefault(partition, schedule_id)
+            return list(chosen.values())

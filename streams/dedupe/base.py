@@ -217,6 +217,8 @@ class EventKind(StrEnum):
     SKIPPED = "skipped"
     DEAD_LETTERED = "dead_lettered"
     DEADLINE_MISSED = "deadline_missed"
+    RELEASED = "released"
+    """A run held for its upstream periods was released: they succeeded."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -440,8 +442,11 @@ class DedupeStore(Protocol):
     def period_succeeded(self, schedule_id: str, nominal: datetime) -> bool:
         """Whether a run of the schedule at that nominal instant succeeded (a re-run's too)."""
 
-    def release_waiting(self, run_id: str, now: datetime) -> bool:
-        """Let a held run start now; False if it no longer waits."""
+    def release_waiting(
+        self, runs: Sequence[WaitingRun], now: datetime, instance: str
+    ) -> list[str]:
+        """Let held runs start now, in one transaction, each with a `RELEASED` event; the ids of
+        those released (one that no longer waits is not)."""
 
     def end_waiting(
         self, run: WaitingRun, ending: EventKind, reason: str, now: datetime, instance: str

@@ -22,7 +22,9 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
+"""3 added `kairos_upstream_waits` (made by the schema itself): an executor of version 2 would
+start a held run it promotes from queued, so it refuses a store of version 3."""
 _TRANSIENT_RETRIES = 5
 
 
@@ -170,6 +172,8 @@ UPGRADES: dict[int, list[str]] = {
         "g.run_id FROM kairos_run_groups g JOIN kairos_runs r ON r.run_id = g.run_id "
         f"WHERE g.group_key LIKE 'shared:%' AND r.owner <> '' AND r.{_UNFINISHED_RUN}",
     ],
+    # Version 3's table is made with the others (`_upstream_wait_statements`): no run held.
+    2: [],
 }
 """The statements that bring a store of each older version to the next one."""
 UPGRADED_INDEXES = [

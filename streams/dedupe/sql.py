@@ -213,6 +213,10 @@ class SqlDedupeStore(DeadlineBook, ConcurrencyLimits, UpstreamWaits):
                 (decision.reason, now_ms, run_id),
             ).fetchone()
             if cancelled is not None:
+                # A replaced run no longer waits for its upstream periods.
+                conn.execute(
+                    self.q("DELETE FROM kairos_upstream_waits WHERE run_id = ?"), (run_id,)
+                )
                 write_event(
                     self,
                     conn,

@@ -16,6 +16,7 @@ A run promoted from `queued` (its predecessor ended) stays held while its wait r
 from __future__ import annotations
 
 from abc import abstractmethod
+from collections.abc import Sequence
 from datetime import datetime
 
 from kairos.core.instants import epoch_ms, from_epoch_ms
@@ -70,17 +71,13 @@ class UpstreamWaits(Database):
         now_ms = epoch_ms(now)
 
         def work(conn: Connection) -> list[WaitingRun]:
-            # A held run cancelled meanwhile (a replacing run) no longer waits.
-            # Through the waits (few) and the runs' key, never a scan of the runs.
-            conn.execute(
-                "DELETE FROM kairos_upstream_waits WHERE NOT EXISTS (SELECT 1 FROM kairos_runs "
-                f"r WHERE r.run_id = kairos_upstream_waits.run_id AND r.state IN {_WAITING})"
-            )
+            # A replaced run's wait is deleted with its cancel (`_resolve_overlap`): the state is
+            # checked anyway, so a wait left by any other end is never judged.
             rows = conn.execute(
                 self.q(
                     "SELECT w.run_id, r.schedule_id, r.nominal_ms, w.until_ms, r.value "
                     "FROM kairos_upstream_waits w JOIN kairos_runs r ON r.run_id = w.run_id "
-                    "ORDER BY w.checked_ms, w.run_id LIMIT ?"
+                    f"WHERE r.state IN {_WAITING} ORDER BY w.checked_ms, w.run_id LIMIT ?"
                 ),
                 (limit,),
             ).fetchall()
@@ -111,25 +108,40 @@ class UpstreamWaits(Database):
         )
         return bool(rows)
 
-    def release_waiting(self, run_id: str, now: datetime) -> bool:
-        """Let a held run start now; False if it no longer waits (ended, or released)."""
+    def release_waiting(
+        self, runs: Sequence[WaitingRun], now: datetime, instance: str
+    ) -> list[str]:
+        """Let held runs start now, in one transaction, each with a `released` event; the ids
+        of those released (a run that no longer waits, ended or released already, is not).
+
+        Under their schedules' locks, taken in one order as `admit` takes them: a run released
+        while its predecessor ends (which promotes it from queued, held while it waits) is
+        either promoted after the release, and starts, or released after the promotion."""
         now_ms = epoch_ms(now)
 
-        def work(conn: Connection) -> bool:
-            gone = conn.execute(
-                self.q("DELETE FROM kairos_upstream_waits WHERE run_id = ? RETURNING run_id"),
-                (run_id,),
-            ).fetchone()
-            if gone is None:
-                return False
-            conn.execute(
-                self.q(
-                    "UPDATE kairos_runs SET next_ms = ?, updated_ms = ? "
-                    "WHERE run_id = ? AND state = 'ready' AND next_ms = ?"
-                ),
-                (now_ms, now_ms, run_id, HELD_MS),
-            )
-            return True
+        def work(conn: Connection) -> list[str]:
+            for schedule_id in sorted({run.schedule_id for run in runs}):
+                self._lock_schedule(conn, schedule_id)
+            released = []
+            for run in runs:
+                gone = conn.execute(
+                    self.q("DELETE FROM kairos_upstream_waits WHERE run_id = ? RETURNING run_id"),
+                    (run.run_id,),
+                ).fetchone()
+                if gone is None:
+                    continue
+                conn.execute(
+                    self.q(
+                        "UPDATE kairos_runs SET next_ms = ?, updated_ms = ? "
+                        "WHERE run_id = ? AND state = 'ready' AND next_ms = ?"
+                    ),
+                    (now_ms, now_ms, run.run_id, HELD_MS),
+                )
+                # The audit tells a run released in time (then held back, late) from one left
+                # waiting past its wait by this event.
+                write_event(self, conn, NewEvent(run.run_id, EventKind.RELEASED, 0, instance))
+                released.append(run.run_id)
+            return released
 
         return self.transaction(work)
 

@@ -121,6 +121,7 @@ def run_event(codecs: Codecs, record: TopicRecord) -> RunEventRecord:
         next_attempt_at=event["next_attempt_at"],
         partition=record.partition,
         offset=record.offset,
+        appended_at=record.timestamp if record.appended else None,
     )
 
 

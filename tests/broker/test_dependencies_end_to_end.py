@@ -178,3 +178,7 @@ def test_a_downstream_run_started_before_its_upstream_succeeded_fails_the_audit(
     assert report["verdict"] != "holds", report
     early = [f for f in report["findings"] if f["kind"] == "started_before_upstream"]
     assert [f["run_id"] for f in early] == [export], report["findings"]
+    # The audit owes the wait from the schedule's definition, not from the record: the record
+    # that dropped it is a finding of its own.
+    dropped = [f for f in report["findings"] if f["kind"] == "fired_without_its_wait"]
+    assert [f["run_id"] for f in dropped] == [export], report["findings"]

@@ -22,6 +22,7 @@ from confluent_kafka import (
 
 from kairos.core.calendar_versions import CalendarBook
 from kairos.core.schedule import Schedule
+from kairos.services.ticker.upstream_book import PartitionRead
 from kairos.streams.kafka.ports import DeliveryCallback, Headers, RebalanceCallback
 from kairos.streams.readers.calendar_ownership import SignedCalendars
 from kairos.streams.readers.run_outcomes import RunOutcome, Wanted
@@ -469,9 +470,10 @@ class FakeTickerClients:
     def run_outcomes(self) -> FakeRunOutcomes:
         return self.outcomes
 
-    def upstream_partitions(self) -> Callable[[str], dict[str, Schedule]]:
-        """The schedules other tickers hold, as a test sets them (`upstream_definitions`)."""
-        return lambda _schedule_id: dict(self.upstream_definitions)
+    def upstream_partitions(self, signed: bool) -> Callable[[str], PartitionRead]:
+        """The schedules other tickers hold, as a test sets them (`upstream_definitions`), all
+        on partition 0."""
+        return lambda _schedule_id: PartitionRead(0, dict(self.upstream_definitions), 1)
 
     def group_member(self, config: dict[str, Any]) -> FakeGroupMember:
         member = FakeGroupMember(self.kafka, self.clock, config["group.id"])

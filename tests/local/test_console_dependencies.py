@@ -3,9 +3,11 @@ waits for it: from the view, on SQLite and PostgreSQL, through the view's own fo
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timedelta
 
 from kairos.core.schedule import Schedule
+from kairos.services.console import queries
 from kairos.services.console.dependencies import dependencies
 from kairos.services.console.view import ConsoleView, ViewBatch
 from tests.local.test_console_view import T0, event, fired, row, schedules_batch, view
@@ -16,6 +18,16 @@ SETTLE = {"id": "payments.settle", "cron": "0 7 * * *", "owner": "payments",
           "downstream_teams": ["ledger"]}  # fmt: skip
 EXPORT = {"id": "ledger.export", "cron": "0 7 * * *", "owner": "ledger",
           "upstream": [{"schedule": "payments.settle", "match": "same_instant"}]}  # fmt: skip
+
+
+def _held(view: ConsoleView) -> Callable[[str], Schedule | None]:
+    """The view's latest definitions, as an open deployment's tickers hold them."""
+
+    def held(schedule_id: str) -> Schedule | None:
+        found = queries.schedule(view, schedule_id)
+        return None if found is None else Schedule.model_validate(found["definition"])
+
+    return held
 
 
 def _rows(view: ConsoleView) -> None:
@@ -36,7 +48,7 @@ def test_the_page_shows_the_current_periods_upstream_state_and_who_waits(
     export = Schedule.model_validate(EXPORT)
     now = T0 + timedelta(minutes=5)
 
-    before = dependencies(view, export, now)
+    before = dependencies(view, export, now, _held(view))
     assert before["current_period"] == "2027-03-14T07:00:00Z"
     assert before["waits_for"] == [
         {"schedule": "payments.settle", "match": "same_instant",
@@ -45,8 +57,8 @@ def test_the_page_shows_the_current_periods_upstream_state_and_who_waits(
 
     settled = fired("payments.settle", T0)
     view.apply(ViewBatch(fired=[settled], events=[event(settled, "succeeded")]))
-    assert dependencies(view, export, now)["waits_for"][0]["state"] == "succeeded"
-    upstream = dependencies(view, Schedule.model_validate(SETTLE), now)
+    assert dependencies(view, export, now, _held(view))["waits_for"][0]["state"] == "succeeded"
+    upstream = dependencies(view, Schedule.model_validate(SETTLE), now, _held(view))
     assert upstream["waits_for"] == [] and upstream["waited_for_by"] == ["ledger.export"]
 
 
@@ -56,10 +68,10 @@ def test_an_upstream_gone_or_not_granting_is_shown_with_the_reason(view: Console
     gone = Schedule.model_validate({**EXPORT, "upstream": [{"schedule": "payments.gone"}]})
     now = T0 + timedelta(minutes=5)
 
-    (refused,) = dependencies(view, stranger, now)["waits_for"]
-    (missing,) = dependencies(view, gone, now)["waits_for"]
+    (refused,) = dependencies(view, stranger, now, _held(view))["waits_for"]
+    (missing,) = dependencies(view, gone, now, _held(view))["waits_for"]
     assert refused["state"] == "refused" and "adds ops to its downstream_teams" in refused["reason"]
     assert missing["state"] == "refused" and "does not exist" in missing["reason"]
     view.apply(schedules_batch("ledger.export"))
     settle = Schedule.model_validate(SETTLE)
-    assert dependencies(view, settle, now)["waited_for_by"] == []
+    assert dependencies(view, settle, now, _held(view))["waited_for_by"] == []

@@ -12,6 +12,7 @@ from datetime import timedelta
 from kairos.core.concurrency import GroupStatus
 from kairos.streams.dedupe import open_dedupe_store
 from kairos.streams.dedupe.base import DedupeStore, Lease
+from kairos.streams.dedupe.database import SCHEMA_VERSION
 from tests.local.test_dedupe_concurrency import of, started
 from tests.local.test_dedupe_contract import OK, SHELL, T0, run_request
 from tests.postgres import run_sql
@@ -97,6 +98,6 @@ def test_a_store_of_version_1_keeps_its_limits_as_shared_and_learns_its_runs_own
             "payments-0@2027-03-14T07:00:00Z",
             "growth-10@2027-03-14T07:10:00Z",
         ]
-        assert run_sql(store_url, "SELECT version FROM kairos_dedupe_schema") == [(2,)]
+        assert run_sql(store_url, "SELECT version FROM kairos_dedupe_schema") == [(SCHEMA_VERSION,)]
     finally:
         upgraded.close()

@@ -13,6 +13,7 @@ from kairos.core.schedule import OverlapPolicy
 from kairos.streams.dedupe import open_dedupe_store
 from kairos.streams.dedupe.base import DedupeStore, EventKind, RunRequest
 from tests.local.test_dedupe_contract import OK, SHELL, T0, drain, kinds, run_request
+from tests.postgres import run_sql
 
 LEASE = timedelta(minutes=5)
 WAIT = timedelta(hours=1)
@@ -33,10 +34,12 @@ def test_a_held_run_is_claimed_but_starts_only_once_released(store: DedupeStore)
     assert acquired(store) == []
     [waiting] = store.waiting_for_upstream(T0, 10)
     assert (waiting.run_id, waiting.until) == (export.run_id, T0 + WAIT)
-    assert store.release_waiting(export.run_id, T0 + timedelta(minutes=5))
-    assert not store.release_waiting(export.run_id, T0 + timedelta(minutes=5))
+    later = T0 + timedelta(minutes=5)
+    assert store.release_waiting([waiting], later, "e1") == [export.run_id]
+    assert store.release_waiting([waiting], later, "e1") == []
     assert store.waiting_for_upstream(T0, 10) == []
     assert acquired(store) == [export.run_id]
+    assert kinds(drain(store), export.run_id) == [("released", 0), ("started", 1)]
 
 
 def test_a_period_succeeded_once_a_run_at_its_instant_did(store: DedupeStore) -> None:
@@ -72,7 +75,7 @@ def test_a_held_run_ends_once_when_two_executors_end_it_together(store_url: str)
         for thread in threads:
             thread.join()
         assert sorted(ended) == [False, True]
-        assert not stores[0].release_waiting(export.run_id, T0 + WAIT)
+        assert stores[0].release_waiting([waiting], T0 + WAIT, "e1") == []
         assert kinds(drain(stores[0]), export.run_id) == [("skipped", 0)]
         run = stores[0].get(export.run_id)
         assert run is not None and run.state is RunState.SKIPPED
@@ -95,3 +98,59 @@ def test_a_queued_run_promoted_after_its_predecessor_stays_held(store: DedupeSto
     events = drain(store)
     assert kinds(events, second.run_id) == [("dead_lettered", 0)]
     assert [e.dead_letter is not None for e in events if e.run_id == second.run_id] == [True]
+
+
+def _race_release_with_promotion(stores: list[DedupeStore], schedule: str) -> list[str]:
+    """Release a queued held run while its predecessor ends, together; what starts after."""
+    first = run_request(minute=0, schedule_id=schedule, overlap=OverlapPolicy.QUEUE)
+    second = held(run_request(minute=1, schedule_id=schedule, overlap=OverlapPolicy.QUEUE))
+    stores[0].admit([first, second], T0, "e1")
+    [lease] = stores[0].acquire("e1", SHELL, T0 + timedelta(minutes=1), LEASE, 10)
+    [waiting] = stores[1].waiting_for_upstream(T0, 10)
+    barrier, at = threading.Barrier(2), T0 + timedelta(minutes=2)
+
+    def finish() -> None:
+        barrier.wait()
+        stores[0].finish(lease, OK, at)
+
+    def release() -> None:
+        barrier.wait()
+        stores[1].release_waiting([waiting], at, "e2")
+
+    threads = [threading.Thread(target=finish), threading.Thread(target=release)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert stores[0].waiting_for_upstream(T0, 10) == []
+    started = stores[0].acquire("e1", SHELL, T0 + timedelta(hours=2), LEASE, 10)
+    return [lease.run_id for lease in started]
+
+
+def test_a_release_racing_the_promotion_of_its_run_leaves_it_startable(store_url: str) -> None:
+    """Whichever of the two commits first, the run is ready and due once both did: never held
+    with no wait left (which nothing would ever start or end)."""
+    stores = [open_dedupe_store(store_url) for _ in range(2)]
+    try:
+        for attempt in range(20):
+            schedule = f"export-{attempt}"
+            expected = run_request(minute=1, schedule_id=schedule).run_id
+            assert _race_release_with_promotion(stores, schedule) == [expected], attempt
+    finally:
+        for opened in stores:
+            opened.close()
+
+
+def test_a_held_run_a_replacing_run_cancels_no_longer_waits(store_url: str) -> None:
+    store = open_dedupe_store(store_url)
+    first = held(run_request(minute=0, schedule_id="export", overlap=OverlapPolicy.REPLACE))
+    second = run_request(minute=1, schedule_id="export", overlap=OverlapPolicy.REPLACE)
+    store.admit([first], T0, "e1")
+    store.admit([second], T0 + timedelta(minutes=1), "e1")
+
+    try:
+        assert store.waiting_for_upstream(T0, 10) == []
+        assert run_sql(store_url, "SELECT count(*) FROM kairos_upstream_waits") == [(0,)]
+        assert kinds(drain(store), first.run_id) == [("skipped", 0)]
+    finally:
+        store.close()

@@ -1,5 +1,6 @@
 """A run that waits for upstream periods must not start before they succeed, nor be left waiting
-past its wait: the audit's two findings, over histories built as the topics hold them.
+past its wait, nor be fired without the wait its definition names: the audit's findings, over
+histories built as the topics hold them.
 
 `extract` runs daily at 00:00 UTC; `report` runs hourly and waits for extract's latest period
 (the 00:00 one, older than the 05:00-06:00 window audited), `upstream_wait` 1 h.
@@ -15,23 +16,26 @@ from kairos.cli.audit import as_document
 from kairos.core.audit import (
     FiredRun,
     HistoryEvent,
+    RequestedRerun,
     RunEventRecord,
     expected_occurrences,
     fired_through,
     stopped_spans,
 )
-from kairos.core.audit_dependencies import RunWaiting
-from kairos.core.audit_report import AuditReport, FindingKind, Verdict
-from kairos.core.audit_upstream import (
-    CLOCK_TOLERANCE,
-    WAIT_GRACE,
+from kairos.core.audit_dependencies import (
+    RunWaiting,
+    RunWaits,
     UpstreamPeriod,
     earliest_period,
     resolve_periods,
 )
+from kairos.core.audit_report import AuditReport, FindingKind, Verdict
+from kairos.core.audit_upstream import CLOCK_TOLERANCE, WAIT_GRACE
 from kairos.core.audit_verdict import Unsettled, verify
+from kairos.core.rerun_request import RerunKind, RerunRequest
 from kairos.core.run_id import rerun_id, run_id
 from kairos.core.schedule import Schedule
+from kairos.core.schedule_dependencies import PeriodMatch, Upstream
 
 DAY = datetime(2027, 1, 4, tzinfo=UTC)
 SECOND = timedelta(seconds=1)
@@ -90,6 +94,7 @@ def run_event(
     finished: datetime | None = None,
     offset: int = 0,
     reason: str | None = None,
+    appended: datetime | None = None,
 ) -> RunEventRecord:
     schedule_id, _, rest = run.partition("@")
     nominal = datetime.fromisoformat(rest.split("~")[0].replace("Z", "+00:00"))
@@ -107,6 +112,7 @@ def run_event(
         next_attempt_at=None,
         partition=1 if schedule_id == "extract" else 0,
         offset=offset,
+        appended_at=appended,
     )
 
 
@@ -130,12 +136,13 @@ def audit(
     events: list[RunEventRecord],
     *,
     as_of: datetime = NOON,
+    history: list[HistoryEvent] = HISTORY,
     **options: Any,
 ) -> AuditReport:
     """`kairos audit verify` of 05:00..06:00 over these records, as the CLI wires it."""
-    owed = expected_occurrences(HISTORY, START, END, fired_through(fired))
+    owed = expected_occurrences(history, START, END, fired_through(fired))
     periods = resolve_periods(
-        fired, HISTORY, wanted=lambda run: START <= run.nominal < END, calendars=None
+        fired, history, wanted=lambda run: START <= run.nominal < END, calendars=None
     )
     return verify(
         owed,
@@ -145,7 +152,7 @@ def audit(
         end=END,
         as_of=as_of,
         grace=10 * SECOND,
-        stops=stopped_spans(HISTORY),
+        stops=stopped_spans(history),
         periods=periods,
         **options,
     )
@@ -160,16 +167,22 @@ def kinds(report: AuditReport) -> list[tuple[FindingKind, str]]:
 
 def test_the_period_is_worked_out_under_the_upstreams_version_in_force() -> None:
     periods = resolve_periods([fire()], HISTORY, wanted=lambda run: True)
-    assert periods == {REPORT_RUN: (UpstreamPeriod("extract", "latest_before", PERIOD),)}
+    # What it waits for is its definition's (schedules offset 0), the same as its record's.
+    period = UpstreamPeriod("extract", "latest_before", PERIOD)
+    assert periods == {REPORT_RUN: RunWaits(WAITING, (period,), 0)}
     assert earliest_period(periods) == PERIOD
     # An upstream made only after the run's instant has no version in force then: not judged.
     later = [replace(HISTORY[0], changed_at=at(5, 30)), HISTORY[1]]
-    (found,) = resolve_periods([fire()], later, wanted=lambda run: True)[REPORT_RUN]
+    (found,) = resolve_periods([fire()], later, wanted=lambda run: True)[REPORT_RUN].periods
     assert found.period is None
     assert found.undecided == "it was not created yet at the run's instant"
-    # A run that waits for nothing has no period, and a retry request is no fire.
-    assert resolve_periods([fire(waiting=None)], HISTORY, wanted=lambda run: True) == {}
+    # A record that says it waits for nothing waits all the same: its definition names extract.
+    assert resolve_periods([fire(waiting=None)], HISTORY, wanted=lambda run: True) == periods
+    # A retry request is no fire; a run whose definition names no upstream waits for nothing,
+    # whatever its record says.
     assert resolve_periods([replace(fire(), attempt=2)], HISTORY, wanted=lambda run: True) == {}
+    alone = [HISTORY[0], replace(HISTORY[1], definition=REPORT.model_copy(update={"upstream": ()}))]
+    assert resolve_periods([fire()], alone, wanted=lambda run: True) == {}
 
 
 # -- started before its upstream ------------------------------------------------------------------
@@ -255,7 +268,12 @@ def test_a_run_started_though_its_upstream_period_never_succeeded_is_a_breach() 
 
 def test_a_run_started_though_no_period_matches_is_a_breach() -> None:
     waiting = RunWaiting((("extract", "same_instant"),), WAIT, "skip", "UTC")
-    report = audit([fire(waiting=waiting)], [*extract_succeeded(at(0, 10)), *report_started(START)])
+    same = REPORT.model_copy(
+        update={"upstream": (Upstream(schedule="extract", match=PeriodMatch.SAME_INSTANT),)}
+    )
+    history = [HISTORY[0], replace(HISTORY[1], definition=same)]
+    events = [*extract_succeeded(at(0, 10)), *report_started(START)]
+    report = audit([fire(waiting=waiting)], events, history=history)
     (finding,) = report.findings
     assert finding.kind is FindingKind.STARTED_BEFORE_UPSTREAM
     assert "has no period matching same_instant" in finding.detail
@@ -280,8 +298,8 @@ def test_a_run_never_started_nor_ended_past_its_wait_is_a_breach() -> None:
     assert finding.detail == (
         "fired at 2027-01-04T05:00:00.040Z to wait for upstream extract (latest_before) period "
         "2027-01-04T00:00:00Z, not succeeded; its wait of 3600s ended at "
-        "2027-01-04T06:00:00Z (upstream_timeout: skip), yet 300s later no run event says it "
-        "started, succeeded, failed, was dead-lettered or skipped"
+        "2027-01-04T06:00:00Z (upstream_timeout: skip), yet 300s later it was not released, "
+        "and no run event says it started, succeeded, failed, was dead-lettered or skipped"
     )
     # Within the grace, it may still be ending.
     assert audit([fire()], [], as_of=deadline + WAIT_GRACE).verdict is Verdict.HOLDS
@@ -307,4 +325,134 @@ def test_an_ending_held_by_an_open_transaction_is_inconclusive() -> None:
     ended = run_event(REPORT_RUN, "skipped", finished=REPORT_AT + WAIT, offset=20)
     report = audit([fire()], [], unsettled=Unsettled(events=(ended,)))
     assert report.verdict is Verdict.INCONCLUSIVE
+    assert kinds(report) == [(FindingKind.HIDDEN, REPORT_RUN)]
+
+
+# -- fired without its wait -----------------------------------------------------------------------
+
+
+def test_a_run_fired_without_the_wait_its_definition_names_is_a_breach_and_still_judged() -> None:
+    # A faulty ticker fired report@05:00 without its upstream list: the executor ran it at once.
+    events = [*extract_succeeded(at(5, 0, 11)), *report_started(at(5, 0, 1))]
+    report = audit([fire(waiting=None)], events)
+    assert report.verdict is Verdict.BREACH
+    assert kinds(report) == [
+        (FindingKind.FIRED_WITHOUT_ITS_WAIT, REPORT_RUN),
+        (FindingKind.STARTED_BEFORE_UPSTREAM, REPORT_RUN),
+    ]
+    dropped, early = report.findings
+    assert dropped.detail == (
+        "its definition (schedules offset 0) names upstream extract (latest_before), "
+        "upstream_wait 3600s, upstream_timeout skip; the record ticker ticker-a fired (under "
+        "schedules offset 0) carries no upstream"
+    )
+    assert early.detail.startswith(
+        "started at 2027-01-04T05:00:01Z (attempt 1, exec-down), 10s before upstream extract's "
+        "period 2027-01-04T00:00:00Z (latest_before) succeeded"
+    )
+    # Started after its period succeeded, it waited by luck: its record is a breach all the same.
+    lucky = [*extract_succeeded(at(0, 10)), *report_started(at(5, 0, 1))]
+    assert kinds(audit([fire(waiting=None)], lucky)) == [
+        (FindingKind.FIRED_WITHOUT_ITS_WAIT, REPORT_RUN)
+    ]
+
+
+def test_a_record_carrying_another_wait_than_its_definitions_is_a_breach() -> None:
+    events = [*extract_succeeded(at(0, 10)), *report_started(at(5, 0, 1))]
+    for waiting in (
+        replace(WAITING, upstream=(("extract", "same_local_date"),)),
+        replace(WAITING, upstream=(("extract", "latest_before"), ("load", "latest_before"))),
+        replace(WAITING, wait=2 * WAIT),
+        replace(WAITING, timeout="fail"),
+    ):
+        (finding,) = audit([fire(waiting=waiting)], events).findings
+        assert finding.kind is FindingKind.FIRED_WITHOUT_ITS_WAIT, waiting
+    # Neither the zone (read from the definition) nor the ticker's periods are the wait.
+    same = replace(WAITING, timezone=None, fired_periods=(PERIOD,))
+    assert audit([fire(waiting=same)], events).verdict is Verdict.HOLDS
+
+
+def test_a_run_is_held_to_its_definition_in_force_at_its_nominal_instant() -> None:
+    # report named no upstream until an edit at 04:00 (offset 1): a ticker that fired 05:00 under
+    # the old version (offset 0), without the wait, is held to the new one.
+    bare = replace(HISTORY[1], definition=REPORT.model_copy(update={"upstream": ()}))
+    history = [HISTORY[0], bare, replace(HISTORY[1], offset=1, changed_at=at(4))]
+    events = [*extract_succeeded(at(0, 10)), *report_started(at(5, 0, 1))]
+    (finding,) = audit([fire(waiting=None)], events, history=history).findings
+    assert finding.kind is FindingKind.FIRED_WITHOUT_ITS_WAIT
+    assert finding.detail.startswith("its definition (schedules offset 1) names upstream extract")
+    assert finding.detail.endswith("(under schedules offset 0) carries no upstream")
+    # Its 03:00 run, owed by the version before the edit, waits for nothing.
+    early = replace(fire(at(3), waiting=None), run_id=run_id("report", at(3)))
+    assert resolve_periods([early], history, wanted=lambda run: True) == {}
+
+
+def test_a_rerun_waits_as_its_definition_when_its_request_was_taken() -> None:
+    # The request (offset 1) was taken under the version naming extract; the edit removing it
+    # (offset 2) came after: the re-run, fired without its wait, is held to the wait.
+    request = RerunRequest(
+        "fix", "report", RerunKind.TRIGGER, START, START, None, "ops", at(9), None
+    )
+    bare = replace(HISTORY[1], offset=2, changed_at=at(10))
+    bare = replace(bare, definition=REPORT.model_copy(update={"upstream": ()}))
+    history = [*HISTORY, bare]
+    rerun = replace(fire(waiting=None), run_id=rerun_id("report", START, "fix"), fired_at=at(11))
+    asked = [RequestedRerun(0, 1, request, at(9))]
+    (waits,) = resolve_periods([rerun], history, wanted=lambda run: True, reruns=asked).values()
+    assert (waits.version, waits.waiting.upstream) == (0, (("extract", "latest_before"),))
+    # A request taken after the edit owes a re-run that waits for nothing.
+    later = [RequestedRerun(0, 3, request, at(11))]
+    assert resolve_periods([rerun], history, wanted=lambda run: True, reruns=later) == {}
+
+
+# -- released, then held back; released too soon ----------------------------------------------
+
+
+def released(appended: datetime | None, offset: int = 15) -> RunEventRecord:
+    return replace(run_event(REPORT_RUN, "released", offset=offset, appended=appended), attempt=0)
+
+
+def test_a_run_released_in_time_and_held_back_is_late_not_left_waiting() -> None:
+    # extract succeeded at 05:30, report was released at once, then held by its concurrency
+    # group past its wait and the grace: late, which the promise allows.
+    events = [*extract_succeeded(at(5, 30)), released(at(5, 30, 2))]
+    past = REPORT_AT + WAIT + WAIT_GRACE + 60 * SECOND
+    assert audit([fire()], events, as_of=past).verdict is Verdict.HOLDS
+    # It started after its wait had ended: still clean.
+    started = run_event(REPORT_RUN, "started", started=at(6, 20), offset=20)
+    assert audit([fire()], [*events, started]).verdict is Verdict.HOLDS
+    # Released only after its wait and the grace, and never started nor ended: left waiting.
+    late = [*extract_succeeded(at(6, 30)), released(at(6, 30, 2))]
+    (finding,) = audit([fire()], late).findings
+    assert finding.kind is FindingKind.WAITING_PAST_DEADLINE
+    assert "yet 300s later it was released only at 2027-01-04T06:30:02Z (exec-down), and no" in (
+        finding.detail
+    )
+    # A release without the broker's append time is not known to be in time.
+    (untimed,) = audit([fire()], [*extract_succeeded(at(5, 30)), released(None)]).findings
+    assert untimed.kind is FindingKind.WAITING_PAST_DEADLINE
+    assert "has no broker append time" in untimed.detail
+
+
+def test_a_run_released_before_its_upstream_succeeded_is_a_breach() -> None:
+    started = run_event(REPORT_RUN, "started", started=at(5, 0, 20), offset=20)
+    events = [*extract_succeeded(at(5, 0, 11)), released(at(5, 0, 1)), started]
+    report = audit([fire()], events)
+    assert report.verdict is Verdict.BREACH
+    # The start came after the success: only the release was too soon.
+    assert kinds(report) == [(FindingKind.RELEASED_BEFORE_UPSTREAM, REPORT_RUN)]
+    assert report.findings[0].detail == (
+        "released (its run event appended at 2027-01-04T05:00:01Z, exec-down), 10s before "
+        "upstream extract's period 2027-01-04T00:00:00Z (latest_before) succeeded at "
+        "2027-01-04T05:00:11Z (run extract@2027-01-04T00:00:00Z, exec-up); clock tolerance 1s"
+    )
+    # Within the tolerance of the success's end (its run event appended later): clean.
+    near = [*extract_succeeded(at(5, 0, 11)), released(at(5, 0, 10)), started]
+    assert audit([fire()], near).verdict is Verdict.HOLDS
+    # Released though the period never succeeded; or with its success in an open transaction.
+    (never,) = audit([fire()], [released(at(5, 0, 1))], as_of=at(5, 1)).findings
+    assert never.kind is FindingKind.RELEASED_BEFORE_UPSTREAM
+    assert never.detail.endswith("(latest_before) has no succeeded run event")
+    held = Unsettled(events=tuple(extract_succeeded(at(5, 0, 1))))
+    report = audit([fire()], [released(at(5, 0, 1))], as_of=at(5, 1), unsettled=held)
     assert kinds(report) == [(FindingKind.HIDDEN, REPORT_RUN)]

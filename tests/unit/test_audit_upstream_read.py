@@ -10,7 +10,7 @@ of `kairos.streams.readers.history.HistoryReader` do.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
@@ -24,14 +24,17 @@ from kairos.core.audit import (
     fired_through,
     stopped_spans,
 )
-from kairos.core.audit_dependencies import RunWaiting
+from kairos.core.audit_dependencies import RunWaiting, UpstreamPeriod
 from kairos.core.audit_margin import CLOCK_MARGIN
 from kairos.core.audit_report import DEFAULT_EARLY_TOLERANCE, AuditReport, FindingKind
-from kairos.core.audit_upstream import UpstreamPeriod
 from kairos.core.audit_verdict import verify
 from kairos.core.run_id import run_id
 from kairos.core.schedule import Schedule
 from kairos.streams.readers.history import HistoryReader
+from kairos.streams.wire.codec import make_codecs
+from kairos.streams.wire.history_records import TopicRecord, run_event
+
+CODECS = make_codecs()
 
 SUNDAY = datetime(2027, 1, 10, tzinfo=UTC)
 START, END = SUNDAY.replace(hour=5), SUNDAY.replace(hour=6)
@@ -105,6 +108,7 @@ class StandIn:
     rejected: list[Any] = field(default_factory=list)
     open_transactions: list[OpenTransaction] = field(default_factory=list)
     asked: list[tuple[str, datetime | None, str | None]] = field(default_factory=list)
+    fires: list[FiredRun] = field(default_factory=lambda: [FIRE])
 
     def refused_changes(self) -> list[Any]:
         return []
@@ -123,7 +127,7 @@ class StandIn:
         schedule_id: str | None,
     ) -> tuple[list[FiredRun], list[FiredRun]]:
         self.asked.append(("runs", since, schedule_id))
-        return [run for run in [FIRE] if keep(run)], []
+        return [run for run in self.fires if keep(run)], []
 
     def run_events_and_unsettled(
         self,
@@ -148,8 +152,9 @@ def read(
     schedule: str | None = None,
     whole_history: bool = False,
     events: list[tuple[datetime, RunEventRecord]] = EVENTS,
+    fire: FiredRun = FIRE,
 ) -> tuple[AuditRead, StandIn]:
-    reader = StandIn(events)
+    reader = StandIn(events, fires=[fire])
     window = AuditWindow(START, END, schedule, DEFAULT_EARLY_TOLERANCE, None, whole_history)
     return read_audit_window(cast(HistoryReader, reader), window), reader
 
@@ -174,9 +179,9 @@ def test_run_events_are_read_from_the_margin_before_the_earliest_upstream_period
     assert found.since == START - CLOCK_MARGIN
     assert found.events_since == MONDAY_PERIOD - CLOCK_MARGIN
     assert ("runs", START - CLOCK_MARGIN, None) in reader.asked  # the runs: from the window's
-    assert found.periods == {
-        REPORT_RUN: (UpstreamPeriod("weekly", "latest_before", MONDAY_PERIOD),)
-    }
+    assert found.periods[REPORT_RUN].periods == (
+        UpstreamPeriod("weekly", "latest_before", MONDAY_PERIOD),
+    )
     # The period's success, six days old, and the window's own; not the week before's success,
     # nor the period's other events.
     assert [(e.run_id, e.kind) for e in found.events] == [
@@ -191,7 +196,7 @@ def test_one_schedule_reads_its_upstreams_history_and_their_events_too() -> None
     assert ("schedules", None, "weekly") in reader.asked
     assert ("run-events", MONDAY_PERIOD - CLOCK_MARGIN, None) in reader.asked
     assert [e.schedule_id for e in found.history] == ["report"]  # what is owed: its own
-    assert found.periods[REPORT_RUN][0].period == MONDAY_PERIOD
+    assert found.periods[REPORT_RUN].periods[0].period == MONDAY_PERIOD
     assert judged(found).ok
 
 
@@ -211,3 +216,42 @@ def test_a_start_before_the_old_period_succeeded_is_found_either_way() -> None:
         assert [(f.kind, f.run_id) for f in judged(found).findings] == [
             (FindingKind.STARTED_BEFORE_UPSTREAM, REPORT_RUN)
         ]
+
+
+def test_a_run_fired_without_its_wait_is_read_and_judged_by_its_definition() -> None:
+    # The record names no upstream: with --schedule, the upstream's history is read all the
+    # same (its definition names it), and its run events from before its period.
+    bare = replace(FIRE, waiting=None)
+    for found in (read(fire=bare)[0], read(schedule="report", fire=bare)[0]):
+        assert found.events_since == MONDAY_PERIOD - CLOCK_MARGIN
+        assert found.periods[REPORT_RUN].periods[0].period == MONDAY_PERIOD
+        assert [(f.kind, f.run_id) for f in judged(found).findings] == [
+            (FindingKind.FIRED_WITHOUT_ITS_WAIT, REPORT_RUN)
+        ]
+
+
+def test_a_run_event_carries_the_brokers_append_time() -> None:
+    event = {
+        "run_id": REPORT_RUN,
+        "schedule_id": "report",
+        "kind": "released",
+        "attempt": 0,
+        "executor_instance": "exec-1",
+        "nominal_at": START,
+        "fired_at": START,
+        "started_at": None,
+        "finished_at": None,
+        "reason": None,
+        "next_attempt_at": None,
+        "owner": None,
+    }
+    value = CODECS.run_event.encode(event)
+    appended = TopicRecord(0, 7, START + SECOND, REPORT_RUN.encode(), value, 1, appended=True)
+    read_back = run_event(CODECS, appended)
+    assert (read_back.kind, read_back.appended_at, read_back.offset) == (
+        "released",
+        START + SECOND,
+        7,
+    )
+    # A topic stamping its producers' clocks (CreateTime) gives no broker time.
+    assert run_event(CODECS, replace(appended, appended=False)).appended_at is None

@@ -342,7 +342,9 @@ def test_a_run_of_a_waiting_schedule_carries_the_periods_its_resolver_gave() -> 
         upstream=[period],
     )  # fmt: skip
     assert encoded == CODEC.encode(plain)
-    assert asked == [("export", nominal), ("export", nominal)]  # ahead, then at the fire
+    # Ahead, in idle time (the upstream's partition read then), and at the fire, from the
+    # definitions as the book then holds them.
+    assert asked == [("export", nominal), ("export", nominal)]
     assert record["upstream"] == [
         {"schedule_id": "settle", "match": "same_local_date", "resolution": "matched",
          "period_at": nominal, "reason": None}
