@@ -11,8 +11,8 @@ one or any re-run of it, reported `succeeded`. When its wait (`upstream_wait` af
 instant) ends first, an executor ends it (`dead_lettered` or `failed`, or `skipped`, as
 `upstream_timeout` says). The findings, all breaches (docs/audit.md):
 
-- `fired_without_its_wait`: the fired record (its first commit) does not carry the definition's
-  upstreams, wait and timeout (`carries`): a ticker dropped or changed the wait;
+- `fired_without_its_wait`: a fired record (any commit of the run) does not carry the
+  definition's upstreams, wait and timeout (`carries`): a ticker dropped or changed the wait;
 - `started_before_upstream`: the run's first `started` event is stamped more than
   `CLOCK_TOLERANCE` before the earliest `succeeded` event (by `finished_at`) of an upstream's
   period, or it started though that period never succeeded, or though the rule names no period;
@@ -111,8 +111,14 @@ def dependency_findings(
         runs = commits.get(run_id)
         if not runs:
             continue
-        first = min(runs, key=lambda run: run.offset)
-        found += _record_findings(first, waits)
+        # Commits of one run id may sit on several partitions (a record a foreign producer
+        # placed): the first is the first appended, and every one must carry its wait.
+        first = min(runs, key=_commit_order)
+        for run in sorted(runs, key=_commit_order):
+            dropped = _record_findings(run, waits)
+            if dropped:
+                found += dropped
+                break
         told = story.get(run_id, [])
         release = _first_of(told, RELEASED_KINDS)
         if release is not None and release.appended_at is not None:
@@ -133,6 +139,10 @@ def dependency_findings(
 def _first_of(told: Sequence[RunEventRecord], kinds: frozenset[str]) -> RunEventRecord | None:
     """The first of the run's events of `kinds`, in topic order (a run's share a partition)."""
     return min((e for e in told if e.kind in kinds), key=lambda e: e.offset, default=None)
+
+
+def _commit_order(run: FiredRun) -> tuple[datetime, int, int]:
+    return (run.appended_at or run.fired_at, run.partition, run.offset)
 
 
 def _record_findings(run: FiredRun, waits: RunWaits) -> list[Finding]:

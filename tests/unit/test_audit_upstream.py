@@ -357,6 +357,20 @@ def test_a_run_fired_without_the_wait_its_definition_names_is_a_breach_and_still
     ]
 
 
+def test_a_commit_without_the_wait_on_another_partition_is_found_beside_the_tickers() -> None:
+    # The ticker's record (with its wait) on partition 0 at a lower offset than a record a
+    # foreign producer put on partition 3 without it: offsets of two partitions say nothing of
+    # which came first, and every commit must carry the wait.
+    tickers = replace(fire(), offset=2)
+    forged = replace(fire(waiting=None), partition=3, offset=40, ticker_instance="forger")
+    events = [*extract_succeeded(at(5, 0, 11)), *report_started(at(5, 0, 1))]
+    for commits in ([tickers, forged], [forged, tickers]):
+        found = audit(commits, events).findings
+        dropped = [f for f in found if f.kind is FindingKind.FIRED_WITHOUT_ITS_WAIT]
+        assert [f.run_id for f in dropped] == [REPORT_RUN], found
+        assert "the record ticker forger fired" in dropped[0].detail
+
+
 def test_a_record_carrying_another_wait_than_its_definitions_is_a_breach() -> None:
     events = [*extract_succeeded(at(0, 10)), *report_started(at(5, 0, 1))]
     for waiting in (
