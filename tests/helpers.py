@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 from kairos.core.schedule import Schedule
@@ -51,6 +51,19 @@ def sleep_until(instant: datetime) -> None:
     remaining = (instant - datetime.now(UTC)).total_seconds()
     if remaining > 0:
         time.sleep(remaining)
+
+
+def just_after_a_second(lead: float = 0.2) -> datetime:
+    """Sleep to `lead` seconds past the next whole second and return that instant.
+
+    A delete or pause of an every-second schedule published at an arbitrary instant may land a
+    millisecond before an occurrence the ticker is already firing: the window docs/audit.md
+    ("Deletes and pauses are not edits") states, which a test about something else must not race.
+    """
+    now = datetime.now(UTC)
+    instant = now.replace(microsecond=0) + timedelta(seconds=1 + lead)
+    sleep_until(instant)
+    return instant
 
 
 def upserted_event(

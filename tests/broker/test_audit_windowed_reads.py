@@ -26,7 +26,7 @@ from kairos.core.schedule import Schedule
 from kairos.streams.client.schedule_publisher import SchedulesClient
 from kairos.streams.kafka.settings import KafkaSettings
 from kairos.streams.kafka.topics import TopicRole
-from tests.helpers import eventually, sleep_until, unique_name
+from tests.helpers import eventually, just_after_a_second, sleep_until, unique_name
 from tests.processes import start_ticker
 
 SECOND = timedelta(seconds=1)
@@ -129,8 +129,9 @@ def test_a_windowed_audit_finds_what_a_whole_topic_audit_finds(
         killed.kill()
         sleep_until(start + 8 * SECOND)
         _apply_calendar(kafka_settings, tmp_path, closed=False)
+        deleted_at = just_after_a_second()
         client.delete(again.id, reason="re-created below")
-        sleep_until(start + 10 * SECOND)
+        sleep_until(max(start + 10 * SECOND, deleted_at + SECOND))
         client.upsert(again, reason="back")
         client.request_rerun(
             RerunRequest(

@@ -21,7 +21,7 @@ from kairos.streams.kafka.partitioner import partition_for
 from kairos.streams.kafka.settings import KafkaSettings
 from kairos.streams.kafka.topics import TopicRole
 from tests.broker.test_ticker_failover import committed_runs
-from tests.helpers import eventually, sleep_until, unique_name
+from tests.helpers import eventually, just_after_a_second, sleep_until, unique_name
 from tests.processes import ServiceProcess, start_ticker
 
 
@@ -74,12 +74,13 @@ def test_a_new_group_id_or_a_fresh_host_never_applies_the_history_again(
         try:
             first.wait_for_log("handover event=assigned")
             _wait_fired_after(kafka_settings, "gone", start + timedelta(seconds=2))
+            deleted_at = just_after_a_second()
             client.delete("gone")
-            deleted_at = datetime.now(UTC)
             _wait_fired_after(kafka_settings, "kept", deleted_at + timedelta(seconds=2))
         finally:
             assert first.stop() == 0, first.log()[-3000:]
     fired_by_first = len(committed_runs(kafka_settings))
+    gone_by_first = _fired(kafka_settings, "gone")
 
     # The same store under a group that never committed anything; then a fresh host.
     logs = []
@@ -98,8 +99,9 @@ def test_a_new_group_id_or_a_fresh_host_never_applies_the_history_again(
     runs = committed_runs(kafka_settings)
     assert len(runs) > fired_by_first
     assert not _duplicates(runs), f"run ids fired twice: {sorted(_duplicates(runs))[:5]}"
-    late_gone = [n for n in _fired(kafka_settings, "gone") if n > deleted_at]
-    assert not late_gone, f"a deleted schedule fired again: {late_gone}"
+    assert _fired(kafka_settings, "gone") == gone_by_first, "the history was applied again"
+    late_gone = [n for n in gone_by_first if n > deleted_at]
+    assert not late_gone, f"a deleted schedule fired after its delete: {late_gone}"
     assert all("already applied the schedules topic" in log for log in logs)
 
 
