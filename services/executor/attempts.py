@@ -23,6 +23,7 @@ from datetime import datetime, timedelta
 
 from kairos.services.executor.handlers import Handlers
 from kairos.services.executor.jobs import Invocation, JobFailedError, job_params
+from kairos.services.executor.kafka_job import JobProducer
 from kairos.services.executor.metrics import ExecutorMetrics
 from kairos.services.executor.runners import JOB_RUNNERS, JobRun
 from kairos.services.executor.settings import ExecutorSettings
@@ -37,7 +38,6 @@ from kairos.streams.dedupe.base import (
     LeaseLostError,
     LeaseStatus,
 )
-from kairos.streams.kafka.ports import Producer
 from kairos.streams.wire.codec import Codec
 from kairos.streams.wire.records import job_from_record, read_run_requested
 
@@ -228,7 +228,7 @@ class AttemptRunner:
         handlers: Handlers,
         metrics: ExecutorMetrics,
         attempts: InFlightAttempts,
-        job_producer: Producer,
+        job_producer: JobProducer,
         clock: Clock,
         shell_jobs: ShellJobGuard,
     ) -> None:

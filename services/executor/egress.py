@@ -14,6 +14,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network, ip_address, ip_network
 
+from kairos.streams.kafka.topics import TopicLayout
+
 IPAddress = IPv4Address | IPv6Address
 
 _SHARED = IPv4Network("100.64.0.0/10")
@@ -157,8 +159,16 @@ def topic_matches(topic: str, patterns: Iterable[str]) -> bool:
     )
 
 
-def topic_refusal_reason(topic: str, owner: str | None, patterns: tuple[str, ...]) -> str | None:
+def topic_refusal_reason(
+    topic: str, owner: str | None, patterns: tuple[str, ...], layout: TopicLayout
+) -> str | None:
     """Why `owner`'s kafka job may not write `topic`, or `None` when it may."""
+    if layout.reserves(topic):
+        return (
+            f"topic {topic} belongs to Kairos (this deployment's prefix {layout.prefix!r}) or to "
+            "Kafka: no job writes it, whatever its team's namespace or the runtime policy lists; "
+            "write a topic of your team's namespace instead"
+        )
     if owner is not None and topic.startswith(f"{owner}."):
         return None
     if topic_matches(topic, patterns):

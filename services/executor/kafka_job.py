@@ -1,12 +1,14 @@
 """`kafka` jobs: one record produced, keyed by the run id, to a topic the team may write.
 
 The executor produces as its own principal, so Kafka's ACLs cannot tell one team's job from
-another's: which topics a team's jobs write is decided here (`egress.topic_refusal_reason`).
+another's, nor from the executor's own run events: which topics a team's jobs write is decided
+here (`egress.topic_refusal_reason`), and Kairos's own topics are never among them.
 """
 
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass
 
 from confluent_kafka import KafkaError, Message
 
@@ -19,12 +21,25 @@ from kairos.services.executor.jobs import (
     payload_bytes,
 )
 from kairos.streams.kafka.ports import Producer
+from kairos.streams.kafka.topics import TopicLayout
 
 
-def run_kafka(job: KafkaJob, invocation: Invocation, producer: Producer) -> None:
-    refusal = topic_refusal_reason(job.topic, invocation.owner, invocation.runtime.kafka_topics)
+@dataclass(frozen=True)
+class JobProducer:
+    """The executor's producer of `kafka` jobs, and the deployment whose topics it refuses."""
+
+    producer: Producer
+    """Shared by the worker threads (librdkafka's producer is thread-safe)."""
+    layout: TopicLayout
+
+
+def run_kafka(job: KafkaJob, invocation: Invocation, job_producer: JobProducer) -> None:
+    refusal = topic_refusal_reason(
+        job.topic, invocation.owner, invocation.runtime.kafka_topics, job_producer.layout
+    )
     if refusal is not None:
         raise JobFailedError(refusal)
+    producer = job_producer.producer
     delivered = threading.Event()
     failure: list[str] = []
 

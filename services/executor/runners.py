@@ -23,10 +23,9 @@ from kairos.services.executor.jobs import (
     PythonJob,
     ShellJob,
 )
-from kairos.services.executor.kafka_job import run_kafka
+from kairos.services.executor.kafka_job import JobProducer, run_kafka
 from kairos.services.executor.shell_job import run_shell
 from kairos.streams.dedupe.base import AttemptTransaction
-from kairos.streams.kafka.ports import Producer
 from kairos.streams.wire.records import RunRequestedRecord
 
 
@@ -38,7 +37,7 @@ class JobRun:
     request: RunRequestedRecord
     transaction: AttemptTransaction
     output_limit_bytes: int
-    job_producer: Producer
+    job_producer: JobProducer
     """The executor's producer, for `kafka` jobs."""
     handlers: Handlers
     """This executor's python handlers, for `python` jobs."""

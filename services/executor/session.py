@@ -21,11 +21,12 @@ from confluent_kafka import TopicPartition
 from kairos.services.executor.clients import AssignmentCheck, ExecutorClients
 from kairos.services.executor.events import EventPublisher
 from kairos.services.executor.fleet import advertised_client_id
+from kairos.services.executor.kafka_job import JobProducer
 from kairos.services.executor.pool_watch import pools_tagged
 from kairos.services.executor.settings import ExecutorSettings
 from kairos.streams.dedupe import open_dedupe_store
 from kairos.streams.dedupe.base import DedupeStore
-from kairos.streams.kafka.ports import GroupMember, Producer, RebalanceCallback
+from kairos.streams.kafka.ports import GroupMember, RebalanceCallback
 from kairos.streams.kafka.settings import KafkaSettings
 from kairos.streams.kafka.topics import TopicRole
 from kairos.streams.wire.codec import Codecs
@@ -44,9 +45,8 @@ class ExecutorSession:
     """A member of the executors' group, read_committed: runs of an aborted ticker transaction
     were never fired. Created here, subscribed by `join`."""
     publisher: EventPublisher
-    job_producer: Producer
-    """Produces the records of `kafka` jobs; shared by the worker threads (librdkafka's producer
-    is thread-safe)."""
+    job_producer: JobProducer
+    """Produces the records of `kafka` jobs."""
     runs_topic: str
 
     @classmethod
@@ -68,7 +68,9 @@ class ExecutorSession:
             publisher = EventPublisher(
                 kafka, codecs, settings.instance, FLUSH_TIMEOUT_S, events_producer
             )
-            job_producer = clients.producer(kafka.producer_config(**{"linger.ms": 0}))
+            job_producer = JobProducer(
+                clients.producer(kafka.producer_config(**{"linger.ms": 0})), kafka.layout
+            )
             client_id = advertised_client_id(
                 pools_tagged(settings.instance, settings.pools), store.store_id
             )
@@ -104,6 +106,6 @@ class ExecutorSession:
         """Deliver what the producers hold, then close the store (after `leave_group`)."""
         try:
             self.publisher.close()
-            self.job_producer.flush(FLUSH_TIMEOUT_S)
+            self.job_producer.producer.flush(FLUSH_TIMEOUT_S)
         finally:
             self.store.close()

@@ -76,6 +76,14 @@ class TopicLayout:
     def name(self, role: TopicRole) -> str:
         return f"{self.prefix}{role.value}"
 
+    def reserves(self, topic: str) -> bool:
+        """Whether `topic` is the deployment's own (a role's, or any under a non-empty prefix)
+        or Kafka's (`__consumer_offsets`, `__transaction_state`): no job writes those, whoever
+        holds the ACL, or one team's job could forge another team's run events."""
+        if topic.startswith("__") or topic in {self.name(role) for role in TopicRole}:
+            return True
+        return bool(self.prefix) and topic.startswith(self.prefix)
+
     def specs(self) -> list[TopicSpec]:
         compacted_history = {
             "cleanup.policy": "compact",

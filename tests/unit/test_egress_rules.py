@@ -15,6 +15,10 @@ from kairos.services.executor.egress import (
     topic_refusal_reason,
     unscoped,
 )
+from kairos.streams.kafka.topics import TopicLayout
+
+LAYOUT = TopicLayout()
+"""The default deployment: prefix `kairos.`."""
 
 
 @pytest.mark.parametrize(
@@ -158,22 +162,49 @@ def test_the_http_refusal_says_which_address_and_where_to_allow_it() -> None:
 def test_kafka_jobs_write_their_namespace_and_the_listed_topics(
     topic: str, owner: str | None, patterns: tuple[str, ...], allowed: bool
 ) -> None:
-    assert (topic_refusal_reason(topic, owner, patterns) is None) is allowed
+    assert (topic_refusal_reason(topic, owner, patterns, LAYOUT) is None) is allowed
 
 
 def test_the_topic_refusal_says_what_the_team_may_write_and_who_widens_it() -> None:
-    assert topic_refusal_reason("payments.refunds", "growth", ()) == (
+    assert topic_refusal_reason("payments.refunds", "growth", (), LAYOUT) == (
         "team growth may not write topic payments.refunds; its kafka jobs write growth.* and "
         "the topics an administrator lists in teams.growth.kafka_topics of the executor's "
         "runtime policy (now: none)"
     )
-    assert topic_refusal_reason("payments.refunds", "growth", ("ads.*", "shared.events")) == (
+    assert topic_refusal_reason(
+        "payments.refunds", "growth", ("ads.*", "shared.events"), LAYOUT
+    ) == (
         "team growth may not write topic payments.refunds; its kafka jobs write growth.* and "
         "the topics an administrator lists in teams.growth.kafka_topics of the executor's "
         "runtime policy (now: ads.*, shared.events)"
     )
-    assert topic_refusal_reason("growth.signups", None, ()) == (
+    assert topic_refusal_reason("growth.signups", None, (), LAYOUT) == (
         "a run without an owner may not write topic growth.signups; such runs write only the "
         "topics an administrator lists in default.kafka_topics of the executor's runtime "
         "policy (now: none); give the schedule an owner to write that team's <team>.* topics"
     )
+
+
+@pytest.mark.parametrize(
+    "topic",
+    [
+        "kairos.run-events",  # forged outcomes of any team's runs
+        "kairos.runs",
+        "kairos.dead-letters",
+        "kairos.schedules",
+        "kairos.anything-added-later",
+        "__consumer_offsets",
+        "__transaction_state",
+    ],
+)
+def test_no_kafka_job_writes_kairos_or_kafka_topics_whatever_it_is_granted(topic: str) -> None:
+    # A team named like the prefix, and a policy granting every topic: still refused.
+    for owner, patterns in (("kairos", ()), ("growth", ("*",)), (None, ("*",))):
+        reason = topic_refusal_reason(topic, owner, patterns, LAYOUT)
+        assert reason is not None and reason.startswith(f"topic {topic} belongs to Kairos")
+
+
+def test_with_no_prefix_the_roles_names_are_still_refused() -> None:
+    bare = TopicLayout(prefix="")
+    assert topic_refusal_reason("run-events", "growth", ("*",), bare) is not None
+    assert topic_refusal_reason("growth.signups", "growth", (), bare) is None
