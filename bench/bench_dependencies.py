@@ -49,16 +49,22 @@ def _schedule(n: int, waits: bool) -> Schedule:
     return Schedule.model_validate(fields)
 
 
-def _periods(decision: Decision, state: ScheduleState) -> list[UpstreamPeriod]:
-    schedule = state.schedule
-    return [
-        resolve(schedule.owner, upstream, SETTLE, (decision.nominal, schedule.zone))
-        for upstream in schedule.upstream
-    ]
+class _Settled:
+    """Every upstream is the settlement, known already (the ticker's book once read)."""
+
+    def expect(self, schedule: Schedule) -> None:
+        return
+
+    def upstream_periods(self, decision: Decision, state: ScheduleState) -> list[UpstreamPeriod]:
+        schedule = state.schedule
+        return [
+            resolve(schedule.owner, upstream, SETTLE, (decision.nominal, schedule.zone))
+            for upstream in schedule.upstream
+        ]
 
 
 def ticker_us_per_run(runs: int, waits: bool) -> float:
-    encoder = RunRequestedEncoder(CODEC, "bench-ticker", _periods)
+    encoder = RunRequestedEncoder(CODEC, "bench-ticker", _Settled())
     states = [ScheduleState(_schedule(n, waits), n, T0) for n in range(runs)]
     decisions = [Decision(run_id(s.schedule_id, T0), s.schedule_id, T0, T0, Action.FIRE)
                  for s in states]  # fmt: skip
@@ -77,7 +83,7 @@ def _requests(runs: int, waits: bool) -> list[RunRequest]:
         decision = Decision(run_id(state.schedule_id, T0), state.schedule_id, T0, T0, Action.FIRE)
         record = run_requested_record(
             decision, state, fired_at=T0, partition=n % 12, ticker_instance="bench",
-            upstream=_periods(decision, state),
+            upstream=_Settled().upstream_periods(decision, state),
         )  # fmt: skip
         requests.append(
             RunRequest(

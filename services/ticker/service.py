@@ -119,7 +119,7 @@ class Ticker:
             clock,
             self._calendars.lookup,
             changes,
-            self._upstreams.upstream_periods,
+            self._upstreams,
         )
         self._planner = TurnPlanner(
             changes,

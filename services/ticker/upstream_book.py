@@ -6,11 +6,15 @@ is fired from each upstream's definition as its own ticker holds it (`kairos.cor
 partitions holding the upstreams named (`ScheduleReader.read_partition_of`: the tickers'
 verdicts applied, a refused change never counts) and keeps the definitions of those upstreams:
 
-- an upstream first asked for is answered from a read of its partition: one made in the last
-  `RECENT_S` (so many new upstreams on one partition cost one read), or one made then, on the
-  ticker's loop (usually as it prepares a run ahead, in idle time; a read is bounded by the
-  reader's timeout, `UPSTREAM_READ_TIMEOUT_S`);
-- after that a thread of the book reads each partition holding upstreams asked for in the last
+- an upstream is first read on the book's thread, as soon as the ticker prepares a fire of a
+  schedule naming it ahead of its instant (`expect`, which never blocks): the ticker's loop,
+  which fires every team's runs, does not wait for another partition's read, however many
+  upstreams a team names;
+- an upstream asked for at the fire before that read is answered from a read of its partition
+  made in the last `RECENT_S` (so many new upstreams on one partition cost one read), or from
+  one made then, on the loop (a fire decided at once, with no time ahead; a read is bounded by
+  the reader's timeout, `UPSTREAM_READ_TIMEOUT_S`);
+- after that the thread reads each partition holding upstreams asked for in the last
   `FORGET_S` again every `REFRESH_S`, one read a partition however many upstreams it holds, and
   answers come from memory: a new grant, a deleted upstream or a changed trigger counts within
   that much;
@@ -79,8 +83,29 @@ class UpstreamBook:
         """Upstream id -> when a run last asked for it."""
         self._recent: dict[int, tuple[float, PartitionRead]] = {}
         self._partition: dict[str, int] = {}
+        self._expected: set[str] = set()
+        """Upstreams a fire prepared ahead names, not read yet: the thread reads them."""
         self._stop = threading.Event()
+        self._wake = threading.Event()
         self._thread: threading.Thread | None = None
+
+    def expect(self, schedule: Schedule) -> None:
+        """`schedule` fires soon: have its upstreams read on the book's thread (never blocks)."""
+        now = self._clock()
+        with self._lock:
+            for upstream in schedule.upstream:
+                self._asked[upstream.schedule] = now
+                if upstream.schedule not in self._known:
+                    self._expected.add(upstream.schedule)
+            if self._expected:
+                self._wake.set()
+
+    def read_expected(self) -> None:
+        """Read the partitions of the upstreams expected and not known yet (the thread's work)."""
+        with self._lock:
+            expected, self._expected = self._expected, set()
+        for schedule_id in sorted(expected):
+            self.definition(schedule_id)  # ids of a partition read just before cost no read
 
     def upstream_periods(
         self, decision: Decision, state: ScheduleState
@@ -135,29 +160,42 @@ class UpstreamBook:
         return found
 
     def start(self) -> None:
-        """Read the asked partitions again every `refresh_s`, until `close`."""
+        """Read the expected upstreams as they come, and the asked partitions again every
+        `refresh_s`, until `close`."""
         self._stop.clear()
-        self._thread = threading.Thread(target=self._refresh, name="upstream-book", daemon=True)
+        self._thread = threading.Thread(target=self._serve, name="upstream-book", daemon=True)
         self._thread.start()
 
     def close(self) -> None:
         self._stop.set()
+        self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
             self._thread = None
 
+    def _serve(self) -> None:
+        refresh_at = time.monotonic() + self._refresh_s
+        while not self._stop.is_set():
+            self._wake.wait(max(0.0, refresh_at - time.monotonic()))
+            self._wake.clear()
+            if self._stop.is_set():
+                return
+            self.read_expected()
+            if time.monotonic() >= refresh_at:
+                self._refresh()
+                refresh_at = time.monotonic() + self._refresh_s
+
     def _refresh(self) -> None:
-        while not self._stop.wait(self._refresh_s):
-            for schedule_id in self._one_id_per_partition():
-                try:
-                    read = self._partition_of(schedule_id)
-                except Exception as error:
-                    logger.warning("upstream schedules not read again: %s", error)
-                    continue
-                with self._lock:
-                    for asked, partition in list(self._partition.items()):
-                        if partition == read.partition:
-                            self._known[asked] = read.schedules.get(asked)
+        for schedule_id in self._one_id_per_partition():
+            try:
+                read = self._partition_of(schedule_id)
+            except Exception as error:
+                logger.warning("upstream schedules not read again: %s", error)
+                continue
+            with self._lock:
+                for asked, partition in list(self._partition.items()):
+                    if partition == read.partition:
+                        self._known[asked] = read.schedules.get(asked)
 
     def _one_id_per_partition(self) -> list[str]:
         """Forget the upstreams not asked for lately; one asked id of each partition left."""

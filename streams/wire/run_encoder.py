@@ -17,10 +17,10 @@ schedules due within minutes, a template each was about 390 bytes a schedule.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache, partial
-from typing import Any
+from typing import Any, Protocol
 
 from kairos.core.firing import Action, Decision, ScheduleState
 from kairos.core.instants import epoch_ms
@@ -37,8 +37,20 @@ _AHEAD_LIMIT = 2_000_000
 _SHARED_BYTES_LIMIT = 16_384
 _Parts = tuple[weakref.ref[Schedule], bytes, bytes]
 """(the definition, weakly, its runs' bytes from the leading fields to the offset, and after)."""
-UpstreamResolver = Callable[[Decision, ScheduleState], Sequence[UpstreamPeriod]]
-"""What a run of a schedule naming upstream schedules waits for (`kairos.core.upstream_wait`)."""
+
+
+class UpstreamResolver(Protocol):
+    """What runs of schedules naming upstream schedules wait for (`kairos.core.upstream_wait`)."""
+
+    def expect(self, schedule: Schedule) -> None:
+        """`schedule` fires soon: make its upstreams ready ahead, without blocking."""
+
+    def upstream_periods(
+        self, decision: Decision, state: ScheduleState
+    ) -> Sequence[UpstreamPeriod]:
+        """What the decision's run waits for, as it is fired."""
+
+
 _Ahead = tuple[Decision, bytes, int, bytes]
 """(a fire decided ahead, its run's bytes up to the fired instant, its due ms, and its data
 interval's start, the last field)."""
@@ -151,10 +163,10 @@ class RunRequestedEncoder:
         """Encode the schedule's definition ahead of its fires (idle time, not the herd's), and
         every byte of the `upcoming` decision's run but its fired instant and lateness."""
         if state.schedule.upstream:
-            # Encoded whole when it fires; resolving now reads the upstream definitions ahead.
+            # Encoded whole when it fires; the upstream definitions are read ahead meanwhile.
             self._ahead.pop(state.schedule_id)
-            if upcoming is not None and upcoming.action is Action.FIRE:
-                self._resolved(upcoming, state)
+            if upcoming is not None and upcoming.action is Action.FIRE and self._upstream:
+                self._upstream.expect(state.schedule)
             return
         if (id(state.schedule), partition) not in self._parts:
             self._build_parts(state, partition)
@@ -236,7 +248,7 @@ class RunRequestedEncoder:
                 f"schedule {state.schedule_id} waits for upstream schedules, and this encoder "
                 "was given no resolver for them"
             )
-        return self._upstream(decision, state)
+        return self._upstream.upstream_periods(decision, state)
 
     def _leading(self, decision: Decision) -> tuple[bytes, int]:
         """A run's bytes up to its fired instant (header, run id, schedule id, nominal and due

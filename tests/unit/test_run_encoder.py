@@ -313,13 +313,19 @@ def test_one_encoder_encodes_runs_of_any_definitions_exactly(
 def test_a_run_of_a_waiting_schedule_carries_the_periods_its_resolver_gave() -> None:
     nominal = datetime(2027, 1, 1, 7, tzinfo=UTC)
     period = UpstreamPeriod("settle", PeriodMatch.SAME_LOCAL_DATE, Resolution.MATCHED, nominal)
-    asked: list[tuple[str, datetime]] = []
+    asked: list[tuple[str, datetime | None]] = []
 
-    def resolver(decision: Decision, state: ScheduleState) -> list[UpstreamPeriod]:
-        asked.append((state.schedule_id, decision.nominal))
-        return [period]
+    class Resolver:
+        def expect(self, schedule: Schedule) -> None:
+            asked.extend((upstream.schedule, None) for upstream in schedule.upstream)
 
-    encoder = RunRequestedEncoder(CODEC, "ticker-1", resolver)
+        def upstream_periods(
+            self, decision: Decision, state: ScheduleState
+        ) -> list[UpstreamPeriod]:
+            asked.append((state.schedule_id, decision.nominal))
+            return [period]
+
+    encoder = RunRequestedEncoder(CODEC, "ticker-1", Resolver())
     schedule = Schedule.model_validate(
         {
             "id": "export",
@@ -342,9 +348,9 @@ def test_a_run_of_a_waiting_schedule_carries_the_periods_its_resolver_gave() -> 
         upstream=[period],
     )  # fmt: skip
     assert encoded == CODEC.encode(plain)
-    # Ahead, in idle time (the upstream's partition read then), and at the fire, from the
-    # definitions as the book then holds them.
-    assert asked == [("export", nominal), ("export", nominal)]
+    # Expected ahead, in idle time (the upstream's partition read then, off the loop), and
+    # resolved at the fire, from the definitions as the book then holds them.
+    assert asked == [("settle", None), ("export", nominal)]
     assert record["upstream"] == [
         {"schedule_id": "settle", "match": "same_local_date", "resolution": "matched",
          "period_at": nominal, "reason": None}

@@ -11,6 +11,7 @@ from kairos.core.run_id import run_id
 from kairos.core.schedule import Schedule
 from kairos.core.upstream_wait import Resolution, Unreadable
 from kairos.services.ticker.upstream_book import FORGET_S, RECENT_S, PartitionRead, UpstreamBook
+from tests.helpers import eventually
 
 T0 = datetime(2027, 3, 15, 7, 0, tzinfo=UTC)
 SETTLE = Schedule.model_validate(
@@ -92,3 +93,36 @@ def test_an_unreadable_upstream_is_answered_so_and_nothing_raises_into_the_fire(
     partitions.failing = False
     (period,) = book.upstream_periods(decision, ScheduleState(export, 0, T0))
     assert period.resolution is Resolution.MATCHED and period.period_at == T0
+
+
+def _waiting_for(*upstreams: str) -> Schedule:
+    return Schedule.model_validate(
+        {"id": "export", "cron": "0 7 * * *", "owner": "ledger",
+         "upstream": [{"schedule": u} for u in upstreams]}
+    )  # fmt: skip
+
+
+def test_a_fire_prepared_ahead_has_its_upstreams_read_off_the_tickers_loop() -> None:
+    partitions = Partitions()
+    book = UpstreamBook(partitions, clock=Clock(), placement=placement)
+
+    book.expect(_waiting_for("settle", "b-other", "a-one"))
+    assert partitions.reads == []  # the loop never waits for another partition's read
+    book.read_expected()
+    assert sorted(partitions.reads) == [0, 1]
+    assert book.definition("settle") == SETTLE
+    assert book.definition("a-one") is None
+    assert sorted(partitions.reads) == [0, 1]  # the fire answered from memory
+
+
+def test_the_books_thread_reads_what_is_expected_as_it_comes() -> None:
+    partitions = Partitions()
+    book = UpstreamBook(partitions, refresh_s=3600)
+    book.start()
+    try:
+        book.expect(_waiting_for("settle"))
+        eventually(lambda: partitions.reads == [1], timeout_s=10, interval_s=0.01)
+    finally:
+        book.close()
+    assert book.definition("settle") == SETTLE
+    assert partitions.reads == [1]
