@@ -12,6 +12,7 @@ from __future__ import annotations
 import http.client
 import socket
 import ssl
+import threading
 import urllib.parse
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -151,12 +152,7 @@ def _checked_addresses(target: _Target, invocation: Invocation) -> list[SockAddr
             f"{error}, in {policy_place(invocation.owner, 'http_allow')} of the executor's "
             "runtime policy; an administrator corrects it"
         ) from None
-    try:
-        resolved = socket.getaddrinfo(target.host, target.port, type=socket.SOCK_STREAM)
-    except (OSError, UnicodeError) as error:
-        raise JobFailedError(
-            f"request to {target.url} failed: cannot resolve {target.host}: {error}"
-        ) from None
+    resolved = _resolve(target, invocation)
     # Only IP answers can be checked and connected to; `type=SOCK_STREAM` asks for no other.
     addresses: list[SockAddr] = [
         (family, kind, proto, sockaddr)
@@ -169,6 +165,37 @@ def _checked_addresses(target: _Target, invocation: Invocation) -> list[SockAddr
             http_refusal_reason(target.url, target.host, refusal, invocation.owner)
         )
     return addresses
+
+
+def _resolve(target: _Target, invocation: Invocation) -> list[Any]:
+    """`getaddrinfo`, within the job's timeout: the C resolver takes no timeout, so the lookup
+    runs on a thread of its own, left to finish by itself if the job gives up on it (one
+    thread a slow lookup, so one team's slow names hold up no other team's jobs)."""
+    answer: list[Any] = []
+    failure: list[BaseException] = []
+    done = threading.Event()
+
+    def lookup() -> None:
+        try:
+            answer.extend(socket.getaddrinfo(target.host, target.port, type=socket.SOCK_STREAM))
+        except BaseException as error:  # handed to the job's thread, which judges it
+            failure.append(error)
+        finally:
+            done.set()
+
+    threading.Thread(target=lookup, name=f"resolve-{target.host}", daemon=True).start()
+    if not done.wait(invocation.remaining_s()):
+        raise JobFailedError(
+            f"{invocation.timed_out_reason()}: resolving {target.host} did not finish"
+        )
+    if failure:
+        error = failure[0]
+        if not isinstance(error, (OSError, UnicodeError)):
+            raise error
+        raise JobFailedError(
+            f"request to {target.url} failed: cannot resolve {target.host}: {error}"
+        ) from None
+    return answer
 
 
 def _connect(addresses: Sequence[SockAddr], timeout: float) -> socket.socket:

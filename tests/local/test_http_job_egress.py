@@ -71,7 +71,10 @@ def service() -> Iterator[tuple[int, list[dict[str, Any]]]]:
 
 
 def invocation(
-    http_allow: tuple[str, ...] = (), owner: str | None = "growth", secrets_root: Path | None = None
+    http_allow: tuple[str, ...] = (),
+    owner: str | None = "growth",
+    secrets_root: Path | None = None,
+    timeout_s: float = 10,
 ) -> Invocation:
     return Invocation(
         run_id="report@2027-03-14T07:00:00Z",
@@ -79,9 +82,9 @@ def invocation(
         owner=owner,
         attempt=2,
         nominal_at=datetime(2027, 3, 14, 7, tzinfo=UTC),
-        timeout=timedelta(seconds=10),
+        timeout=timedelta(seconds=timeout_s),
         stop=threading.Event(),
-        deadline=time.monotonic() + 10,
+        deadline=time.monotonic() + timeout_s,
         runtime=TeamRuntime(http_allow=http_allow),
         secrets_root=secrets_root,
     )
@@ -157,6 +160,27 @@ def test_the_connection_goes_to_the_address_checked_not_to_a_second_answer(
     run_http(get(f"http://rebind.test:{port}/ok"), invocation(("127.0.0.1",)), 1000)
     assert answers == ["rebind.test"]
     assert requests[0]["headers"]["Host"] == f"rebind.test:{port}"
+
+
+def test_a_lookup_that_never_answers_ends_the_attempt_at_its_timeout(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The C resolver takes no timeout: a team's name whose servers never answer must not hold
+    a shared executor's worker past the job's own timeout."""
+    answered = threading.Event()
+
+    def silent(*_: Any, **__: Any) -> Any:
+        answered.wait(30)
+        raise socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution")
+
+    monkeypatch.setattr(socket, "getaddrinfo", silent)
+    try:
+        with pytest.raises(JobFailedError) as failed:
+            run_http(get("http://slow.test/ok"), invocation(("slow.test",), timeout_s=0.3), 1000)
+        assert not answered.is_set(), "the attempt waited for the lookup"
+        assert failed.value.reason == "timed out after 0.3s: resolving slow.test did not finish"
+    finally:
+        answered.set()
 
 
 def test_secret_headers_are_sent_and_blanked_out_of_the_reason(
