@@ -10,7 +10,10 @@ In one run:
   plain runs; then, once the settlement succeeded, sweep the gate until every held run is
   released (each sweep is what one executor does once a second), against acquiring N plain
   ready runs 8 at a time. Printed: runs a second of each, the ratio, and how many sweeps (so
-  seconds of an executor's cadence) the release of the herd takes.
+  seconds of an executor's cadence) the release of the herd takes;
+- fairness: one run whose settlement succeeded, behind N held runs of another team in the
+  round: sweeps until it is released with the success's news (the gate's first step) against
+  the round alone (the news dropped before each sweep), in the same run.
 """
 
 from __future__ import annotations
@@ -42,8 +45,8 @@ SETTLE = Schedule.model_validate(
 )  # fmt: skip
 
 
-def _schedule(n: int, waits: bool) -> Schedule:
-    fields: dict[str, object] = {"id": f"ledger.export-{n}", "cron": "0 7 * * *", "owner": "ledger"}
+def _schedule(n: int, waits: bool, name: str = "ledger.export") -> Schedule:
+    fields: dict[str, object] = {"id": f"{name}-{n}", "cron": "0 7 * * *", "owner": "ledger"}
     if waits:
         fields["upstream"] = [{"schedule": "payments.settle", "match": "same_instant"}]
     return Schedule.model_validate(fields)
@@ -76,22 +79,30 @@ def ticker_us_per_run(runs: int, waits: bool) -> float:
     return (time.perf_counter() - started) / runs * 1e6
 
 
-def _requests(runs: int, waits: bool) -> list[RunRequest]:
+def _requests(
+    runs: int, waits: bool, nominal: datetime = T0, name: str = "ledger.export"
+) -> list[RunRequest]:
+    """Runs fired at `nominal`; waiting ones await the settlement's period at their instant, as
+    admission indexes them, and wait until 6 hours after T0 whatever their instant."""
     requests = []
     for n in range(runs):
-        state = ScheduleState(_schedule(n, waits), n, T0)
-        decision = Decision(run_id(state.schedule_id, T0), state.schedule_id, T0, T0, Action.FIRE)
+        state = ScheduleState(_schedule(n, waits, name), n, nominal)
+        decision = Decision(
+            run_id(state.schedule_id, nominal), state.schedule_id, nominal, nominal, Action.FIRE
+        )
+        periods = _Settled().upstream_periods(decision, state)
         record = run_requested_record(
             decision, state, fired_at=T0, partition=n % 12, ticker_instance="bench",
-            upstream=_Settled().upstream_periods(decision, state),
+            upstream=periods,
         )  # fmt: skip
         requests.append(
             RunRequest(
-                run_id=decision.run_id, schedule_id=state.schedule_id, nominal_at=T0, due_at=T0,
-                fired_at=T0, overlap=OverlapPolicy.ALLOW, max_attempts=3,
+                run_id=decision.run_id, schedule_id=state.schedule_id, nominal_at=nominal,
+                due_at=nominal, fired_at=T0, overlap=OverlapPolicy.ALLOW, max_attempts=3,
                 retry_backoff=timedelta(seconds=10), runner="shell", value=CODEC.encode(record),
                 source=SourceRecord("kairos.runs", n % 12, n),
                 waits_until=T0 + timedelta(hours=6) if waits else None,
+                awaits=tuple((p.schedule_id, p.period_at) for p in periods if p.period_at),
             )
         )  # fmt: skip
     return requests
@@ -146,6 +157,31 @@ def store_figures(root: Path, runs: int) -> dict[str, float]:
         held.close()
 
 
+def behind_the_round(root: Path, held: int, with_news: bool) -> tuple[int, float]:
+    """Sweeps, and seconds of sweeping, until one run whose settlement succeeded is released,
+    with `held` runs of another team held ahead of it in the round (waiting for yesterday's
+    settlement, which never succeeds); without the news, the round alone finds it."""
+    store = open_dedupe_store(sqlite_url(root / f"behind-{with_news}.sqlite3"))
+    try:
+        yesterday = T0 - timedelta(days=1)
+        _admit(store, _requests(held, waits=True, nominal=yesterday, name="growth.import"))
+        [target] = _requests(1, waits=True)
+        store.admit([target], T0 + timedelta(seconds=1), "bench")  # checked after the others
+        _settle(store)
+        gate, sweeps, swept_s = UpstreamGate(store, CODEC, "bench"), 0, 0.0
+        now = T0 + timedelta(minutes=1)
+        while store.awaiting(("payments.settle", T0), "", 1):  # the target, until released
+            if not with_news:
+                store.take_upstream_news()
+            started = time.perf_counter()
+            gate.sweep(now)
+            swept_s += time.perf_counter() - started
+            sweeps += 1
+        return sweeps, swept_s
+    finally:
+        store.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=10_000)
@@ -161,6 +197,13 @@ def main() -> None:
           f"of sweeping, {f['sweeps']:.0f} sweeps (one a second per executor)")  # fmt: skip
     print(f"acquire+finish: plain {f['acquire_plain']:.0f} runs/s, released "
           f"{f['acquire_released']:.0f} runs/s")  # fmt: skip
+    with tempfile.TemporaryDirectory() as directory:
+        round_only = behind_the_round(Path(directory), runs, with_news=False)
+        with_news = behind_the_round(Path(directory), runs, with_news=True)
+    print(f"one run released behind {runs} held runs of another team: round only "
+          f"{round_only[0]} sweeps ({round_only[1]:.2f} s of sweeping), with the success's "
+          f"news {with_news[0]} sweep(s) ({with_news[1]:.3f} s); "
+          f"{round_only[0] / with_news[0]:.0f}x fewer sweeps")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ from kairos.core.pools import DEFAULT_POOL
 from kairos.core.run_id import RunIdError, parse_run_id
 from kairos.core.schedule import OverlapPolicy
 from kairos.core.schedule_dependencies import LONGEST_UPSTREAM_WAIT, UpstreamTimeout
+from kairos.core.upstream_wait import Resolution
 from kairos.services.executor.handlers import Handlers
 from kairos.services.executor.jobs import JobParams, JobParamsError, PythonJob, job_params
 from kairos.streams.dedupe.base import RunRequest, SourceRecord
@@ -189,6 +190,7 @@ def _valid_request(
         finish_by=_after(nominal, record.deadline_finish_by_ms),
         groups=run_groups(record.owner, record.labels),
         waits_until=_waits_until(record, nominal),
+        awaits=_awaits(record),
     )
     return request, job.kind, params.handler if isinstance(params, PythonJob) else None
 
@@ -214,6 +216,15 @@ def _waits_until(record: RunRequestedRecord, nominal: datetime) -> datetime | No
             f"1 and {LONGEST_UPSTREAM_WAIT // _MS}",
         )
     return nominal + timedelta(milliseconds=wait)
+
+
+def _awaits(record: RunRequestedRecord) -> tuple[tuple[str, datetime], ...]:
+    """The matched upstream periods of a run that waits (`_waits_until` checked them)."""
+    return tuple(
+        (period.schedule_id, period.period_at)
+        for period in (upstream_periods_of(record) if record.upstream else ())
+        if period.resolution is Resolution.MATCHED and period.period_at is not None
+    )
 
 
 def _after(nominal: datetime, milliseconds: int | None) -> datetime | None:

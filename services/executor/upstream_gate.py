@@ -2,9 +2,12 @@
 
 A run whose schedule names upstream schedules carries the periods it waits for, as the ticker
 that fired it resolved them (`kairos.core.upstream_wait.resolve`), and is claimed held
-(`kairos.streams.dedupe.upstream_waits`). Each sweep takes the held runs checked longest ago and
-asks the store whether a run of each period succeeded; `kairos.core.upstream_wait.judge` says
-what follows. Executors read no schedule (team code runs on them): what a run waits for comes
+(`kairos.streams.dedupe.upstream_waits`). Each sweep first judges the runs awaiting the periods
+that succeeded since the last (the store's news, any executor's), then takes the held runs
+checked longest ago, and asks the store whether a run of each period succeeded;
+`kairos.core.upstream_wait.judge` says what follows. So a release follows its upstream's success
+at the next sweep however many runs other teams hold, and the round ends the waits that cannot
+go on. Executors read no schedule (team code runs on them): what a run waits for comes
 from the run.
 
 Upstream success is what this dedupe store recorded: upstream and downstream must run on
@@ -43,25 +46,59 @@ class UpstreamGate:
         self._instance = instance
 
     def sweep(self, now: datetime) -> None:
-        """Judge held runs, `SWEEP_BATCH` at a time, each once, for up to `SWEEP_BUDGET_S`."""
+        """Judge the runs awaiting news, then held runs in turn, `SWEEP_BATCH` at a time, each
+        once, for up to `SWEEP_BUDGET_S` (news first taken is always judged)."""
         succeeded: dict[tuple[str, datetime], bool] = {}
         judged: set[str] = set()
         ends_at = time.monotonic() + SWEEP_BUDGET_S
+        news = self._store.take_upstream_news()
+        for position, period in enumerate(news):
+            if not self._judge_awaiting(period, now, succeeded, judged, ends_at):
+                self._store.keep_upstream_news(news[position:])  # the next sweep goes on
+                return
         while time.monotonic() < ends_at:
             runs = [r for r in self._store.waiting_for_upstream(now, SWEEP_BATCH)
                     if r.run_id not in judged]  # fmt: skip
-            released = []
-            for run in runs:
-                judged.add(run.run_id)
-                judgement = self._judge(run, now, succeeded)
-                if judgement.verdict is Verdict.RELEASE:
-                    released.append(run)
-                elif judgement.verdict is not Verdict.WAIT:
-                    self._end(run, judgement, now)
-            for run_id in self._store.release_waiting(released, now, self._instance):
-                logger.info("run %s released: its upstream periods succeeded", run_id)
+            self._judge_batch(runs, now, succeeded, judged)
             if len(runs) < SWEEP_BATCH:
                 return
+
+    def _judge_awaiting(
+        self,
+        period: tuple[str, datetime],
+        now: datetime,
+        succeeded: dict[tuple[str, datetime], bool],
+        judged: set[str],
+        ends_at: float,
+    ) -> bool:
+        """Judge every run awaiting `period`; False when the time ran out first."""
+        after = ""
+        while True:
+            runs = self._store.awaiting(period, after, SWEEP_BATCH)
+            self._judge_batch([r for r in runs if r.run_id not in judged], now, succeeded, judged)
+            if len(runs) < SWEEP_BATCH:
+                return True
+            after = runs[-1].run_id
+            if time.monotonic() >= ends_at:
+                return False
+
+    def _judge_batch(
+        self,
+        runs: list[WaitingRun],
+        now: datetime,
+        succeeded: dict[tuple[str, datetime], bool],
+        judged: set[str],
+    ) -> None:
+        released = []
+        for run in runs:
+            judged.add(run.run_id)
+            judgement = self._judge(run, now, succeeded)
+            if judgement.verdict is Verdict.RELEASE:
+                released.append(run)
+            elif judgement.verdict is not Verdict.WAIT:
+                self._end(run, judgement, now)
+        for run_id in self._store.release_waiting(released, now, self._instance):
+            logger.info("run %s released: its upstream periods succeeded", run_id)
 
     def _end(self, run: WaitingRun, judgement: Judgement, now: datetime) -> None:
         assert judgement.reason is not None

@@ -145,6 +145,9 @@ class RunRequest:
     waits_until: datetime | None = None
     """Set when the run waits for upstream periods: the end of its wait. It is held until
     released (`kairos.streams.dedupe.upstream_waits`)."""
+    awaits: tuple[tuple[str, datetime], ...] = ()
+    """The (upstream schedule id, nominal instant) of each period matched for it: the success
+    of one sends the gate to it at once."""
 
 
 class Admitted(StrEnum):
@@ -441,6 +444,18 @@ class DedupeStore(Protocol):
 
     def period_succeeded(self, schedule_id: str, nominal: datetime) -> bool:
         """Whether a run of the schedule at that nominal instant succeeded (a re-run's too)."""
+
+    def take_upstream_news(self) -> list[tuple[str, datetime]]:
+        """The periods that succeeded, while held runs awaited them, since the last take (any
+        executor's); each is taken once."""
+
+    def keep_upstream_news(self, periods: Sequence[tuple[str, datetime]]) -> None:
+        """Put back news taken and not judged, for the next sweep."""
+
+    def awaiting(
+        self, period: tuple[str, datetime], after_run_id: str, limit: int
+    ) -> list[WaitingRun]:
+        """Up to `limit` runs held for `period`, in run id order after `after_run_id`."""
 
     def release_waiting(
         self, runs: Sequence[WaitingRun], now: datetime, instance: str

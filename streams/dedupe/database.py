@@ -147,6 +147,21 @@ def _upstream_wait_statements(bigint: str) -> list[str]:
             checked_ms {bigint} NOT NULL)""",
         "CREATE INDEX IF NOT EXISTS kairos_upstream_waits_by_check "
         "ON kairos_upstream_waits (checked_ms)",
+        # Each held run's matched upstream periods, and the periods that succeeded while a run
+        # awaited them: the gate releases those runs first, whatever the round of the others.
+        # Made by the schema, with no version: a store's older executors ignore them (their
+        # held runs are released by the round alone, their successes tell nothing).
+        f"""CREATE TABLE IF NOT EXISTS kairos_upstream_awaits (
+            schedule_id TEXT NOT NULL,
+            nominal_ms {bigint} NOT NULL,
+            run_id TEXT NOT NULL,
+            PRIMARY KEY (schedule_id, nominal_ms, run_id))""",
+        "CREATE INDEX IF NOT EXISTS kairos_upstream_awaits_by_run "
+        "ON kairos_upstream_awaits (run_id)",
+        f"""CREATE TABLE IF NOT EXISTS kairos_upstream_news (
+            schedule_id TEXT NOT NULL,
+            nominal_ms {bigint} NOT NULL,
+            PRIMARY KEY (schedule_id, nominal_ms))""",
     ]
 
 

@@ -213,10 +213,7 @@ class SqlDedupeStore(DeadlineBook, ConcurrencyLimits, UpstreamWaits):
                 (decision.reason, now_ms, run_id),
             ).fetchone()
             if cancelled is not None:
-                # A replaced run no longer waits for its upstream periods.
-                conn.execute(
-                    self.q("DELETE FROM kairos_upstream_waits WHERE run_id = ?"), (run_id,)
-                )
+                self._drop_wait(conn, run_id)  # a replaced run awaits nothing any more
                 write_event(
                     self,
                     conn,
@@ -394,6 +391,7 @@ class SqlDedupeStore(DeadlineBook, ConcurrencyLimits, UpstreamWaits):
         if result.succeeded:
             end, state, reason = RunEnd.SUCCEEDED, RunState.SUCCEEDED, None
             write_event(self, conn, replace(ended, kind=EventKind.SUCCEEDED))
+            self._tell_awaiting(conn, running.run_id)
         elif running.stop_reason is not None:
             end, state, reason = RunEnd.CANCELLED, RunState.CANCELLED, running.stop_reason
             write_event(self, conn, replace(ended, reason=reason))

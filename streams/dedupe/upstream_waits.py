@@ -11,6 +11,12 @@ however many executors sweep, a run ends once; one released is never ended, and 
 never released.
 
 A run promoted from `queued` (its predecessor ended) stays held while its wait row is there.
+
+The round takes every held run in turn, so with many held (a team's million) it is long. So a
+held run's matched periods are also indexed (`kairos_upstream_awaits`), the end of a run that
+succeeded while runs awaited its period records that period (`kairos_upstream_news`, in the
+transaction of the success), and each sweep first takes those and judges the runs awaiting them:
+a release follows its upstream's success at the next sweep of any executor of the store.
 """
 
 from __future__ import annotations
@@ -51,6 +57,36 @@ class UpstreamWaits(Database):
                 ),
                 (request.run_id, epoch_ms(request.waits_until), now_ms),
             )
+            for schedule_id, nominal in set(request.awaits):
+                conn.execute(
+                    self.q(
+                        "INSERT INTO kairos_upstream_awaits (schedule_id, nominal_ms, run_id) "
+                        "VALUES (?, ?, ?)"
+                    ),
+                    (schedule_id, epoch_ms(nominal), request.run_id),
+                )
+
+    def _drop_wait(self, conn: Connection, run_id: str) -> bool:
+        """Delete a run's wait and what it awaits; False if it had no wait (any more)."""
+        conn.execute(self.q("DELETE FROM kairos_upstream_awaits WHERE run_id = ?"), (run_id,))
+        gone = conn.execute(
+            self.q("DELETE FROM kairos_upstream_waits WHERE run_id = ? RETURNING run_id"),
+            (run_id,),
+        ).fetchone()
+        return gone is not None
+
+    def _tell_awaiting(self, conn: Connection, run_id: str) -> None:
+        """In the transaction of a run's success: record its period if held runs await it."""
+        conn.execute(
+            self.q(
+                "INSERT INTO kairos_upstream_news (schedule_id, nominal_ms) "
+                "SELECT r.schedule_id, r.nominal_ms FROM kairos_runs r WHERE r.run_id = ? "
+                "AND EXISTS (SELECT 1 FROM kairos_upstream_awaits a WHERE a.schedule_id = "
+                "r.schedule_id AND a.nominal_ms = r.nominal_ms) "
+                "ON CONFLICT (schedule_id, nominal_ms) DO NOTHING"
+            ),
+            (run_id,),
+        )
 
     def _start_following(self, conn: Connection, schedule_id: str, now_ms: int) -> None:
         """Once a run of the schedule ended: start its next queued run, held if it waits."""
@@ -108,6 +144,53 @@ class UpstreamWaits(Database):
         )
         return bool(rows)
 
+    def take_upstream_news(self) -> list[tuple[str, datetime]]:
+        """The periods that succeeded while runs awaited them, since the last take."""
+        rows = self.transaction(
+            lambda conn: conn.execute(
+                "DELETE FROM kairos_upstream_news RETURNING schedule_id, nominal_ms"
+            ).fetchall()
+        )
+        return sorted((schedule_id, from_epoch_ms(nominal)) for schedule_id, nominal in rows)
+
+    def keep_upstream_news(self, periods: Sequence[tuple[str, datetime]]) -> None:
+        """Put back news taken and not judged: the next sweep, of any executor, judges it."""
+
+        def work(conn: Connection) -> None:
+            for schedule_id, nominal in periods:
+                conn.execute(
+                    self.q(
+                        "INSERT INTO kairos_upstream_news (schedule_id, nominal_ms) VALUES (?, ?) "
+                        "ON CONFLICT (schedule_id, nominal_ms) DO NOTHING"
+                    ),
+                    (schedule_id, epoch_ms(nominal)),
+                )
+
+        self.transaction(work)
+
+    def awaiting(
+        self, period: tuple[str, datetime], after_run_id: str, limit: int
+    ) -> list[WaitingRun]:
+        """Up to `limit` runs held for `period`, in run id order after `after_run_id`."""
+        rows = self.transaction(
+            lambda conn: conn.execute(
+                self.q(
+                    "SELECT w.run_id, r.schedule_id, r.nominal_ms, w.until_ms, r.value "
+                    "FROM kairos_upstream_awaits a "
+                    "JOIN kairos_upstream_waits w ON w.run_id = a.run_id "
+                    "JOIN kairos_runs r ON r.run_id = a.run_id "
+                    "WHERE a.schedule_id = ? AND a.nominal_ms = ? AND a.run_id > ? "
+                    f"AND r.state IN {_WAITING} ORDER BY a.run_id LIMIT ?"
+                ),
+                (period[0], epoch_ms(period[1]), after_run_id, limit),
+            ).fetchall()
+        )
+        return [
+            WaitingRun(run_id, schedule_id, from_epoch_ms(nominal), from_epoch_ms(until),
+                       bytes(value))
+            for run_id, schedule_id, nominal, until, value in rows
+        ]  # fmt: skip
+
     def release_waiting(
         self, runs: Sequence[WaitingRun], now: datetime, instance: str
     ) -> list[str]:
@@ -124,11 +207,7 @@ class UpstreamWaits(Database):
                 self._lock_schedule(conn, schedule_id)
             released = []
             for run in runs:
-                gone = conn.execute(
-                    self.q("DELETE FROM kairos_upstream_waits WHERE run_id = ? RETURNING run_id"),
-                    (run.run_id,),
-                ).fetchone()
-                if gone is None:
+                if not self._drop_wait(conn, run.run_id):
                     continue
                 conn.execute(
                     self.q(
@@ -155,11 +234,7 @@ class UpstreamWaits(Database):
 
         def work(conn: Connection) -> bool:
             self._lock_schedule(conn, schedule_id)
-            gone = conn.execute(
-                self.q("DELETE FROM kairos_upstream_waits WHERE run_id = ? RETURNING run_id"),
-                (run_id,),
-            ).fetchone()
-            if gone is None:
+            if not self._drop_wait(conn, run_id):
                 return False
             ended_row = conn.execute(
                 self.q(

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from kairos.core.overlap import RunState
 from kairos.core.schedule import OverlapPolicy
@@ -19,8 +19,8 @@ LEASE = timedelta(minutes=5)
 WAIT = timedelta(hours=1)
 
 
-def held(request: RunRequest) -> RunRequest:
-    return replace(request, waits_until=request.nominal_at + WAIT)
+def held(request: RunRequest, awaits: tuple[tuple[str, datetime], ...] = ()) -> RunRequest:
+    return replace(request, waits_until=request.nominal_at + WAIT, awaits=awaits)
 
 
 def acquired(store: DedupeStore, after: timedelta = timedelta(hours=2)) -> list[str]:
@@ -141,9 +141,44 @@ def test_a_release_racing_the_promotion_of_its_run_leaves_it_startable(store_url
             opened.close()
 
 
+def test_the_success_of_an_awaited_period_is_news_once_and_leads_to_its_runs(
+    store_url: str,
+) -> None:
+    store = open_dedupe_store(store_url)
+    settle_t0, tomorrow = ("settle", T0), ("settle", T0 + timedelta(days=1))
+    exports = [held(run_request(minute=m, schedule_id=f"export-{m}"), (settle_t0,))
+               for m in (0, 1, 2)]  # fmt: skip
+    other = held(run_request(minute=3, schedule_id="other"), (tomorrow, ("ledger", T0)))
+    unawaited, settle = run_request(schedule_id="lonely"), run_request(schedule_id="settle")
+    store.admit([*exports, other, unawaited, settle], T0, "e1")
+    try:
+        for lease in store.acquire("e1", SHELL, T0, LEASE, 10):
+            store.finish(lease, OK, T0)
+
+        assert store.take_upstream_news() == [settle_t0]  # none for the period nobody awaits
+        assert store.take_upstream_news() == []
+        ids = sorted(r.run_id for r in exports)
+        assert [r.run_id for r in store.awaiting(settle_t0, "", 10)] == ids
+        assert [r.run_id for r in store.awaiting(settle_t0, ids[0], 1)] == [ids[1]]
+        assert store.awaiting(tomorrow, "", 10)[0].run_id == other.run_id
+        store.keep_upstream_news([settle_t0, settle_t0])
+        assert store.take_upstream_news() == [settle_t0]
+
+        released = store.release_waiting(store.awaiting(settle_t0, "", 10), T0, "e1")
+        assert sorted(released) == ids
+        assert store.awaiting(settle_t0, "", 10) == []
+        remaining = run_sql(store_url, "SELECT run_id FROM kairos_upstream_awaits")
+        assert remaining == [(other.run_id,), (other.run_id,)], "a released run awaits nothing"
+    finally:
+        store.close()
+
+
 def test_a_held_run_a_replacing_run_cancels_no_longer_waits(store_url: str) -> None:
     store = open_dedupe_store(store_url)
-    first = held(run_request(minute=0, schedule_id="export", overlap=OverlapPolicy.REPLACE))
+    first = held(
+        run_request(minute=0, schedule_id="export", overlap=OverlapPolicy.REPLACE),
+        (("settle", T0),),
+    )
     second = run_request(minute=1, schedule_id="export", overlap=OverlapPolicy.REPLACE)
     store.admit([first], T0, "e1")
     store.admit([second], T0 + timedelta(minutes=1), "e1")
@@ -151,6 +186,7 @@ def test_a_held_run_a_replacing_run_cancels_no_longer_waits(store_url: str) -> N
     try:
         assert store.waiting_for_upstream(T0, 10) == []
         assert run_sql(store_url, "SELECT count(*) FROM kairos_upstream_waits") == [(0,)]
+        assert run_sql(store_url, "SELECT count(*) FROM kairos_upstream_awaits") == [(0,)]
         assert kinds(drain(store), first.run_id) == [("skipped", 0)]
     finally:
         store.close()

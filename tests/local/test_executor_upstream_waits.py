@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from kairos.core.schedule import JobSpec
-from kairos.services.executor import ANY_TEAM
+from kairos.services.executor import ANY_TEAM, upstream_gate
 from kairos.services.executor.service import Executor
 from kairos.streams.wire.records import job_record
 from tests.fakes.executor_world import NOMINAL, ExecutorWorld
@@ -91,6 +91,29 @@ def test_a_held_run_starts_only_after_its_upstream_period_succeeded(world: Execu
     assert events.index((settle["run_id"], "succeeded")) < events.index(
         (export["run_id"], "started")
     )
+    assert world.executed[export["run_id"]] == 1
+
+
+def test_an_upstream_success_releases_its_runs_however_far_the_round_is_from_them(
+    world: ExecutorWorld, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The round of held runs is long when other teams hold many: a round that never reaches
+    the export (no time for it at all) must not keep it from starting once settle succeeded."""
+    executor, _ = world.executor()
+    executor.connect()
+    export = _waiting(world)
+    world.publish(export)
+    _turns(world, executor, 2)
+    monkeypatch.setattr(upstream_gate, "SWEEP_BUDGET_S", 0.0)
+
+    world.publish(_run(world, "settle", "payments"))
+    _turn_until(
+        world,
+        executor,
+        lambda: world.steps(export["run_id"])[-1:] == ["succeeded"],
+        "the export ran after the settlement, though the round never came to it",
+    )
+    executor.disconnect()
     assert world.executed[export["run_id"]] == 1
 
 
