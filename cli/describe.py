@@ -98,7 +98,7 @@ def describe(
         "owner": schedule.owner,
         "labels": dict(schedule.labels),
         "placement": placement,
-        "next_fires": [fire_document(p, schedule) for p in upcoming_fires],
+        "next_fires": [fire_document(p, schedule, calendars) for p in upcoming_fires],
         "never_fires": None if upcoming_fires else never_fires_reason(schedule, after),
         "waits_for": upstream,
         "waited_for_by": downstream,

@@ -14,6 +14,7 @@ from typing import Any
 from kairos.core.calendar import Fire
 from kairos.core.calendar_rules import CalendarLookup, Planned, planned
 from kairos.core.cron import parse_cron
+from kairos.core.data_interval import data_interval
 from kairos.core.schedule import Schedule
 
 Mark = Callable[[Fire, Schedule], str | None]
@@ -105,13 +106,19 @@ def _calendars_named(schedule: Schedule) -> str:
     return f" [{'; '.join(parts)}]" if parts else ""
 
 
-def fire_document(occurrence: Planned, schedule: Schedule) -> dict[str, Any]:
-    """One next fire as `kairos schedules describe --json` and the console's API show it."""
+def fire_document(
+    occurrence: Planned, schedule: Schedule, calendars: CalendarLookup | None = None
+) -> dict[str, Any]:
+    """One next fire as `kairos schedules describe --json` and the console's API show it, with
+    where the period its run is for starts (`kairos.core.data_interval`; it ends at the fire's
+    nominal instant), on the schedule's clock."""
     fire, verdict = occurrence.fire, occurrence.verdict
     runs_at = occurrence.runs_at
+    interval = data_interval(schedule, fire.nominal, calendars)
     return {
         "nominal_at": fire.nominal,
         "wall": fire.wall.isoformat(),
+        "interval_start": interval.start.astimezone(fire.wall.tzinfo).isoformat(),
         "runs_at": None if runs_at is None else runs_at.astimezone(fire.wall.tzinfo).isoformat(),
         "dst": [note for mark in MARKS if (note := mark(fire, schedule)) is not None],
         "skipped": verdict.skip_reason,

@@ -211,6 +211,7 @@ def _the_schedule_page(browser: WebDriver, base: str, nominal_at: str) -> None:
     fires = browser.find_element(By.ID, "next-fires").text
     assert "2027-03-14T07:00:00Z" in fires, fires
     assert "DST gap: 02:30 does not exist that day" in fires
+    assert "2027-03-13T02:30:00-05:00" in fires, "the period its run is for, from the day before"
     browser.get(base + "/schedules/billing.nightly")
     changes = browser.find_element(By.ID, "changes").text
     assert "paused" in changes and "quarter close" in changes and "alice" in changes

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from kairos.core.calendar import next_fire
 from kairos.core.data_interval import DataInterval, data_interval
+from kairos.core.preview_listing import fire_document, upcoming
 from kairos.core.schedule import Schedule
 
 NEW_YORK = ZoneInfo("America/New_York")
@@ -135,3 +136,14 @@ def test_dense_triggers_find_their_previous_occurrence_across_a_long_gap() -> No
         timedelta(seconds=1)
     )
     assert data_interval(ticking, start + 2 * HOUR).start == start + 3598 * timedelta(seconds=1)
+
+
+def test_the_next_fires_shown_by_describe_and_the_console_say_which_period_each_is_for() -> None:
+    daily = Schedule(id="ledger.export", cron="0 2 * * *", timezone="America/New_York")
+    fires = upcoming(daily, _utc("2027-11-06T12:00:00-04:00"), 3, None)
+    shown = [(f["wall"], f["interval_start"]) for f in (fire_document(p, daily) for p in fires)]
+    assert shown == [
+        ("2027-11-07T02:00:00-05:00", "2027-11-06T02:00:00-04:00"),  # across fall-back: 25 h
+        ("2027-11-08T02:00:00-05:00", "2027-11-07T02:00:00-05:00"),
+        ("2027-11-09T02:00:00-05:00", "2027-11-08T02:00:00-05:00"),
+    ]
