@@ -18,7 +18,7 @@ compose="$("$tools/bin/python" -c 'import compose, pathlib; print(pathlib.Path(c
 echo "docker compose config (every profile)"
 # The file takes every password from compose/.env; any value does for checking it.
 env BROKER_PASSWORD=x ADMIN_PASSWORD=x TICKER_PASSWORD=x EXECUTOR_PASSWORD=x CONSOLE_PASSWORD=x \
-  TEAM_PASSWORD=x POSTGRES_PASSWORD=x \
+  NOTIFIER_PASSWORD=x TEAM_PASSWORD=x POSTGRES_PASSWORD=x \
   "$compose" -f compose/docker-compose.yml --profile demo config --quiet
 echo "hadolint compose/Dockerfile"
 "$tools/bin/hadolint" compose/Dockerfile

@@ -25,6 +25,7 @@ ROLE_OF_COMMAND = {
     "ticker": "ticker",
     "executor": "executor",
     "console": "console",
+    "notifier": "notifier",
     "apply": "producer",
 }
 _GRANT = re.compile(r"^acls (\w+) --principal User:(\S+) --apply$")

@@ -1,24 +1,25 @@
 """The Kubernetes files' processes on the secured three-broker cluster, each as its own principal.
 
 Every process gets what the files give it, resolved as the kubelet would: the kairos-settings
-ConfigMap, the Secrets and variables of its container, its pod's name, and the client.properties
-of the Secret it mounts (kafka-credentials.example.yaml). The principals those name
-(kairos-admin, kairos-ticker, kairos-executor, kairos-console, team-payments) are created on the
+ConfigMap, the Secrets and variables of its container, its pod's name, and the client.properties of
+the Secret it mounts (kafka-credentials.example.yaml). The principals those name (kairos-admin,
+kairos-ticker, kairos-executor, kairos-console, kairos-notifier, team-payments) are created on the
 cluster under those names. A super user grants kairos-admin the operator role's ACLs and ALTER on
 the cluster, the one step docs/deploy.md puts before the topics Job; the Job's steps then run in
-order as kairos-admin and grant every other principal its ACLs. Team payments registers its key
-and applies a schedule, signed; the ticker (ownership `signed`) fires it, the executor runs it,
-the console comes up, and `kairos audit verify` as the console's principal finds every fire
-executed (and none of a schedule the team published unsigned). The systemd units' properties
-files connect as their roles too.
+order as kairos-admin and grant every other principal its ACLs. Team payments registers its key and
+applies a schedule, signed; the ticker (ownership `signed`) fires it, the executor runs it, the
+console comes up, and `kairos audit verify` as the console's principal finds every fire executed
+(and none of a schedule the team published unsigned). The notifier, with the example's routes, joins
+its group. The systemd units' properties files connect as their roles too.
 
 Substituted, because it must differ on this machine: the bootstrap servers, each properties
 file's password (the cluster generated it) and CA path, the topic prefix (the session shares the
 cluster), the ports, the state directories, where the console's users file and team keys are
 copied to (its init container runs here; `kairos teams keygen` makes the key of team ops for the
-example's empty placeholder), and the dedupe store's PostgreSQL URL. The one-shot commands (the
-Job's steps, keygen, apply, audit) run in this process; the ticker, executor and console are
-processes of their own.
+example's empty placeholder), where the notifier's routes file and webhook secrets are copied to
+(its init container runs here too; the routes name the copies), and the dedupe store's PostgreSQL
+URL. The one-shot commands (the Job's steps, keygen, apply, audit) run in this process; the
+ticker, executor, console and notifier are processes of their own.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from confluent_kafka.admin import (
     AclBinding,
     AclOperation,
@@ -74,10 +76,18 @@ POD_NAMES = {
     "kairos-ticker": "kairos-ticker-0",
     "kairos-executor": "kairos-executor-5d8f7c9b4-x2k7q",
     "kairos-console": "kairos-console-7c9d6b5f8-q4m2z",
+    "kairos-notifier": "kairos-notifier-6b7d9c8f5-n3v8w",
 }
 SERVICES = tuple(POD_NAMES)
 # Files (and directories of them) the pods' init containers copy out of Secrets, mode 0600.
-PRIVATE_FILES = ("KAIROS_SIGNING_KEY", "KAIROS_CONSOLE_USERS_FILE", "KAIROS_TEAM_KEYS")
+PRIVATE_FILES = (
+    "KAIROS_SIGNING_KEY",
+    "KAIROS_CONSOLE_USERS_FILE",
+    "KAIROS_TEAM_KEYS",
+    "KAIROS_NOTIFIER_ROUTES_FILE",
+)
+# The metrics servers' ports: the notifier's has a variable of its own.
+METRICS_PORTS = ("KAIROS_METRICS_PORT", "KAIROS_NOTIFIER_METRICS_PORT")
 
 
 class FilesDeployment:
@@ -122,23 +132,39 @@ class FilesDeployment:
         own = self.root / workload
         if "KAIROS_STATE_DIR" in environment:
             environment["KAIROS_STATE_DIR"] = str(own / "state")
-        if "KAIROS_METRICS_PORT" in environment:
-            environment["KAIROS_METRICS_PORT"] = str(free_port())
+        for variable in (v for v in METRICS_PORTS if v in environment):
+            environment[variable] = str(free_port())
         if "KAIROS_CONSOLE_LISTEN" in environment:
             host = environment["KAIROS_CONSOLE_LISTEN"].rsplit(":", 1)[0]
             environment["KAIROS_CONSOLE_LISTEN"] = f"{host}:{free_port()}"
         if "KAIROS_DEDUPE_URL" in environment:
             environment["KAIROS_DEDUPE_URL"] = self.dedupe_url
-        private = [variable for variable in PRIVATE_FILES if variable in environment]
-        if private:
-            # What the pod's init containers copy out of its Secrets, as they copy it; an empty
-            # `<team>.key` is the example's placeholder (console-secret.example.yaml).
-            directories = run_init_containers(pod, own / "volumes", self.placeholder_key)
-            for variable in private:
-                environment[variable] = str(
-                    local_path(container, directories, environment[variable])
-                )
+        if any(variable in environment for variable in PRIVATE_FILES):
+            self.private_copies(pod, container, environment, own / "volumes")
         return environment
+
+    def private_copies(
+        self,
+        pod: dict[str, Any],
+        container: dict[str, Any],
+        environment: dict[str, str],
+        root: Path,
+    ) -> None:
+        """What the pod's init containers copy out of its Secrets, as they copy it, under `root`;
+        an empty `<team>.key` is the example's placeholder (console-secret.example.yaml)."""
+        directories = run_init_containers(pod, root, self.placeholder_key)
+        for variable in (v for v in PRIVATE_FILES if v in environment):
+            environment[variable] = str(local_path(container, directories, environment[variable]))
+        if "KAIROS_NOTIFIER_ROUTES_FILE" in environment:
+            # The routes name their secrets where the container sees the copies: here, these.
+            routes = Path(environment["KAIROS_NOTIFIER_ROUTES_FILE"])
+            document = yaml.safe_load(routes.read_text())
+            for route in (r for team in document["teams"].values() for r in team):
+                if "secret_file" in route:
+                    route["secret_file"] = str(
+                        local_path(container, directories, route["secret_file"])
+                    )
+            routes.write_text(yaml.safe_dump(document))
 
     def placeholder_key(self, path: Path) -> None:
         """A key of the team `path` names (`<team>.key`), for an example's empty one."""
@@ -231,7 +257,10 @@ def _start(deployment: FilesDeployment, workload: str) -> tuple[ServiceProcess, 
 
 def _probe_port(environment: dict[str, str]) -> int:
     listen = environment.get("KAIROS_CONSOLE_LISTEN")
-    return int(listen.rsplit(":", 1)[1] if listen else environment["KAIROS_METRICS_PORT"])
+    if listen:
+        return int(listen.rsplit(":", 1)[1])
+    (port,) = [environment[variable] for variable in METRICS_PORTS if variable in environment]
+    return int(port)
 
 
 def _audit(environment: dict[str, str], start: datetime, end: datetime) -> dict[str, Any]:
@@ -269,7 +298,7 @@ def _stop(workload: str, process: ServiceProcess) -> tuple[int, bool]:
 
 
 def _systemd_units_connect_as_their_roles(deployment: FilesDeployment) -> None:
-    for role in (Role.TICKER, Role.EXECUTOR):
+    for role in (Role.TICKER, Role.EXECUTOR, Role.NOTIFIER):
         properties = systemd_credential(f"kairos-{role}@.service").read_text()
         environment = {
             **deployment.settings_environment(),
@@ -318,6 +347,8 @@ def test_the_kubernetes_files_run_apply_fire_execute_and_audit_each_as_its_own_p
         assert stopped[workload] == (0, True), f"{workload}: {process.log()[-3000:]}"
         # Every grant the process used was in the Job's: no refusal, not even a warning.
         assert "authorization failed" not in process.log().lower(), process.log()[-3000:]
+    # The example's routes, and the secret its webhook signs with, were all taken.
+    assert "not used until fixed" not in started["kairos-notifier"][0].log()
 
 
 def _wait_until_ready(workload: str, process: ServiceProcess, port: int) -> None:
@@ -333,7 +364,7 @@ def _wait_until_ready(workload: str, process: ServiceProcess, port: int) -> None
 
 def _check_members(deployment: FilesDeployment, admin: AdminClient) -> None:
     """Each joined its group under its pod's name (an executor's followed by the pools it
-    serves, the default one here, and its store)."""
+    serves, the default one here, and its store; a notifier may report ready before it joins)."""
     names = DeploymentNames.of(deployment.settings)
     assert _group_members(admin, names.ticker_group) == {POD_NAMES["kairos-ticker"]}
     (member,) = _group_members(admin, names.executor_group)
@@ -341,3 +372,9 @@ def _check_members(deployment: FilesDeployment, admin: AdminClient) -> None:
     assert advertised_pools(member) == {"default"}
     tagged = pools_tagged(pod, {"default"})
     assert member == advertised_client_id(tagged, advertised_store(member) or "")
+    notifier = {POD_NAMES["kairos-notifier"]}
+    eventually(
+        lambda: _group_members(admin, names.notifiers_group) == notifier,
+        timeout_s=30,
+        message="the notifier never joined its group under its pod's name",
+    )

@@ -8,7 +8,8 @@ that: every KAIROS_* variable is one `kairos --help` names, a ticker keeps its i
 its own state volume, every grace period outlasts a clean handover, each role connects as its
 own principal and the administrator's steps grant that principal the role's ACLs, tickers run
 with ownership `signed`, and the probes call `/readyz` and `/livez` where they can reach them
-(the console's files: test_deploy_console_files.py).
+(the console's and the notifier's files, and the variables each process is given:
+test_deploy_console_files.py).
 (tests/cluster/test_deploy_roles.py runs the Kubernetes files' processes on a secured cluster.)
 """
 
@@ -22,6 +23,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import click
 import jsonschema
@@ -31,6 +33,7 @@ import yaml
 
 from kairos.cli.app import app
 from kairos.services.executor.settings import ExecutorSettings
+from kairos.services.notifier.settings import NotifierSettings
 from kairos.services.ticker.settings import TickerSettings
 from tests.deploy_files import (
     COMPOSE,
@@ -59,6 +62,7 @@ KUBERNETES_VERSIONS = ("1.27.0", kubernetes_validate.utils.latest_version())
 # Variables in this namespace are librdkafka client properties and the properties file
 # (KAIROS_KAFKA_SASL_MECHANISM, KAIROS_KAFKA_CONFIG), not options of one command.
 KAFKA_PROPERTY_NAMESPACE = "KAIROS_KAFKA_"
+UNITS = ("kairos-ticker@.service", "kairos-executor@.service", "kairos-notifier@.service")
 
 
 def _ticker_handover_s() -> float:
@@ -92,6 +96,21 @@ def _cli_environment_variables() -> set[str]:
             yield from walk(sub)
 
     return set(walk(typer.main.get_command(app)))
+
+
+def _option_variables(command: str) -> dict[str, str]:
+    """Each option's variable of `kairos COMMAND`, by option (the notifier's are its own)."""
+    options = getattr(typer.main.get_command(app), "commands", {})[command].params
+    return {str(option.name): str(option.envvar) for option in options}
+
+
+def _probe_address(command: str, environment: dict[str, Any]) -> tuple[str, str]:
+    """Where `kairos COMMAND`, given `environment`, serves /readyz and /livez."""
+    if listen := environment.get("KAIROS_CONSOLE_LISTEN"):
+        host, port = listen.rsplit(":", 1)
+        return host, port
+    variables = _option_variables(command)
+    return environment[variables["metrics_host"]], str(environment[variables["metrics_port"]])
 
 
 def _image_environment() -> dict[str, str]:
@@ -207,20 +226,21 @@ def test_compose_tickers_are_signed_and_the_demo_team_signs_with_its_registered_
 
 def test_compose_health_checks_ask_each_service_whether_it_is_ready() -> None:
     services = compose()["services"]
+    checked = set()
     for name, (role, _) in compose_principals().items():
         if role == "producer":
             continue
-        environment = services[name]["environment"]
-        listen = environment.get("KAIROS_CONSOLE_LISTEN")
-        port = listen.rsplit(":", 1)[1] if listen else str(environment["KAIROS_METRICS_PORT"])
+        command = services[name]["command"][0]
+        host, port = _probe_address(command, services[name]["environment"])
         assert f"'http://127.0.0.1:{port}/readyz'" in " ".join(
             services[name]["healthcheck"]["test"]
         )
-        host = listen.rsplit(":", 1)[0] if listen else environment["KAIROS_METRICS_HOST"]
+        checked.add(command)
         # A host port mapping reaches the container's interface, never its loopback.
         assert host == "0.0.0.0", (
             f"{name}: the mapped port {services[name]['ports']} reaches nothing"
         )
+    assert checked == {"ticker", "executor", "console", "notifier"}
 
 
 # -- Kubernetes -----------------------------------------------------------------------------------
@@ -280,19 +300,13 @@ def test_kubernetes_probes_ask_for_readiness_and_liveness_where_the_kubelet_reac
                 continue
             probed.add(container["args"][0])
             ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-            env = kubernetes_environment(container)
-            listen = env.get("KAIROS_CONSOLE_LISTEN")
+            host, port = _probe_address(container["args"][0], kubernetes_environment(container))
             # The kubelet probes the pod's IP: the default 127.0.0.1 would fail every probe.
-            host, port = (
-                listen.rsplit(":", 1)
-                if listen
-                else (env["KAIROS_METRICS_HOST"], env["KAIROS_METRICS_PORT"])
-            )
             assert host == "0.0.0.0", name
             for probe, path in (("readinessProbe", "/readyz"), ("livenessProbe", "/livez")):
                 assert container[probe]["httpGet"]["path"] == path, f"{name} {probe}"
                 assert str(ports[container[probe]["httpGet"]["port"]]) == port, f"{name} {probe}"
-    assert probed == {"ticker", "executor", "console"}
+    assert probed == {"ticker", "executor", "console", "notifier"}
 
 
 def test_kubernetes_pods_can_read_the_secret_and_write_their_state_as_a_non_root_user() -> None:
@@ -379,7 +393,12 @@ def test_systemd_units_verify_and_are_hardened(tmp_path: Path) -> None:
     analyze = shutil.which("systemd-analyze")
     assert analyze, "systemd-analyze is missing: apt-get install systemd"
     kairos = str(Path(sys.executable).parent / "kairos")
-    for unit in ("kairos-ticker@.service", "kairos-executor@.service"):
+    limits = {
+        "ticker": _ticker_handover_s(),
+        "executor": _executor_shutdown_s(),
+        "notifier": NotifierSettings.model_fields["timeout"].default.total_seconds(),
+    }
+    for unit in UNITS:
         # `verify` requires ExecStart's program to exist: point it at this venv's `kairos`.
         copy = tmp_path / unit
         copy.write_text((SYSTEMD / unit).read_text().replace("/opt/kairos/bin/kairos", kairos))
@@ -397,7 +416,7 @@ def test_systemd_units_verify_and_are_hardened(tmp_path: Path) -> None:
         assert security.returncode == 0, f"{unit} exposure above 2.0:\n{security.stdout}"
         settings = dict(_unit_settings(SYSTEMD / unit))
         assert settings["Restart"] == "always"
-        limit = _ticker_handover_s() if "ticker" in unit else _executor_shutdown_s()
+        limit = limits[settings["ExecStart"].split()[-1]]
         assert _seconds(settings["TimeoutStopSec"]) >= limit, unit
 
 
@@ -405,7 +424,7 @@ def test_systemd_units_connect_as_their_roles_principals_and_tickers_are_signed(
     tmp_path: Path,
 ) -> None:
     kubernetes = _kubernetes_principals()
-    for unit in ("kairos-ticker@.service", "kairos-executor@.service"):
+    for unit in UNITS:
         role = dict(_unit_settings(SYSTEMD / unit))["ExecStart"].split()[-1]
         properties = client_properties(systemd_credential(unit).read_text())
         # One name per role in every form: the ACLs granted to it are the same.
@@ -413,7 +432,7 @@ def test_systemd_units_connect_as_their_roles_principals_and_tickers_are_signed(
         environment = systemd_environment(unit, "t1", tmp_path, tmp_path)
         assert environment.get("KAIROS_OWNERSHIP") == ("signed" if role == "ticker" else None)
         # Metrics and probes stay on 127.0.0.1, the default: no systemd file moves them.
-        assert "KAIROS_METRICS_HOST" not in environment, unit
+        assert _option_variables(role)["metrics_host"] not in environment, unit
     for name, (role, principal) in compose_principals().items():
         if role in kubernetes:
             assert principal == kubernetes[role], name
