@@ -79,9 +79,10 @@ class LoopHealth:
 
 
 def group_readiness(connected: bool, assigned: bool) -> str | None:
-    """Why a group member (a ticker, an executor) is not ready, or `None` once it is: once the
-    group gave it an assignment. An empty one counts: a member beyond the partitions' count is
-    a standby, taking partitions over when another member leaves, and ready for that."""
+    """Why a group member (a ticker, an executor, a notifier) is not ready, or `None` once it
+    is: once the group gave it an assignment. An empty one counts: a member beyond the
+    partitions' count is a standby, taking partitions over when another member leaves, and ready
+    for that."""
     if not connected:
         return "not connected: opening its clients to join the group"
     if not assigned:

@@ -28,7 +28,7 @@ from kairos.services.notifier.notices import dead_letter_notice, run_event_notic
 from kairos.services.notifier.progress import Delivery, Lanes, Pending, Source
 from kairos.services.notifier.routes import RoutesWatch
 from kairos.services.notifier.settings import NotifierSettings
-from kairos.services.probes import LoopHealth, probe_server, stall_limit_s
+from kairos.services.probes import LoopHealth, group_readiness, probe_server, stall_limit_s
 from kairos.streams.kafka.settings import NOTIFIERS_GROUP, KafkaSettings
 from kairos.streams.kafka.topics import TopicRole
 from kairos.streams.wire.codec import DecodeError, make_codecs
@@ -67,12 +67,14 @@ class Notifier:
         self._running: dict[Future[tuple[Answer, str]], Delivery] = {}
         self._rng = random.Random()
         self._paused = False
+        self._assigned = False
+        """Whether the group gave this notifier an assignment yet: it is ready from then on."""
         self.metrics = NotifierMetrics()
         self.health = LoopHealth(stall_limit_s(kafka), time.monotonic())
 
     def run(self, stop: threading.Event) -> None:
         topics = [self._topics[TopicRole.RUN_EVENTS], self._topics[TopicRole.DEAD_LETTERS]]
-        self._consumer.subscribe(topics, on_assign=self._assigned, on_revoke=self._revoked)
+        self._consumer.subscribe(topics, on_assign=self._on_assign, on_revoke=self._revoked)
         last_commit = time.monotonic()
         settings = self._settings
         pool = ThreadPoolExecutor(settings.concurrency, "notify")
@@ -86,7 +88,7 @@ class Notifier:
                         self._commit(self._pending.committable())
                         last_commit = time.monotonic()
                         self.metrics.pending.set(self._pending.count())
-                    self.health.turned(time.monotonic(), None)
+                    self.health.turned(time.monotonic(), group_readiness(True, self._assigned))
         finally:
             # Deliveries still running are not waited for: their records are not committed, so
             # the next notifier delivers them again.
@@ -102,7 +104,9 @@ class Notifier:
         self._finish()
         self._launch(pool)
 
-    def _assigned(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+    def _on_assign(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        # librdkafka serves the first assignment even when it is empty (a standby).
+        self._assigned = True
         logger.info(
             "notifier %s assigned %d partition(s)", self._settings.instance, len(partitions)
         )

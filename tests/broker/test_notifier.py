@@ -33,7 +33,7 @@ from kairos.streams.readers.history import HistoryReader
 from kairos.streams.wire.codec import make_codecs
 from kairos.streams.wire.dead_letters import dead_letter_record
 from tests.helpers import eventually
-from tests.probe_client import free_port
+from tests.probe_client import free_port, get
 from tests.processes import ServiceProcess
 
 SECRET = b"payments-webhook-secret-0123456789"
@@ -218,6 +218,7 @@ def test_each_team_is_told_on_its_own_routes_at_least_once_through_a_kill(
             )
 
         eventually(all_told, timeout_s=90, message="not every notice was delivered")
+        assert get(metrics_port, "/readyz") == (200, "ok\n"), "told, in its group, so ready"
         metrics = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5)
         text = metrics.read().decode()
         assert 'kairos_notifier_deliveries_total{kind="webhook",result="dead_lettered"}' in text
