@@ -174,6 +174,7 @@ def _valid_request(
     except (JobParamsRecordError, ValidationError) as error:
         raise invalid(f"its job is not valid: {error}") from None
     params = job_params(job)
+    waits_until, awaits = _upstream_wait(record, nominal)
     request = RunRequest(
         run_id=run_id,
         schedule_id=schedule_id,
@@ -189,18 +190,21 @@ def _valid_request(
         start_by=_after(nominal, record.deadline_start_by_ms),
         finish_by=_after(nominal, record.deadline_finish_by_ms),
         groups=run_groups(record.owner, record.labels),
-        waits_until=_waits_until(record, nominal),
-        awaits=_awaits(record),
+        waits_until=waits_until,
+        awaits=awaits,
     )
     return request, job.kind, params.handler if isinstance(params, PythonJob) else None
 
 
-def _waits_until(record: RunRequestedRecord, nominal: datetime) -> datetime | None:
-    """The end of the run's wait for its upstream periods, or `None` if it waits for none."""
+def _upstream_wait(
+    record: RunRequestedRecord, nominal: datetime
+) -> tuple[datetime | None, tuple[tuple[str, datetime], ...]]:
+    """The end of the run's wait for its upstream periods (`None` if it waits for none), and
+    the (schedule id, instant) of each period matched for it."""
     if not record.upstream:
-        return None
+        return None, ()
     try:
-        upstream_periods_of(record)
+        periods = upstream_periods_of(record)
         UpstreamTimeout(record.upstream_timeout)
     except ValueError:
         raise RunRequestInvalidError(
@@ -215,16 +219,12 @@ def _waits_until(record: RunRequestedRecord, nominal: datetime) -> datetime | No
             f"it waits for upstream periods, but its upstream_wait_ms ({wait}) is not between "
             f"1 and {LONGEST_UPSTREAM_WAIT // _MS}",
         )
-    return nominal + timedelta(milliseconds=wait)
-
-
-def _awaits(record: RunRequestedRecord) -> tuple[tuple[str, datetime], ...]:
-    """The matched upstream periods of a run that waits (`_waits_until` checked them)."""
-    return tuple(
+    awaits = tuple(
         (period.schedule_id, period.period_at)
-        for period in (upstream_periods_of(record) if record.upstream else ())
+        for period in periods
         if period.resolution is Resolution.MATCHED and period.period_at is not None
     )
+    return nominal + timedelta(milliseconds=wait), awaits
 
 
 def _after(nominal: datetime, milliseconds: int | None) -> datetime | None:
